@@ -1,0 +1,1 @@
+"""The benchmark harness: launch wrapper, metrics, bench spec, runners, statistics and results."""

@@ -1,0 +1,391 @@
+"""Reading a tiered optimization plan out of an issue body.
+
+Two shapes are understood, both parsed with markdown-it-py (CommonMark + GFM tables):
+
+* the seed issue's: a ``# | File:Line | Change | Expected win`` table under a "Performance fixes (apply
+  unconditionally)" line, a "Behavioral changes" table that is listed and never applied, a "Success criteria"
+  list and a "Known issues flagged for follow-on" list of ``Tier N (a, b, c)`` entries;
+* headings ``## Tier N`` with bullet items, each optionally naming optimizations as ``opt:<id>``.
+
+Each item is matched to registered optimizations by explicit ``opt:<id>`` tokens or, failing that, by the
+optimizations' keywords. Items nothing matches are kept and reported as needing a human.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from optimizations.registry import Optimization
+
+EXPECTED_SHAPE = (
+    "expected a markdown table with columns '# | File:Line | Change | Expected win' under a "
+    "'Performance fixes' or 'Tier N' line, or '## Tier N' headings followed by bullet items "
+    "(optionally naming optimizations as opt:<id>)"
+)
+
+_TIER = re.compile(r"\btier[\s-]*(\d+)\b", re.IGNORECASE)
+_EXPLICIT = re.compile(r"\bopt:([a-z0-9_]+)", re.IGNORECASE)
+_LOCATION = re.compile(r"([\w./-]+\.(?:py|ya?ml|toml|json|cfg|ini)):(\d+)")
+_PERCENT = re.compile(r"([+-]|±)?\s*(\d+(?:\.\d+)?)\s*%")
+
+
+class PlanError(ValueError):
+    """The text holds no plan the bot can read; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One row of the plan."""
+
+    key: str
+    tier: int
+    change: str
+    location: str = ""
+    expected: str = ""
+    optimizations: tuple[str, ...] = ()
+    auto_apply: bool = True
+    why_not: str = ""
+    follow_on: bool = False
+
+    @property
+    def target_hint(self) -> tuple[str, int] | None:
+        """``(file, line)`` of the first ``file.py:123`` in the location (or change) text."""
+        match = _LOCATION.search(self.location) or _LOCATION.search(self.change)
+        return (match.group(1), int(match.group(2))) if match else None
+
+    @property
+    def needs_human(self) -> bool:
+        return self.auto_apply and not self.optimizations
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A success criterion: a minimum throughput gain for a workload, or a loss tolerance."""
+
+    text: str
+    kind: str  # "throughput" | "loss"
+    threshold: float  # fraction: 0.30 for +30%, 0.05 for ±5%
+    workload: str | None = None
+
+
+@dataclass
+class Plan:
+    """Items, success criteria and follow-ons of one plan."""
+
+    title: str
+    items: list[PlanItem]
+    criteria: list[Criterion] = field(default_factory=list)
+    source: str = ""
+
+    def tier(self, tier: int) -> list[PlanItem]:
+        """The items of one tier that may be applied (behavioural ones excluded)."""
+        return [i for i in self.items if i.tier == tier and i.auto_apply]
+
+    @property
+    def behavioural(self) -> list[PlanItem]:
+        return [i for i in self.items if not i.auto_apply]
+
+    @property
+    def unmatched(self) -> list[PlanItem]:
+        return [i for i in self.items if i.needs_human]
+
+    @property
+    def loss_tolerance(self) -> float | None:
+        return next((c.threshold for c in self.criteria if c.kind == "loss"), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "title": self.title,
+            "source": self.source,
+            "items": [
+                asdict(i) | {"target_hint": i.target_hint, "needs_human": i.needs_human} for i in self.items
+            ],
+            "criteria": [asdict(c) for c in self.criteria],
+        }
+
+
+def clean(text: str) -> str:
+    """Drop HTML comments and invisible format characters (zero-width, bidi controls) from an issue body."""
+    text = re.sub(r"<!--.*?(?:-->|\Z)", "", text, flags=re.DOTALL)
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cf", "Cc", "Co"))
+
+
+def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tuple[str, ...]:
+    """Ids named explicitly as ``opt:<id>``, else those whose keywords appear in the text."""
+    known = {o.id: o for o in optimizations}
+    explicit = [m.lower() for m in _EXPLICIT.findall(text)]
+    if explicit:
+        return tuple(dict.fromkeys(i for i in explicit if i in known))
+    return tuple(o.id for o in known.values() if o.matches(text))
+
+
+def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "") -> Plan:
+    """Parse an issue body into a :class:`Plan`; raise :class:`PlanError` when there is none."""
+    optimizations = list(optimizations)
+    tokens = MarkdownIt("commonmark").enable("table").parse(clean(text))
+    title, items, criteria = "", [], []
+    context = ""  # the caption (heading, paragraph or caption line) that governs the current block
+    heading_tier: int | None = None
+    document_tier: int | None = None
+    list_depth = 0
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.type in ("bullet_list_open", "ordered_list_open"):
+            list_depth += 1
+        elif token.type in ("bullet_list_close", "ordered_list_close"):
+            list_depth -= 1
+        elif token.type == "list_item_open":
+            end = _block_end(tokens, i)
+            text_lines, caption = _item_text(
+                tokens[i:end], folded=list_depth == 1 and heading_tier is not None
+            )
+            entry = " ".join(text_lines).strip()
+            lowered = context.lower()
+            if entry and "success criteria" in lowered:
+                criteria.extend(parse_criteria(entry))
+            elif entry and any(word in lowered for word in ("follow-on", "follow-up", "follow on")):
+                items.extend(_follow_ons(entry, optimizations, items))
+            elif entry and heading_tier is not None and list_depth == 1:
+                items.append(
+                    _bullet_item(
+                        entry,
+                        heading_tier,
+                        optimizations,
+                        sum(1 for x in items if x.tier == heading_tier) + 1,
+                    )
+                )
+            context = caption or context
+            if heading_tier is not None and list_depth == 1:
+                i = end  # nested items were folded into this one
+                continue
+        elif token.type in ("heading_open", "paragraph_open") and list_depth == 0:
+            inline = tokens[i + 1].content.strip()
+            if inline:
+                title = title or inline.splitlines()[0]
+                if document_tier is None and (m := _TIER.search(title)):
+                    document_tier = int(m.group(1))
+                context = inline.splitlines()[-1]
+            if token.type == "heading_open":
+                m = re.fullmatch(r"tier[\s-]*(\d+)\b.{0,60}", inline, re.IGNORECASE)
+                heading_tier = int(m.group(1)) if m else None
+            i += 3
+            continue
+        elif token.type == "table_open":
+            end = _block_end(tokens, i)
+            items.extend(
+                _items_from_tables(_table_rows(tokens[i:end]), context, document_tier or 1, optimizations)
+            )
+            i = end
+            continue
+        i += 1
+
+    if not any(item.auto_apply and not item.follow_on for item in items):
+        where = f" in {source}" if source else ""
+        raise PlanError(f"no plan found{where}: {EXPECTED_SHAPE}")
+    return Plan(title=title, items=items, criteria=criteria, source=source)
+
+
+_CAPTIONS = (
+    "success criteria",
+    "follow-on",
+    "follow-up",
+    "behavio",
+    "performance fixes",
+    "testing protocol",
+    "commit strategy",
+    "report back",
+    "scope",
+)
+
+
+def _item_text(tokens: list[Token], folded: bool) -> tuple[list[str], str]:
+    """A list item's own lines, and a caption line that ended it.
+
+    Without blank lines, a caption such as ``Success criteria`` written after a list becomes a lazy
+    continuation of the last item; it is split off here so it can govern the next list.
+    """
+    lines: list[str] = []
+    depth = 0
+    for token in tokens:
+        depth += 1 if token.type == "list_item_open" else -1 if token.type == "list_item_close" else 0
+        if token.type == "inline" and (depth == 1 or folded):
+            lines.extend(line.strip() for line in token.content.splitlines() if line.strip())
+    for index in range(len(lines) - 1, 0, -1):
+        if any(word in lines[index].lower() for word in _CAPTIONS):
+            return lines[:index], lines[index]
+    return lines, ""
+
+
+def _block_end(tokens: list[Token], start: int) -> int:
+    """Index just past the closing token of the block opened at ``start``."""
+    depth = 0
+    for j in range(start, len(tokens)):
+        depth += tokens[j].nesting
+        if depth == 0:
+            return j + 1
+    return len(tokens)
+
+
+def _table_rows(tokens: list[Token]) -> list[list[str]]:
+    rows, row = [], None
+    for token in tokens:
+        if token.type == "tr_open":
+            row = []
+        elif token.type == "inline" and row is not None:
+            row.append(token.content.strip())
+        elif token.type == "tr_close" and row is not None:
+            rows.append(row)
+            row = None
+    return rows
+
+
+def _column(header: list[str], *names: str) -> int | None:
+    lowered = [h.lower().strip() for h in header]
+    for name in names:
+        for index, cell in enumerate(lowered):
+            if cell == name or cell.startswith(name):
+                return index
+    return None
+
+
+def _items_from_tables(
+    rows: list[list[str]], context: str, default_tier: int, optimizations: list[Optimization]
+) -> list[PlanItem]:
+    """Items of every plan table in ``rows``.
+
+    A GFM table runs on until a blank line, so in an issue written without blank lines a caption line
+    (``Behavioral changes ...``) and the next table's header and ``---`` delimiter arrive as rows of the first
+    table. Those rows are recognised here and split the table into its sections again.
+    """
+    items: list[PlanItem] = []
+    header: list[str] | None = rows[0] if rows else None
+    body: list[list[str]] = []
+    for index, row in enumerate(rows[1:], start=1):
+        following = rows[index + 1] if index + 1 < len(rows) else None
+        if _is_delimiter(row):
+            continue
+        if following is not None and _is_delimiter(following):
+            items.extend(_items_from_table(header, body, context, default_tier, optimizations))
+            header, body = row, []
+        elif sum(1 for cell in row if cell) == 1 and row[0]:
+            items.extend(_items_from_table(header, body, context, default_tier, optimizations))
+            header, body, context = None, [], row[0]
+        elif header is not None:
+            body.append(row)
+    items.extend(_items_from_table(header, body, context, default_tier, optimizations))
+    return items
+
+
+def _is_delimiter(row: list[str]) -> bool:
+    return bool(row) and all(re.fullmatch(r":?-{3,}:?", cell) for cell in row)
+
+
+def _items_from_table(
+    header: list[str] | None,
+    body: list[list[str]],
+    context: str,
+    default_tier: int,
+    optimizations: list[Optimization],
+) -> list[PlanItem]:
+    if header is None or not body:
+        return []
+    change_col = _column(header, "change")
+    if change_col is None:
+        return []  # some other table (results, attribution): not a plan
+    key_col = _column(header, "#", "item", "key", "id")
+    location_col = _column(header, "file:line", "file", "location", "where")
+    expected_col = _column(header, "expected win", "expected", "win")
+    why_col = _column(header, "why not", "why")
+    lowered = context.lower()
+    behavioural = "behavio" in lowered or why_col is not None
+    tier_match = _TIER.search(context)
+    tier = int(tier_match.group(1)) if tier_match else default_tier
+
+    def cell(row: list[str], column: int | None) -> str:
+        return row[column] if column is not None and column < len(row) else ""
+
+    items = []
+    for number, row in enumerate(body, start=1):
+        change = cell(row, change_col)
+        key = cell(row, key_col) or str(number)
+        items.append(
+            PlanItem(
+                key=key,
+                tier=tier,
+                change=change,
+                location=cell(row, location_col),
+                expected=cell(row, expected_col),
+                optimizations=() if behavioural else match_optimizations(change, optimizations),
+                auto_apply=not behavioural,
+                why_not=cell(row, why_col),
+            )
+        )
+    return items
+
+
+def _bullet_item(entry: str, tier: int, optimizations: list[Optimization], number: int) -> PlanItem:
+    """An item of a ``## Tier N`` list: ``A. change — expected win``, with ``opt:<id>`` or keywords."""
+    key_match = re.match(r"^\**([A-Z]{1,2})[.):]\**\s+", entry)
+    key = key_match.group(1) if key_match else f"T{tier}.{number}"
+    change, _, expected = (entry[key_match.end() :] if key_match else entry).partition(" — ")
+    behavioural = "behavio" in entry.lower() and "opt:" not in entry.lower()
+    location = _LOCATION.search(change)
+    return PlanItem(
+        key=key,
+        tier=tier,
+        change=change.strip(),
+        location=f"{location.group(1)}:{location.group(2)}" if location else "",
+        expected=expected.strip(),
+        optimizations=() if behavioural else match_optimizations(entry, optimizations),
+        auto_apply=not behavioural,
+    )
+
+
+def _follow_ons(entry: str, optimizations: list[Optimization], existing: list[PlanItem]) -> list[PlanItem]:
+    """A ``Tier 2 (a, b, c) — note`` entry becomes one follow-on item per listed change."""
+    tier_match = _TIER.match(entry)
+    if not tier_match:
+        return []
+    tier = int(tier_match.group(1))
+    inner = re.search(r"\(([^)]*)\)", entry)
+    parts = [
+        p.strip() for p in (inner.group(1) if inner else entry[tier_match.end() :]).split(",") if p.strip()
+    ]
+    taken = sum(1 for item in existing if item.tier == tier and item.follow_on)
+    return [
+        PlanItem(
+            key=f"T{tier}.{taken + number}",
+            tier=tier,
+            change=part,
+            optimizations=match_optimizations(part, optimizations),
+            follow_on=True,
+        )
+        for number, part in enumerate(parts, start=1)
+    ]
+
+
+def parse_criteria(text: str) -> list[Criterion]:
+    """Numbers out of a success-criteria line: ``+30% combined on SFT, +20% on DPO``, ``loss within ±5%``."""
+    criteria = []
+    for clause in re.split(r"[,;]|\band\b", text):
+        for match in _PERCENT.finditer(clause):
+            value = float(match.group(2)) / 100
+            lowered = clause.lower()
+            if "loss" in lowered or match.group(1) == "±":
+                criteria.append(Criterion(clause.strip(), "loss", value))
+            elif match.group(1) == "+" or "throughput" in lowered or "faster" in lowered:
+                after = clause[match.end() :]
+                workload = re.search(r"\b(?:on|for)\s+(?:the\s+)?([A-Za-z][\w-]*)", after)
+                before = re.search(r"([A-Za-z][\w-]*)\s*(?:throughput)?\s*$", clause[: match.start()])
+                name = workload.group(1) if workload else (before.group(1) if before else None)
+                criteria.append(
+                    Criterion(clause.strip(), "throughput", value, name.lower() if name else None)
+                )
+    return criteria

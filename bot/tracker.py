@@ -1,0 +1,66 @@
+"""The issue tracker the bot reads plans from and writes its comments to.
+
+Two backends implement :class:`Tracker`: ``bot.local_tracker.LocalTracker`` (files under ``.bot/``) and
+``bot.github_tracker.GitHubTracker`` (PyGithub). The bot owns exactly one comment per marker kind and edits it
+in place; every marker is a hidden first line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+PROGRESS = "<!-- bot:progress v1 -->"
+RESULTS = "<!-- bot:results v1 -->"
+VERDICT = "<!-- bot:reviewer-verdict v1 -->"
+NOTE = "<!-- bot:note v1 -->"
+MARKERS = (PROGRESS, RESULTS, VERDICT, NOTE)
+
+# GitHub rejects comment bodies longer than this many characters.
+COMMENT_LIMIT = 65536
+
+
+@dataclass(frozen=True)
+class Issue:
+    """An issue (or a local plan) the bot works on."""
+
+    number: int | str
+    title: str
+    body: str
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class Comment:
+    """One comment on an issue."""
+
+    id: int
+    author: str
+    body: str
+    url: str = ""
+
+    def has_marker(self, marker: str) -> bool:
+        """True when the comment's first line is ``marker``."""
+        return self.body.lstrip().splitlines()[0].strip() == marker if self.body.strip() else False
+
+
+class Tracker(Protocol):
+    """What the bot needs from an issue tracker."""
+
+    def issue(self, number: int | str) -> Issue:
+        """The issue with this number."""
+
+    def comments(self, number: int | str) -> list[Comment]:
+        """All comments on the issue, oldest first."""
+
+    def upsert_comment(self, number: int | str, marker: str, body: str) -> Comment:
+        """Create the bot's comment for ``marker`` or edit it in place; ``body`` starts with ``marker``."""
+
+    def reply(self, number: int | str, body: str) -> Comment:
+        """Post a plain new comment (a refusal, an answer to ``/bot status``)."""
+
+    def react(self, comment_id: int, emoji: str) -> None:
+        """React to a comment: ``eyes`` on receipt, ``rocket`` when done, ``confused`` on failure."""
+
+    def permission(self, user: str) -> str:
+        """The user's repository permission: ``admin``, ``maintain``, ``write``, ``triage``, ``read`` or ``none``."""

@@ -1,0 +1,1 @@
+"""Registered optimizations: one module per optimization, discovered through ``bot.optimizations`` entry points."""

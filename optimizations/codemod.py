@@ -1,0 +1,248 @@
+"""libcst building blocks shared by the transforms.
+
+Names are resolved with libcst's ``QualifiedNameProvider``, so ``from trl import SFTConfig as C``, ``import trl``
++ ``trl.SFTConfig`` and ``from trl.trainer.sft_config import SFTConfig`` all resolve to a name ending in
+``SFTConfig`` under ``trl``. Keyword arguments are added in the call's own layout: one per line with the same
+indent and trailing-comma style in a multi-line call, ``, `` separated on one line otherwise. Comments stay
+where they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from optimizations.registry import FileResult, Site, parse_module
+
+
+def expr(code: str) -> cst.BaseExpression:
+    """Parse one Python expression."""
+    return cst.parse_expression(code)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of a node."""
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def qualified_under(names: Iterable[str], packages: Sequence[str], attrs: Iterable[str]) -> bool:
+    """True when one of ``names`` is ``<package>.….<attr>`` for a package and attr given."""
+    wanted = set(attrs)
+    for name in names:
+        head, _, last = name.rpartition(".")
+        if last in wanted and any(head == p or head.startswith(p + ".") for p in packages):
+            return True
+    return False
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    """The keyword argument ``name=`` of a call, if given."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def star_kwargs(call: cst.Call) -> cst.Arg | None:
+    """The ``**kwargs`` argument of a call, if any: settings hidden there cannot be seen."""
+    for arg in call.args:
+        if arg.star == "**":
+            return arg
+    return None
+
+
+def literal_value(node: cst.BaseExpression) -> object:
+    """The Python value of a simple literal (numbers, strings, True/False/None); ``...`` when not one."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        return node.evaluated_value
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = literal_value(node.expression)
+        return -inner if isinstance(inner, (int, float)) else ...
+    return ...
+
+
+def replace_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """The call with the value of ``name=`` replaced, layout and comments kept."""
+    return call.with_changes(
+        args=[arg.with_changes(value=value) if arg is keyword(call, name) else arg for arg in call.args]
+    )
+
+
+def _indent_before(call: cst.Call, index: int) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace that precedes argument ``index``: the previous comma's, or the one after ``(``."""
+    if index == 0:
+        return call.whitespace_before_args
+    comma = call.args[index - 1].comma
+    return comma.whitespace_after if isinstance(comma, cst.Comma) else cst.SimpleWhitespace(" ")
+
+
+def add_keywords(call: cst.Call, items: Sequence[tuple[str, cst.BaseExpression]]) -> cst.Call:
+    """Append ``name=value`` keyword arguments, in the layout the call already uses."""
+    if not items:
+        return call
+    new_args = [
+        cst.Arg(
+            value=value,
+            keyword=cst.Name(name),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+            ),
+        )
+        for name, value in items
+    ]
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=new_args)
+
+    last = args[-1]
+    arg_indent = _indent_before(call, len(args) - 1)
+    multiline = isinstance(arg_indent, cst.ParenthesizedWhitespace)
+    if not multiline:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        trailing = last.comma
+        args[-1] = last.with_changes(comma=separator)
+        for arg in new_args[:-1]:
+            args.append(arg.with_changes(comma=separator))
+        args.append(new_args[-1].with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg))
+        if trailing is not cst.MaybeSentinel.DEFAULT or last.whitespace_after_arg != cst.SimpleWhitespace(""):
+            args[-2] = args[-2].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        return call.with_changes(args=args)
+
+    # Multi-line: each new argument on its own line, indented like the others.
+    fresh_line = arg_indent.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+    if isinstance(last.comma, cst.Comma):
+        # `a=1,  # note\n)`: keep the note on a's line; the closing layout moves to the new last argument.
+        closing = last.comma.whitespace_after
+        args[-1] = last.with_changes(
+            comma=last.comma.with_changes(whitespace_after=_with_indent(closing, fresh_line))
+        )
+        for arg in new_args[:-1]:
+            args.append(arg.with_changes(comma=cst.Comma(whitespace_after=fresh_line)))
+        new_last_comma = cst.Comma(
+            whitespace_after=_with_indent(fresh_line, closing).with_changes(
+                first_line=cst.TrailingWhitespace()
+            )
+        )
+        args.append(new_args[-1].with_changes(comma=new_last_comma))
+    else:
+        # `a=1\n)`: no trailing comma; the closing whitespace sits after the last argument.
+        closing = last.whitespace_after_arg
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=fresh_line), whitespace_after_arg=cst.SimpleWhitespace("")
+        )
+        for arg in new_args[:-1]:
+            args.append(arg.with_changes(comma=cst.Comma(whitespace_after=fresh_line)))
+        args.append(new_args[-1].with_changes(whitespace_after_arg=closing))
+    return call.with_changes(args=args)
+
+
+def _with_indent(
+    whitespace: cst.BaseParenthesizableWhitespace, indent_from: cst.BaseParenthesizableWhitespace
+) -> cst.BaseParenthesizableWhitespace:
+    """``whitespace`` with the indentation (``indent``/``last_line``) of ``indent_from``."""
+    if isinstance(whitespace, cst.ParenthesizedWhitespace) and isinstance(
+        indent_from, cst.ParenthesizedWhitespace
+    ):
+        return whitespace.with_changes(indent=indent_from.indent, last_line=indent_from.last_line)
+    return whitespace
+
+
+def import_end(module: cst.Module) -> int:
+    """Index in ``module.body`` just past the leading docstring, ``__future__`` and import block."""
+    index = 0
+    for position, statement in enumerate(module.body):
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom))
+            or (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString) and position == 0)
+            for s in statement.body
+        ):
+            index = position + 1
+        elif isinstance(statement, cst.Try) and _only_imports(statement.body):
+            index = position + 1
+        elif isinstance(statement, cst.If) and _only_imports(statement.body):
+            index = position + 1
+        else:
+            break
+    return index
+
+
+def _only_imports(block: cst.BaseSuite) -> bool:
+    return isinstance(block, cst.IndentedBlock) and all(
+        isinstance(s, cst.SimpleStatementLine)
+        and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+        for s in block.body
+    )
+
+
+def insert_after_imports(module: cst.Module, statements: Sequence[cst.BaseStatement]) -> cst.Module:
+    """The module with ``statements`` placed after its import block, set off by blank lines."""
+    index = import_end(module)
+    body = list(module.body)
+    placed = list(statements)
+    placed[0] = placed[0].with_changes(leading_lines=[cst.EmptyLine(), *placed[0].leading_lines])
+    if index < len(body):
+        following = body[index]
+        if not following.leading_lines:
+            body[index] = following.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return module.with_changes(body=body[:index] + placed + body[index:])
+
+
+def defines(module: cst.Module, name: str) -> bool:
+    """True when the module's top level assigns or defines ``name``."""
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets = []
+                if isinstance(small, cst.Assign):
+                    targets = [t.target for t in small.targets]
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    targets = [small.target]
+                elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(
+                    small.names, cst.ImportStar
+                ):
+                    targets = [a.asname.name if a.asname else a.name for a in small.names]
+                if any(isinstance(t, cst.Name) and t.value == name for t in targets):
+                    return True
+    return False
+
+
+class OptimizationCodemod(VisitorBasedCodemodCommand):
+    """A codemod that records the sites it changes or refuses, for one optimization."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    optimization_id: str = ""
+
+    def __init__(self, context: CodemodContext, path: str):
+        super().__init__(context)
+        self.path = path
+        self.sites: list[Site] = []
+
+    def names(self, node: cst.CSTNode) -> set[str]:
+        """Fully qualified names a node (a call's callee, say) may refer to."""
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def changed(self, node: cst.CSTNode, message: str) -> None:
+        self.sites.append(Site(self.path, self.line(node), self.optimization_id, message))
+
+    def refused(self, node: cst.CSTNode, message: str, reason: str) -> None:
+        self.sites.append(Site(self.path, self.line(node), self.optimization_id, message, False, reason))
+
+
+def run_codemod(
+    factory: Callable[[CodemodContext, str], OptimizationCodemod], source: str, path: str
+) -> FileResult:
+    """Run a codemod over one file's source; imports it asked for are added by libcst afterwards."""
+    module = parse_module(source, path)
+    codemod = factory(CodemodContext(filename=path), path)
+    new_module = codemod.transform_module(module)
+    return FileResult(new_module.code, codemod.sites)

@@ -1,0 +1,349 @@
+"""Dataloader workers: load and collate batches in worker processes, into pinned memory, ahead of the GPU.
+
+Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
+``torch.utils.data.DataLoader(...)`` calls. The worker count is computed once per module at run time
+(``min(4, cpu_count - 1)``) so a one-core machine gets 0, and the options that torch rejects with 0 workers
+(persistent workers, a prefetch factor) are only switched on when there are workers.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+
+from optimizations.codemod import (
+    OptimizationCodemod,
+    add_keywords,
+    code_of,
+    defines,
+    expr,
+    insert_after_imports,
+    keyword,
+    literal_value,
+    qualified_under,
+    replace_keyword,
+    run_codemod,
+    star_kwargs,
+)
+from optimizations.registry import Example, FileResult, Optimization, RepoContext
+
+WORKERS = "DATALOADER_WORKERS"
+WORKERS_DEFINITION = f"{WORKERS} = min(4, (os.cpu_count() or 1) - 1)\n"
+WORKERS_COMMENT = (
+    "# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead."
+)
+
+HF_CONFIGS = (
+    "TrainingArguments",
+    "Seq2SeqTrainingArguments",
+    "SFTConfig",
+    "DPOConfig",
+    "KTOConfig",
+    "ORPOConfig",
+    "CPOConfig",
+    "BCOConfig",
+    "RewardConfig",
+    "PRMConfig",
+    "GRPOConfig",
+    "RLOOConfig",
+    "GKDConfig",
+)
+
+# keyword -> value, for TrainingArguments-style configs and for torch's DataLoader.
+HF_SETTINGS = {
+    "dataloader_num_workers": WORKERS,
+    "dataloader_pin_memory": "True",
+    "dataloader_persistent_workers": f"{WORKERS} > 0",
+    "dataloader_prefetch_factor": f"2 if {WORKERS} > 0 else None",
+}
+TORCH_SETTINGS = {
+    "num_workers": WORKERS,
+    "pin_memory": "torch.cuda.is_available()",
+    "persistent_workers": f"{WORKERS} > 0",
+    "prefetch_factor": f"2 if {WORKERS} > 0 else None",
+}
+
+
+def _is_main_guard(node: cst.If) -> bool:
+    test = node.test
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and literal_value(test.comparisons[0].comparator) == "__main__"
+    )
+
+
+class _AddWorkers(OptimizationCodemod):
+    optimization_id = "dataloader_workers"
+
+    def __init__(self, context, path):
+        super().__init__(context, path)
+        self.guarded_depth = 0  # inside a function or an `if __name__ == "__main__":` block
+        self.iterable_classes: set[str] = set()
+        self.iterable_instances: set[str] = set()
+        self.edited = False
+
+    # -- where the code runs -------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.guarded_depth += 1
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        self.guarded_depth -= 1
+        return updated_node
+
+    def visit_If(self, node: cst.If) -> None:
+        if _is_main_guard(node):
+            self.guarded_depth += 1
+
+    def leave_If(self, original_node, updated_node):
+        if _is_main_guard(original_node):
+            self.guarded_depth -= 1
+        return updated_node
+
+    # -- iterable datasets: workers would each replay the whole stream ------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            if qualified_under(self.names(base.value), ("torch.utils.data",), ("IterableDataset",)) or (
+                isinstance(base.value, cst.Name) and base.value.value in self.iterable_classes
+            ):
+                self.iterable_classes.add(node.name.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._builds_iterable(node.value):
+            self.iterable_instances.update(
+                t.target.value for t in node.targets if isinstance(t.target, cst.Name)
+            )
+
+    def _builds_iterable(self, value: cst.BaseExpression) -> bool:
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value in self.iterable_classes
+        )
+
+    def _dataset_is_iterable(self, call: cst.Call) -> bool:
+        dataset = keyword(call, "dataset")
+        value = (
+            dataset.value
+            if dataset
+            else (call.args[0].value if call.args and not call.args[0].keyword else None)
+        )
+        if value is None:
+            return False
+        return self._builds_iterable(value) or (
+            isinstance(value, cst.Name) and value.value in self.iterable_instances
+        )
+
+    # -- the calls -------------------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        names = self.names(original_node.func)
+        if qualified_under(names, ("transformers", "trl"), HF_CONFIGS):
+            settings, label = HF_SETTINGS, "dataloader_num_workers"
+        elif qualified_under(names, ("torch.utils.data",), ("DataLoader",)):
+            settings, label = TORCH_SETTINGS, "num_workers"
+        else:
+            return updated_node
+        callee = code_of(original_node.func)
+
+        current = keyword(updated_node, label)
+        if current is not None and literal_value(current.value) not in (0, ...):
+            return updated_node  # already loads with workers
+        message = f"{callee}(...): {label}={WORKERS}, pinned memory, persistent workers, prefetch factor 2"
+        if current is not None and literal_value(current.value) is ...:
+            self.refused(
+                original_node,
+                message,
+                f"{label} comes from `{code_of(current.value)}`; raise its default where that value is defined",
+            )
+            return updated_node
+        hidden = star_kwargs(updated_node)
+        if hidden is not None:
+            self.refused(
+                original_node,
+                message,
+                f"settings are passed through `**{code_of(hidden.value)}`; add them where that dict is built",
+            )
+            return updated_node
+        if self.guarded_depth == 0:
+            self.refused(
+                original_node,
+                message,
+                "runs at import time: worker processes started with spawn/forkserver re-import this module; "
+                'move it into a function or under `if __name__ == "__main__":`',
+            )
+            return updated_node
+        if settings is TORCH_SETTINGS and self._dataset_is_iterable(original_node):
+            self.refused(
+                original_node,
+                message,
+                "the dataset is an IterableDataset: every worker would replay the whole stream unless it "
+                "shards by torch.utils.data.get_worker_info()",
+            )
+            return updated_node
+
+        call = updated_node
+        if current is not None:
+            call = replace_keyword(call, label, expr(settings[label]))
+        missing = [(k, expr(v)) for k, v in settings.items() if keyword(call, k) is None]
+        call = add_keywords(call, missing)
+        if settings is TORCH_SETTINGS:
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+        self.changed(original_node, message)
+        self.edited = True
+        return call
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.edited or defines(updated_node, WORKERS):
+            return updated_node
+        AddImportsVisitor.add_needed_import(self.context, "os")
+        definition = cst.parse_statement(WORKERS_DEFINITION)
+        definition = definition.with_changes(
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(WORKERS_COMMENT))]
+        )
+        return insert_after_imports(updated_node, [definition])
+
+
+class DataloaderWorkers(Optimization):
+    """Batches prepared by worker processes into pinned memory while the GPU trains on the previous one."""
+
+    id = "dataloader_workers"
+    title = "dataloader workers with pinned memory and persistent workers"
+    tier = 1
+    expected = "+10-30% GPU util"
+    summary = "dataloader_num_workers / num_workers with pin memory, persistent workers and prefetch"
+    scope = "data"
+    keywords = ("dataloader_num_workers", "dataloader workers", "num_workers", "dataloader_pin_memory")
+
+    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
+        return run_codemod(_AddWorkers, source, path)
+
+    examples = (
+        Example(
+            "sft_config",
+            before="""\
+from trl import SFTConfig
+
+
+def build(out):
+    return SFTConfig(output_dir=out, packing=False)
+""",
+            after="""\
+from trl import SFTConfig
+import os
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def build(out):
+    return SFTConfig(output_dir=out, packing=False, dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=True, dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+        ),
+        Example(
+            "aliased_module_multiline_with_comments",
+            before="""\
+import os
+import transformers as hf
+
+
+def build(cfg):
+    args = hf.TrainingArguments(
+        output_dir=cfg.out,  # where checkpoints go
+        dataloader_num_workers=0,
+        bf16=True,  # H100
+    )
+    return args
+""",
+            after="""\
+import os
+import transformers as hf
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def build(cfg):
+    args = hf.TrainingArguments(
+        output_dir=cfg.out,  # where checkpoints go
+        dataloader_num_workers=DATALOADER_WORKERS,
+        bf16=True,  # H100
+        dataloader_pin_memory=True,
+        dataloader_persistent_workers=DATALOADER_WORKERS > 0,
+        dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
+    )
+    return args
+""",
+        ),
+        Example(
+            "torch_dataloader_aliased",
+            before="""\
+from torch.utils.data import DataLoader as DL
+
+
+def loader(ds):
+    return DL(ds, batch_size=8, shuffle=True)
+""",
+            after="""\
+from torch.utils.data import DataLoader as DL
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def loader(ds):
+    return DL(ds, batch_size=8, shuffle=True, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+        ),
+        Example(
+            "already_uses_workers",
+            before="""\
+import torch
+
+
+def loader(ds):
+    return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=8, pin_memory=True)
+""",
+        ),
+        Example(
+            "refuses_iterable_dataset",
+            before="""\
+import torch
+from torch.utils.data import IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from range(10)
+
+
+def main():
+    loader = torch.utils.data.DataLoader(Stream(), batch_size=2)
+    return list(loader)
+""",
+            refusal="IterableDataset",
+        ),
+        Example(
+            "refuses_hidden_kwargs",
+            before="""\
+from trl import DPOConfig
+
+
+def build(overrides):
+    return DPOConfig(output_dir="out", **overrides)
+""",
+            refusal="**overrides",
+        ),
+        Example(
+            "refuses_import_time_loader",
+            before="""\
+import torch
+
+loader = torch.utils.data.DataLoader(list(range(10)), batch_size=2)
+""",
+            refusal="import time",
+        ),
+    )

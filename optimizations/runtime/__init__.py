@@ -1,0 +1,1 @@
+"""Runtime helpers that transforms copy (vendor) into target repositories; each module stands alone."""

@@ -1,0 +1,48 @@
+"""Every registered optimization's own before/after examples, run as a parametrized test."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizations.registry import Optimization, RepoContext, registry
+
+
+def _cases():
+    for optimization in registry().values():
+        for example in optimization.examples:
+            yield pytest.param(optimization, example, id=f"{optimization.id}-{example.name}")
+
+
+def _run(optimization: Optimization, example, tmp_path):
+    for name, text in {example.path: example.before, **example.files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    ctx = RepoContext(tmp_path)
+    return optimization.transform_source(example.before, example.path, ctx)
+
+
+@pytest.mark.parametrize(("optimization", "example"), list(_cases()))
+def test_example(optimization, example, tmp_path):
+    result = _run(optimization, example, tmp_path)
+    expected = example.before if example.after is None else example.after
+    assert result.source == expected
+    compile(result.source, example.path, "exec")
+    if example.refusal is not None:
+        refused = [s for s in result.sites if not s.applicable]
+        assert refused, "the example expects a refused site"
+        assert any(example.refusal in s.reason for s in refused), [s.reason for s in refused]
+    if example.after is not None:
+        assert any(s.applicable for s in result.sites)
+
+
+@pytest.mark.parametrize(("optimization", "example"), list(_cases()))
+def test_example_is_idempotent(optimization, example, tmp_path):
+    once = _run(optimization, example, tmp_path).source
+    twice = optimization.transform_source(once, example.path, RepoContext(tmp_path)).source
+    assert twice == once
+
+
+def test_every_optimization_has_examples_of_each_kind():
+    for optimization in registry().values():
+        kinds = {("changes" if e.after else "refuses" if e.refusal else "unchanged") for e in optimization.examples}
+        assert kinds == {"changes", "refuses", "unchanged"}, optimization.id
