@@ -177,12 +177,32 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_scan(args: argparse.Namespace) -> int:
+    from bot.scan import render_plan, scan
+
+    root = Path(args.path)
+    findings = scan(root)
+    if args.plan:
+        print(render_plan(root, findings), end="")
+        return 0
+    if args.json:
+        data = {f.optimization.id: [s.__dict__ for s in f.sites] for f in findings}
+        print(json.dumps(data, indent=2))
+        return 0
+    for finding in findings:
+        opt = finding.optimization
+        print(f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applicable)} site(s) to change")
+        for site in finding.sites:
+            print(f"  {site.describe()}")
+    return 0
+
+
 def cmd_help(args: argparse.Namespace) -> int:
     build_parser().print_help()
     return 0
 
 
-COMMANDS = {"list": cmd_list, "plan": cmd_plan, "apply": cmd_apply, "help": cmd_help}
+COMMANDS = {"list": cmd_list, "plan": cmd_plan, "scan": cmd_scan, "apply": cmd_apply, "help": cmd_help}
 
 
 def main(argv: list[str] | None = None) -> int:

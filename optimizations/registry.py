@@ -203,14 +203,16 @@ def check_compiles(source: str, path: str) -> None:
 
 
 def parse_module(source: str, path: str) -> cst.Module:
-    """Parse with libcst, turning its error into a :class:`TransformError` that names the file and line."""
+    """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line."""
+    advice = "fix the syntax error or exclude the file with [tool.bot] exclude"
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise TransformError(f"{path}:{exc.lineno}: cannot parse this file ({exc.msg}); {advice}") from exc
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise TransformError(
-            f"{path}:{exc.raw_line}:{exc.raw_column}: cannot parse this file ({exc.message}); "
-            "fix the syntax error or exclude the file with [tool.bot] exclude"
-        ) from exc
+        raise TransformError(f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {advice}") from exc
 
 
 @cache

@@ -1,0 +1,65 @@
+"""``bot scan``: where each registered optimization applies in a repository, and a plan issue rendered from it."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.apply import bot_settings, preflight
+from bot.render import render
+from optimizations.registry import Optimization, Site, registry
+
+
+@dataclass
+class Finding:
+    """One optimization's sites in the repository."""
+
+    optimization: Optimization
+    sites: list[Site]
+
+    @property
+    def applicable(self) -> list[Site]:
+        return [s for s in self.sites if s.applicable]
+
+    @property
+    def refused(self) -> list[Site]:
+        return [s for s in self.sites if not s.applicable]
+
+
+def scan(root: Path) -> list[Finding]:
+    """Run every registered optimization's ``find`` over the repository (which must parse)."""
+    exclude = tuple(bot_settings(root).get("exclude", ()))
+    preflight(root, exclude)
+    return [Finding(o, o.find(root, exclude)) for o in registry().values()]
+
+
+def _keys():
+    for letter in string.ascii_uppercase:
+        yield letter
+    for first in string.ascii_uppercase:
+        for second in string.ascii_uppercase:
+            yield first + second
+
+
+def render_plan(root: Path, findings: list[Finding]) -> str:
+    """A plan issue in the seed's shape: one table per tier, refused sites flagged for a human."""
+    keys = _keys()
+    tiers: dict[int, list[dict]] = {}
+    for finding in findings:
+        if finding.applicable:
+            opt = finding.optimization
+            tiers.setdefault(opt.tier, []).append(
+                {
+                    "key": next(keys),
+                    "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applicable),
+                    "change": f"{opt.title} (opt:{opt.id})",
+                    "expected": opt.expected,
+                }
+            )
+    flagged = [
+        {"key": next(keys), "location": f"{s.path}:{s.line}", "change": s.message, "why": s.reason}
+        for finding in findings
+        for s in finding.refused
+    ]
+    return render("plan.md.j2", repo=root.resolve().name, tiers=dict(sorted(tiers.items())), flagged=flagged)

@@ -1,0 +1,170 @@
+"""`bot apply` end to end on throwaway git repositories: commits, resume, and every way it must refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import pytest
+
+from bot import apply as apply_module
+from bot.cli import main
+from bot.local_tracker import LocalTracker
+from bot.plan import parse_plan
+from bot.progress import Progress
+from bot.tracker import PROGRESS
+from optimizations.registry import FileResult, Optimization, TransformError, registry
+
+TRAIN = '''\
+from trl import SFTConfig
+
+
+def build(out):
+    return SFTConfig(
+        output_dir=out,  # checkpoints
+        packing=False,
+    )
+'''
+
+PLAN = """\
+Performance fixes (apply unconditionally; pure speedups)
+
+| # | File:Line | Change | Expected win |
+|---|---|---|---|
+| C | train.py:5 | Add dataloader_num_workers=4, dataloader_pin_memory=True | +10-30% GPU util |
+| F | train.py:1 | Harden the tokenizer shim | Defensive |
+
+Behavioral changes (flag separately; need user approval)
+
+| # | File:Line | Change | Why not auto-apply |
+|---|---|---|---|
+| H | configs/dpo.yaml:6 | beta 0.1 → 5.0 | May destabilize |
+"""
+
+
+def make_repo(path: Path, files: dict[str, str]) -> git.Repo:
+    repo = git.Repo.init(path, initial_branch="main")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    repo.git.add("-A")
+    repo.git.commit("-qm", "base", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    return repo
+
+
+@pytest.fixture
+def target(tmp_path):
+    root = tmp_path / "target"
+    root.mkdir()
+    repo = make_repo(root, {"train.py": TRAIN, "PLAN.md": PLAN})
+    return root, repo
+
+
+def state(repo: git.Repo) -> tuple:
+    return (repo.head.commit.hexsha, sorted(h.name for h in repo.heads), repo.is_dirty(untracked_files=True))
+
+
+def test_apply_commits_once_and_resumes(target, capsys):
+    root, repo = target
+    base = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    assert repo.active_branch.name == "bot/plan-tier-1"
+    [commit] = list(repo.iter_commits(f"{base}..HEAD"))
+    assert commit.summary == "perf(data): dataloader workers with pinned memory and persistent workers (+10-30% GPU util)"
+    assert "Bot-Optimization: dataloader_workers\nBot-Plan-Item: C\nBot-Issue: plan" in commit.message
+    assert commit.author.name == "perfbot"
+    assert set(commit.stats.files) == {"train.py"}
+    assert "dataloader_num_workers=DATALOADER_WORKERS," in (root / "train.py").read_text()
+    assert not repo.is_dirty(untracked_files=True)
+
+    comment = (root / ".bot/issues/plan/progress.md").read_text()
+    assert comment.startswith(PROGRESS)
+    progress = Progress.from_comment(comment)
+    assert progress.baseline == base and progress.head == commit.hexsha
+    assert {r.optimization: r.status for r in progress.rows} == {"dataloader_workers": "landed", "": "needs_human"}
+    assert "H: beta 0.1 → 5.0" in comment and "needs a human" in comment
+
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    assert list(repo.iter_commits(f"{base}..HEAD")) == [commit]
+    tracker = LocalTracker(root)
+    assert [c.has_marker(PROGRESS) for c in tracker.comments("plan")] == [True]  # edited in place
+    assert "landed (earlier run)" in (root / ".bot/issues/plan/progress.md").read_text()
+
+
+def test_dirty_tree_is_refused_and_nothing_changes(target, capsys):
+    root, repo = target
+    (root / "train.py").write_text(TRAIN + "# local edit\n")
+    before = state(repo)
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
+    assert "uncommitted changes (train.py)" in capsys.readouterr().err
+    assert state(repo) == before
+
+
+def test_unparseable_target_file_is_refused(target, capsys):
+    root, repo = target
+    (root / "broken.py").write_text("def f(:\n    pass\n")
+    repo.git.add("broken.py")
+    repo.git.commit("-qm", "broken", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    before = state(repo)
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.py:1" in err and "cannot parse" in err and "exclude" in err
+    assert state(repo) == before
+
+
+def test_detached_head_is_refused(target, capsys):
+    root, repo = target
+    repo.git.checkout("-q", "--detach")
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
+    assert "detached" in capsys.readouterr().err
+
+
+def test_malformed_plan_is_refused(target, tmp_path, capsys):
+    root, repo = target
+    bad = tmp_path / "bad.md"
+    bad.write_text("We should make training faster somehow.\n")
+    before = state(repo)
+    assert main(["apply", "--tier", "1", "--repo", str(root), "--plan", str(bad)]) == 2
+    assert "no plan found in bad.md" in capsys.readouterr().err
+    assert state(repo) == before
+
+
+def test_unknown_option_is_bad_input(capsys):
+    assert main(["apply", "--tier", "1", "--frobnicate"]) == 2
+    assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
+
+
+class _Explodes(Optimization):
+    id = "explodes"
+    title = "a transform with a bug"
+    tier = 1
+    expected = "none"
+    summary = "raises half-way through after editing a file"
+    keywords = ("explode",)
+
+    def transform_source(self, source, path, ctx):
+        return FileResult(source + "\nx = 1\n")
+
+    def apply(self, root, exclude=()):
+        (Path(root) / "train.py").write_text("half-applied")
+        (Path(root) / "new_file.py").write_text("")
+        raise TransformError("boom")
+
+
+def test_failing_transform_leaves_no_commit_and_the_run_goes_on(target, monkeypatch):
+    root, repo = target
+    known = {"explodes": _Explodes(), **registry()}
+    monkeypatch.setattr(apply_module, "registry", lambda: known)
+    plan = parse_plan(
+        "## Tier 1\n\n- opt:explodes\n- opt:dataloader_workers\n", known.values(), "plan"
+    )
+    base = repo.head.commit.hexsha
+    result = apply_module.run_apply(root, plan, 1, LocalTracker(root), "t")
+    assert result.exit_code == 1
+    rows = {r.optimization: r for r in result.progress.rows}
+    assert rows["explodes"].status == "failed" and "boom" in rows["explodes"].note
+    assert rows["dataloader_workers"].status == "landed"
+    assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1
+    assert not repo.is_dirty(untracked_files=True) and not (root / "new_file.py").exists()

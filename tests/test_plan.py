@@ -1,0 +1,131 @@
+"""The plan parser on the seed issue, on `## Tier N` plans, and on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.plan import PlanError, clean, parse_criteria, parse_plan
+from optimizations.registry import registry
+
+SEED = (Path(__file__).parent / "fixtures" / "seed_issue.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def seed_plan():
+    return parse_plan(SEED, registry().values(), "seed")
+
+
+def test_seed_tier1_items_map_to_optimizations(seed_plan):
+    items = {i.key: i for i in seed_plan.tier(1)}
+    assert list(items) == ["A", "B", "C", "D", "E", "F", "G"]
+    assert items["A"].optimizations == ("fa2",)
+    assert items["B"].optimizations == ("packing",)
+    assert items["C"].optimizations == ("dataloader_workers",)
+    assert items["D"].optimizations == ("liger_guard",)
+    assert items["E"].optimizations == ("dpo_precompute",)
+    assert set(items["G"].optimizations) == {"fa2", "packing", "dataloader_workers", "liger_guard"}
+    assert items["F"].needs_human and [i.key for i in seed_plan.unmatched] == ["F"]
+
+
+def test_seed_item_fields(seed_plan):
+    a = next(i for i in seed_plan.items if i.key == "A")
+    assert a.target_hint == ("trainer.py", 98)
+    assert a.expected == "+15-20% SFT"
+    assert a.change.startswith('attn_implementation="sdpa"')
+    g = next(i for i in seed_plan.items if i.key == "G")
+    assert g.target_hint == ("sft.py", 151)
+
+
+def test_seed_behavioural_items_are_listed_not_applied(seed_plan):
+    behavioural = {i.key: i for i in seed_plan.behavioural}
+    assert list(behavioural) == ["H", "I"]
+    assert all(not i.auto_apply and not i.optimizations for i in behavioural.values())
+    assert behavioural["H"].target_hint == ("configs/dpo/default.yaml", 6)
+    assert "destabilize" in behavioural["H"].why_not
+    assert not any(i.key in ("H", "I") for i in seed_plan.tier(1))
+
+
+def test_seed_success_criteria_as_numbers(seed_plan):
+    throughput = {c.workload: c.threshold for c in seed_plan.criteria if c.kind == "throughput"}
+    assert throughput == {"sft": pytest.approx(0.30), "dpo": pytest.approx(0.20)}
+    assert seed_plan.loss_tolerance == pytest.approx(0.05)
+
+
+def test_seed_follow_ons(seed_plan):
+    follow = [i for i in seed_plan.items if i.follow_on]
+    assert {i.tier for i in follow} == {2, 3}
+    assert [i.change for i in follow if i.tier == 3] == ["FA3 pilot", "FSDP2 migration", "FP8 TE pilot"]
+    assert "token caching" in [i.change for i in follow if i.tier == 2]
+
+
+def test_tier_headings_with_bullets_and_explicit_ids():
+    text = """# Speed plan
+
+## Tier 1
+
+- A. Load the model with flash attention at `train.py:12` — +15% SFT
+- B. opt:dataloader_workers for the eval loader
+- Rewrite the tokenizer cache
+
+## Tier 2
+
+- opt:fa2 opt:no_such_thing in `sft.py:3`
+"""
+    plan = parse_plan(text, registry().values())
+    tier1 = plan.tier(1)
+    assert [i.key for i in tier1] == ["A", "B", "T1.3"]
+    assert tier1[0].target_hint == ("train.py", 12) and tier1[0].expected == "+15% SFT"
+    assert tier1[1].optimizations == ("dataloader_workers",)
+    assert tier1[2].needs_human
+    tier2 = plan.tier(2)
+    assert tier2[0].optimizations == ("fa2",)  # unknown explicit ids are dropped, known ones kept
+
+
+def test_hidden_html_comments_and_invisible_characters_are_ignored():
+    text = """## Tier 1
+
+- opt:dataloader_workers <!-- opt:fa2 hidden instruction -->
+- opt:\u200bpacking
+"""
+    plan = parse_plan(text, registry().values())
+    assert plan.tier(1)[0].optimizations == ("dataloader_workers",)
+    assert plan.tier(1)[1].optimizations == ("packing",)
+    assert "\u200b" not in clean("a\u200bb\u202ec")
+
+
+@pytest.mark.parametrize("body", ["", "Just a bug report.\n\nIt crashes.", "| a | b |\n|---|---|\n| 1 | 2 |"])
+def test_body_without_a_plan_is_a_clear_error(body):
+    with pytest.raises(PlanError, match="no plan found in issue 7: expected a markdown table"):
+        parse_plan(body, registry().values(), "issue 7")
+
+
+def test_criteria_parsing():
+    [sft, dpo] = parse_criteria("minimum +30% combined on SFT, +20% on DPO")
+    assert (sft.workload, sft.threshold, dpo.workload, dpo.threshold) == ("sft", 0.30, "dpo", 0.20)
+    [loss] = parse_criteria("loss curves within ±5% on smoke tests")
+    assert (loss.kind, loss.threshold) == ("loss", 0.05)
+
+
+def test_bot_plan_prints_the_seed_plan(capsys):
+    from bot.cli import main
+
+    assert main(["plan", str(Path(__file__).parent / "fixtures" / "seed_issue.md")]) == 0
+    out = capsys.readouterr().out
+    assert "A     fa2  [auto-apply] @ trainer.py:98" in out
+    assert "H     NEEDS A HUMAN (no registered optimization)  [behavioural, never applied]" in out
+    assert "sft throughput ≥ +30%" in out and "dpo throughput ≥ +20%" in out and "loss within ±5%" in out
+    assert "Needs a human: F" in out
+
+
+def test_bot_plan_json_and_stdin(monkeypatch, capsys):
+    import io
+    import json
+
+    from bot.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("## Tier 2\n\n- opt:dataloader_workers\n"))
+    assert main(["--json", "plan", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["items"][0]["optimizations"] == ["dataloader_workers"] and data["items"][0]["tier"] == 2
