@@ -11,7 +11,14 @@ from bot.errors import BadInput
 from bot.plan import Plan
 from bot.progress import Progress, Row
 from bot.tracker import PROGRESS, Tracker
-from bot.workspace import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, Workspace, branch_name, commit_message
+from bot.workspace import (
+    TRAILER_ISSUE,
+    TRAILER_ITEM,
+    TRAILER_OPTIMIZATION,
+    Workspace,
+    branch_name,
+    commit_message,
+)
 from optimizations.registry import Optimization, RepoContext, TransformError, parse_module, registry
 
 
@@ -50,7 +57,9 @@ def plan_rows(plan: Plan, tier: int, known: dict[str, Optimization]) -> list[Row
     rows: dict[str, Row] = {}
     for item in plan.tier(tier):
         if not item.optimizations:
-            rows[f"item:{item.key}"] = Row("", [item.key], item.change, "needs_human", note="no registered optimization")
+            rows[f"item:{item.key}"] = Row(
+                "", [item.key], item.change, "needs_human", note="no registered optimization"
+            )
         for opt_id in item.optimizations:
             if opt_id not in known:
                 rows[f"item:{item.key}:{opt_id}"] = Row(
@@ -61,6 +70,15 @@ def plan_rows(plan: Plan, tier: int, known: dict[str, Optimization]) -> list[Row
             else:
                 rows[opt_id] = Row(opt_id, [item.key], known[opt_id].title)
     return list(rows.values())
+
+
+def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
+    """The files the row's plan items point at; empty (the whole repository) when any item names none."""
+    items = {i.key: i for i in plan.items}
+    hints = [items[k].target_hint for k in row.keys if k in items]
+    if not hints or any(h is None for h in hints):
+        return ()
+    return tuple(dict.fromkeys(path for path, _ in hints))
 
 
 def _expected(plan: Plan, row: Row, optimization: Optimization) -> str:
@@ -103,11 +121,15 @@ def run_apply(
     known = registry()
     rows = plan_rows(plan, tier, known)
     if not rows:
-        raise BadInput(f"the plan has no tier-{tier} items; tiers in it: {sorted({i.tier for i in plan.items})}")
+        raise BadInput(
+            f"the plan has no tier-{tier} items; tiers in it: {sorted({i.tier for i in plan.items})}"
+        )
 
     baseline = workspace.start(branch_name(issue, tier))
     progress = Progress(tier=tier, issue=issue, branch=workspace.branch, baseline=baseline, rows=rows)
-    progress.behavioural = [f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural]
+    progress.behavioural = [
+        f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural
+    ]
 
     def publish(headline: str) -> None:
         progress.headline = headline
@@ -124,29 +146,38 @@ def run_apply(
         row.status = "applying"
         publish(f"Applying {number}/{len(todo)}: {row.optimization}")
         optimization = known[row.optimization]
+        focus = focus_files(plan, row)
         try:
-            change = optimization.apply(workspace.root, exclude)
+            change = optimization.apply(workspace.root, exclude, focus)
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
             row.status, row.note = "failed", f"{type(exc).__name__}: {exc}"
             continue
         if change is None:
-            refused = [s for s in optimization.find(workspace.root, exclude) if not s.applicable]
+            refused = [s for s in optimization.find(workspace.root, exclude, focus) if not s.applicable]
             row.status = "not_applicable"
-            row.note = "; ".join(f"{s.path}:{s.line} {s.reason}" for s in refused) or "no site in this repository"
+            row.note = (
+                "; ".join(f"{s.path}:{s.line} {s.reason}" for s in refused) or "no site in this repository"
+            )
             continue
         message = commit_message(
             optimization.scope,
             optimization.title,
             _expected(plan, row, optimization),
             _commit_body(plan, row, change.sites),
-            {TRAILER_OPTIMIZATION: row.optimization, TRAILER_ITEM: ", ".join(row.keys), TRAILER_ISSUE: str(issue)},
+            {
+                TRAILER_OPTIMIZATION: row.optimization,
+                TRAILER_ITEM: ", ".join(row.keys),
+                TRAILER_ISSUE: str(issue),
+            },
         )
         row.commit = workspace.commit(change.files, message)
         row.status = "landed"
         row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
-            row.note += " (left alone: " + "; ".join(f"{s.path}:{s.line} {s.reason}" for s in change.refused) + ")"
+            row.note += (
+                " (left alone: " + "; ".join(f"{s.path}:{s.line} {s.reason}" for s in change.refused) + ")"
+            )
         commits.append(row.commit)
 
     publish("Commits done" + (", benchmarking" if after_commits else ""))
@@ -154,7 +185,10 @@ def run_apply(
         after_commits(workspace, progress)
     failed = [r for r in rows if r.status == "failed"]
     landed = [r for r in rows if r.status in ("landed", "resumed")]
-    summary = f"{len(landed)} landed, {len(failed)} failed, {sum(r.status == 'not_applicable' for r in rows)} not "
+    summary = (
+        f"{len(landed)} landed, {len(failed)} failed, {sum(r.status == 'not_applicable' for r in rows)} not "
+    )
     summary += f"applicable, {sum(r.status == 'needs_human' for r in rows)} need a human"
     publish(f"Done: {summary}")
-    return ApplyResult(progress, 1 if failed else 0, commits)
+    bench_failed = progress.bench.get("failed_runs", 0)
+    return ApplyResult(progress, 1 if failed or bench_failed else 0, commits)

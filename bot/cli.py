@@ -46,11 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply = commands.add_parser("apply", help="branch, one commit per optimization, optional benchmarks")
     apply.add_argument("--tier", type=int, required=True, help="which tier of the plan to apply")
     source = apply.add_mutually_exclusive_group()
-    source.add_argument("--plan", metavar="FILE", help="plan markdown file (default: PLAN.md in the repository)")
+    source.add_argument(
+        "--plan", metavar="FILE", help="plan markdown file (default: PLAN.md in the repository)"
+    )
     source.add_argument("--issue", metavar="N", help="read the plan from this issue")
     apply.add_argument("--repo", default=".", help="target repository (default: .)")
     _bench_options(apply)
     apply.add_argument("--bench", action="store_true", help="benchmark the baseline and every commit")
+    apply.add_argument(
+        "--no-push",
+        dest="push",
+        action="store_false",
+        help="with a GitHub tracker, do not push the work branch",
+    )
+    apply.add_argument(
+        "--pr", action="store_true", help="open or refresh a pull request from the work branch"
+    )
 
     bench = commands.add_parser("bench", help="benchmark commits (default: baseline and every bot commit)")
     bench.add_argument("revs", nargs="*", metavar="REV")
@@ -59,12 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("status", help="where the current run stands (its progress comment)")
     commands.add_parser("help", help="show the commands")
+
+    event = commands.add_parser("handle-event", help="GitHub Actions entry: act on an issue_comment event")
+    event.add_argument("event", nargs="?", help="event JSON (default: $GITHUB_EVENT_PATH)")
+
+    serve = commands.add_parser(
+        "serve", help="webhook server for /bot comments (secret: $PERFBOT_WEBHOOK_SECRET)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+
+    init = commands.add_parser("init", help="add the workflow file and [tool.bot] settings to a repository")
+    init.add_argument("path", nargs="?", default=".")
+    init.add_argument("--force", action="store_true", help="overwrite an existing workflow file")
     return parser
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", choices=("local",), default="local", help="where benchmarks run")
-    parser.add_argument("--workload", action="append", metavar="NAME", help="only these workloads (repeatable)")
+    parser.add_argument(
+        "--workload", action="append", metavar="NAME", help="only these workloads (repeatable)"
+    )
     parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
     parser.add_argument("--steps", type=int, help="override steps per run")
     parser.add_argument("--repeats", type=int, help="override repeats per commit")
@@ -121,7 +147,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.criteria:
         print("\nSuccess criteria:")
         for c in plan.criteria:
-            target = f"{c.workload or 'all'} throughput ≥ +{c.threshold:.0%}" if c.kind == "throughput" else ""
+            target = (
+                f"{c.workload or 'all'} throughput ≥ +{c.threshold:.0%}" if c.kind == "throughput" else ""
+            )
             print(f"  {target or f'loss within ±{c.threshold:.0%}'}   ({c.text})")
     if plan.unmatched:
         print("\nNeeds a human: " + ", ".join(i.key for i in plan.unmatched))
@@ -135,46 +163,81 @@ def tracker_for(root: Path):
     if token and repository:
         from bot.github_tracker import GitHubTracker
 
-        return GitHubTracker(repository, token, base_url=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
+        return GitHubTracker(
+            repository, token, base_url=os.environ.get("GITHUB_API_URL", "https://api.github.com")
+        )
     from bot.local_tracker import LocalTracker
 
     return LocalTracker(root)
 
 
-def cmd_apply(args: argparse.Namespace) -> int:
+def cmd_apply(args: argparse.Namespace, tracker=None) -> int:
+    """``bot apply``: from the command line (tracker chosen here) or from a trigger comment (tracker given)."""
     from bot.apply import run_apply
     from bot.local_tracker import LocalTracker
     from bot.workspace import Workspace
 
-    root = Workspace(args.repo).root
-    tracker = tracker_for(root)
+    workspace = Workspace(args.repo)
+    tracker = tracker or tracker_for(workspace.root)
     if args.issue is not None:
-        issue: int | str = int(args.issue) if args.issue.isdigit() else args.issue
+        issue: int | str = int(args.issue) if str(args.issue).isdigit() else args.issue
         plan = load_plan(tracker.issue(issue).body, f"issue {issue}")
     else:
-        text, name = read_plan_file(args.plan or str(root / "PLAN.md"))
+        text, name = read_plan_file(args.plan or str(workspace.root / "PLAN.md"))
         plan = load_plan(text, name)
         issue = Path(name).stem.lower()
         if isinstance(tracker, LocalTracker):
             tracker.create_issue(issue, plan.title or name, text)
-    after = None
+    commit_url = getattr(tracker, "commit_url", None)
+    pushing = hasattr(tracker, "push_url") and args.push
     if args.bench:
-        from bot.benchmarking import bench_after_commits
+        from bot.benchmarking import bench_spec
 
-        after = bench_after_commits(args, tracker, issue, plan)
-    result = run_apply(root, plan, args.tier, tracker, issue, after_commits=after)
+        bench_spec(workspace.root, args)  # a bad [tool.bot] is refused before anything is committed
+
+    def after_commits(workspace: Workspace, progress) -> None:
+        if pushing:
+            from bot.publish import push_branch
+
+            push_branch(workspace, tracker.push_url(), tracker.default_branch)
+        if args.bench:
+            from bot.benchmarking import bench_and_report
+
+            bench_and_report(args, workspace, progress, plan, tracker, issue, commit_url)
+
+    result = run_apply(
+        workspace.root, plan, args.tier, tracker, issue, commit_url=commit_url, after_commits=after_commits
+    )
     progress = result.progress
+    if pushing and args.pr:
+        title = (
+            f"perf: tier {args.tier} of #{issue}"
+            if isinstance(issue, int)
+            else f"perf: tier {args.tier} ({issue})"
+        )
+        url = tracker.open_or_update_pull_request(
+            progress.branch, title, f"Refs #{issue}\n\n" + progress.render(commit_url)
+        )
+        print(f"pull request: {url}")
     if args.json:
         print(progress.to_json())
         return result.exit_code
     print(f"branch {progress.branch} (baseline {progress.baseline[:10]})")
     for row in progress.rows:
         commit = row.commit[:10] if row.commit else "-"
-        print(f"  {', '.join(row.keys):<6} {row.optimization or '(none)':<20} {row.status_label:<26} {commit}  {row.note}")
+        print(
+            f"  {', '.join(row.keys):<6} {row.optimization or '(none)':<20} {row.status_label:<26} {commit}  {row.note}"
+        )
     print(progress.headline)
     if isinstance(tracker, LocalTracker):
         print(f"progress comment: {tracker.root / 'issues' / str(issue) / 'progress.md'}")
     return result.exit_code
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from bot.benchmarking import cmd_bench as bench
+
+    return bench(args)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -197,16 +260,61 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_handle_event(args: argparse.Namespace) -> int:
+    from bot.comment_runner import run_comment_command
+    from bot.trigger import handle_event
+
+    path = args.event or os.environ.get("GITHUB_EVENT_PATH")
+    if not path:
+        raise BadInput("no event file: pass one or set $GITHUB_EVENT_PATH (GitHub Actions sets it)")
+    return handle_event(path, run_comment_command)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from bot.comment_runner import run_comment_command
+    from bot.webhook import serve
+
+    secret = os.environ.get("PERFBOT_WEBHOOK_SECRET")
+    if not secret:
+        raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
+    serve(args.host, args.port, secret, run_comment_command)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from bot.init import init_repository
+
+    result = init_repository(args.path, force=args.force)
+    for path in result.written:
+        print(f"wrote {path}")
+    for path in result.kept:
+        print(f"kept {path} (already there; --force to overwrite)")
+    return 0
+
+
 def cmd_help(args: argparse.Namespace) -> int:
     build_parser().print_help()
     return 0
 
 
-COMMANDS = {"list": cmd_list, "plan": cmd_plan, "scan": cmd_scan, "apply": cmd_apply, "help": cmd_help}
+COMMANDS = {
+    "list": cmd_list,
+    "plan": cmd_plan,
+    "scan": cmd_scan,
+    "apply": cmd_apply,
+    "bench": cmd_bench,
+    "handle-event": cmd_handle_event,
+    "serve": cmd_serve,
+    "init": cmd_init,
+    "help": cmd_help,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bot`` console script."""
+    from bot.redact import install_log_redaction
+
+    install_log_redaction()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

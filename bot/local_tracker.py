@@ -86,7 +86,9 @@ class LocalTracker:
 
     def _new(self, number: int | str, body: str, existing: list[Comment]) -> Comment:
         next_id = max((c.id for c in existing), default=0) + 1
-        return Comment(next_id, self.user, body, f"{(self._dir(number) / 'comments.json').as_uri()}#{next_id}")
+        return Comment(
+            next_id, self.user, body, f"{(self._dir(number) / 'comments.json').as_uri()}#{next_id}"
+        )
 
     def react(self, comment_id: int, emoji: str) -> None:
         """Local comments carry no reactions; the progress comment already says what happened."""

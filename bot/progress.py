@@ -72,7 +72,9 @@ class Progress:
 
     def render(self, commit_url: str | None = None) -> str:
         """The comment body, starting with the progress marker."""
-        return render("progress.md.j2", marker=PROGRESS, state=self, state_json=self.to_json(), commit_url=commit_url)
+        return render(
+            "progress.md.j2", marker=PROGRESS, state=self, state_json=self.to_json(), commit_url=commit_url
+        )
 
     @classmethod
     def from_comment(cls, body: str) -> Progress | None:

@@ -35,8 +35,7 @@ def scan(root: Path) -> list[Finding]:
 
 
 def _keys():
-    for letter in string.ascii_uppercase:
-        yield letter
+    yield from string.ascii_uppercase
     for first in string.ascii_uppercase:
         for second in string.ascii_uppercase:
             yield first + second

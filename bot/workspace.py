@@ -38,7 +38,11 @@ def commit_message(scope: str, change: str, expected: str, body: str, trailers: 
     """``perf(<scope>): <change> (<expected win>)``, a body, and the trailers."""
     subject = f"perf({scope}): {change}" + (f" ({expected})" if expected else "")
     trailer_lines = "\n".join(f"{key}: {value}" for key, value in trailers.items())
-    return f"{subject}\n\n{body.strip()}\n\n{trailer_lines}\n" if body.strip() else f"{subject}\n\n{trailer_lines}\n"
+    return (
+        f"{subject}\n\n{body.strip()}\n\n{trailer_lines}\n"
+        if body.strip()
+        else f"{subject}\n\n{trailer_lines}\n"
+    )
 
 
 class Workspace:
@@ -48,7 +52,9 @@ class Workspace:
         try:
             self.repo = git.Repo(Path(path), search_parent_directories=False)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
-            raise BadInput(f"{path} is not the root of a git repository; run the bot in a checkout's root") from exc
+            raise BadInput(
+                f"{path} is not the root of a git repository; run the bot in a checkout's root"
+            ) from exc
         self.root = Path(self.repo.working_tree_dir)
 
     # -- checks -----------------------------------------------------------------------------------
@@ -111,7 +117,9 @@ class Workspace:
             trailers = _trailers(commit.message)
             if TRAILER_OPTIMIZATION in trailers:
                 items = tuple(k.strip() for k in trailers.get(TRAILER_ITEM, "").split(",") if k.strip())
-                commits.append(BotCommit(commit.hexsha, commit.summary, trailers[TRAILER_OPTIMIZATION], items))
+                commits.append(
+                    BotCommit(commit.hexsha, commit.summary, trailers[TRAILER_OPTIMIZATION], items)
+                )
         return commits
 
     # -- commits ------------------------------------------------------------------------------------

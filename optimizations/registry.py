@@ -92,26 +92,42 @@ class Change:
 class RepoContext:
     """The repository a transform runs over: which files are in scope, and vendoring of runtime modules."""
 
-    def __init__(self, root: Path, exclude: tuple[str, ...] = ()):
+    def __init__(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()):
         self.root = Path(root)
         self.exclude = DEFAULT_EXCLUDES + tuple(exclude)
+        self.focus = tuple(focus)
         self.vendored: dict[str, str] = {}
+        # Non-Python files a transform rewrote (a YAML config, say), by path: committed with the Python edits.
+        self.edits: dict[str, str] = {}
 
     def python_files(self) -> list[str]:
         """Tracked (or, outside git, present) Python files, minus excluded and vendored ones."""
+        return self.files("*.py")
+
+    def files(self, *patterns: str) -> list[str]:
+        """Tracked (or, outside git, present) files matching the glob ``patterns``, minus excluded ones.
+
+        ``focus`` narrows Python files only: a config file is reached through the focused code that reads it.
+        """
         try:
             listed = subprocess.run(
-                ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+                ["git", "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
                 cwd=self.root,
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.split()
         except (subprocess.CalledProcessError, FileNotFoundError):
-            listed = [p.relative_to(self.root).as_posix() for p in self.root.rglob("*.py")]
-        return sorted(p for p in listed if self.in_scope(p))
+            listed = [
+                p.relative_to(self.root).as_posix() for pattern in patterns for p in self.root.rglob(pattern)
+            ]
+        scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
+        return sorted(p for p in set(listed) if scope.in_scope(p))
 
     def in_scope(self, path: str) -> bool:
+        """Not excluded, not vendored, not hidden; and one of the ``focus`` files when a plan names them."""
+        if self.focus and not any(path == f or path.endswith("/" + f) for f in self.focus):
+            return False
         name = Path(path).name
         if name.startswith(VENDORED_PREFIX):
             return False
@@ -120,7 +136,14 @@ class RepoContext:
         return not any(fnmatch.fnmatch(path, pattern) for pattern in self.exclude)
 
     def read(self, path: str) -> str:
+        """A file's text, as a transform left it earlier in this run when it edited it."""
+        if path in self.edits:
+            return self.edits[path]
         return (self.root / path).read_text(encoding="utf-8")
+
+    def edit(self, path: str, text: str) -> None:
+        """Record new contents for a non-Python file (Python files are edited through ``transform_source``)."""
+        self.edits[path] = text
 
     def vendor(self, runtime_module: str, next_to: str) -> str:
         """Copy ``optimizations/runtime/<runtime_module>.py`` beside ``next_to``; return the import target.
@@ -157,8 +180,10 @@ class Optimization(ABC):
     def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
         """Rewrite one file; report every site looked at. Must be idempotent."""
 
-    def _run(self, root: Path, exclude: tuple[str, ...] = ()) -> tuple[dict[str, str], list[Site]]:
-        ctx = RepoContext(root, exclude)
+    def _run(
+        self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()
+    ) -> tuple[dict[str, str], list[Site]]:
+        ctx = RepoContext(root, exclude, focus)
         files: dict[str, str] = {}
         sites: list[Site] = []
         for path in ctx.python_files():
@@ -168,19 +193,25 @@ class Optimization(ABC):
             if result.source != source:
                 check_compiles(result.source, path)
                 files[path] = result.source
+        for path, text in ctx.edits.items():
+            if text != (root / path).read_text(encoding="utf-8"):
+                files[path] = text
         if files:
             for target, text in ctx.vendored.items():
                 if not (root / target).exists() or (root / target).read_text(encoding="utf-8") != text:
                     files[target] = text
         return files, sites
 
-    def find(self, root: Path, exclude: tuple[str, ...] = ()) -> list[Site]:
-        """Every site this optimization would change or refuses, without touching the repository."""
-        return self._run(Path(root), exclude)[1]
+    def find(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()) -> list[Site]:
+        """Every site this optimization would change or refuses, without touching the repository.
 
-    def apply(self, root: Path, exclude: tuple[str, ...] = ()) -> Change | None:
+        ``focus``: only these files (paths or path suffixes, as a plan's File:Line hints give them).
+        """
+        return self._run(Path(root), exclude, focus)[1]
+
+    def apply(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()) -> Change | None:
         """Write the edited files into the repository; ``None`` when there is nothing to change."""
-        files, sites = self._run(Path(root), exclude)
+        files, sites = self._run(Path(root), exclude, focus)
         if not files:
             return None
         for path, text in files.items():

@@ -147,7 +147,7 @@ class _Explodes(Optimization):
     def transform_source(self, source, path, ctx):
         return FileResult(source + "\nx = 1\n")
 
-    def apply(self, root, exclude=()):
+    def apply(self, root, exclude=(), focus=()):
         (Path(root) / "train.py").write_text("half-applied")
         (Path(root) / "new_file.py").write_text("")
         raise TransformError("boom")

@@ -1,0 +1,377 @@
+"""Runners: execute a bench matrix (commit × workload × repeat) and return one record per job.
+
+A :class:`Runner` takes a list of :class:`BenchJob` and returns a :class:`RunRecord` for each, in the same
+order. :class:`LocalRunner` runs them here as subprocesses, each commit checked out in its own detached
+``git worktree``; an ssh or Ray runner implements the same ``run`` method elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import git
+
+from benchmarks.spec import BenchSpec, Workload
+
+OK = "ok"
+CRASHED = "crashed"
+OOM = "oom"
+TIMEOUT = "timeout"
+STATUSES = (OK, CRASHED, OOM, TIMEOUT)
+
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
+LOG_TAIL_LINES = 40
+# Seconds a timed-out job gets between SIGTERM and SIGKILL.
+TERMINATE_GRACE_S = 10.0
+# The directory holding the `benchmarks` package, put on PYTHONPATH of every job.
+PERFBOT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """One run: a workload at a commit, the ``repeat``-th time, with the spec's size and seed."""
+
+    commit: str
+    workload: Workload
+    repeat: int
+    size: str
+    seed: int
+
+    @property
+    def command(self) -> str:
+        """The workload's command with its placeholders filled in."""
+        return self.workload.render(self.size, self.seed)
+
+    @property
+    def key(self) -> str:
+        """A short unique name for files of this job."""
+        return f"{self.commit[:12]}-{self.workload.name}-r{self.repeat}"
+
+
+@dataclass
+class RunRecord:
+    """The outcome of one job: status, wall time, the tail of its log and the metrics it wrote (if any)."""
+
+    commit: str
+    workload: str
+    repeat: int
+    status: str
+    duration_s: float
+    log_tail: str
+    metrics: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the run finished and measured."""
+        return self.status == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as stored in the results file."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+
+
+ProgressCallback = Callable[[int, int, RunRecord], None]
+"""Called after each job with (jobs done, jobs in all, the finished job's record)."""
+
+LaunchCommand = Callable[[BenchJob, Path], list[str]]
+"""Builds the argv that runs ``job`` and writes its metrics JSON to the given path."""
+
+
+def launch_command(job: BenchJob, metrics_path: Path) -> list[str]:
+    """The default: run the workload under ``python -m benchmarks.launch``, which measures it in-process."""
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.launch",
+        "--out",
+        str(metrics_path),
+        "--warmup-steps",
+        str(job.workload.warmup_steps),
+        "--",
+        *shlex.split(job.command),
+    ]
+
+
+def plan_jobs(spec: BenchSpec, commits: Sequence[str]) -> list[BenchJob]:
+    """Every commit × workload × repeat, repeats interleaved across commits (A B C … A B C …).
+
+    Round ``r`` runs each workload that has at least ``r + 1`` repeats once at every commit, baseline first,
+    so slow drift of the machine (heat, clocks, other tenants) hits every commit alike.
+    """
+    if not commits:
+        raise ValueError("no commits to benchmark")
+    rounds = max(workload.repeats for workload in spec.workloads.values())
+    return [
+        BenchJob(commit=sha, workload=workload, repeat=repeat, size=spec.size, seed=spec.seed)
+        for repeat in range(rounds)
+        for workload in spec.workloads.values()
+        if repeat < workload.repeats
+        for sha in commits
+    ]
+
+
+class Runner(Protocol):
+    """Runs bench jobs somewhere and reports each one's outcome."""
+
+    @property
+    def device(self) -> str:
+        """Where the jobs run, in words (used when the runs did not report their GPU)."""
+
+    def run(self, jobs: Sequence[BenchJob], progress: ProgressCallback | None = None) -> list[RunRecord]:
+        """One record per job, in job order; a failing job is recorded, never raised."""
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids jobs may be pinned to: torch's device count mapped through ``CUDA_VISIBLE_DEVICES``."""
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if listed and listed[0].startswith("-"):  # "-1" hides every GPU
+        return []
+    try:
+        import torch
+    except ImportError:
+        return listed
+    count = torch.cuda.device_count()
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+@contextlib.contextmanager
+def worktrees(repo: git.Repo, commits: Sequence[str], root: Path) -> Iterator[dict[str, Path]]:
+    """Check out each commit in its own detached worktree under ``root``; remove them all on exit."""
+    created: dict[str, Path] = {}
+    try:
+        for index, sha in enumerate(dict.fromkeys(commits)):
+            path = root / f"{index:02d}-{sha[:12]}"
+            repo.git.worktree("add", "--detach", str(path), sha)
+            created[sha] = path
+        yield created
+    finally:
+        for path in created.values():
+            try:
+                repo.git.worktree("remove", "--force", str(path))
+            except git.GitCommandError:
+                shutil.rmtree(path, ignore_errors=True)
+        repo.git.worktree("prune")
+
+
+class LocalRunner:
+    """Runs jobs as subprocesses on this machine: one job per visible GPU at a time, or one at a time on CPU.
+
+    ``work_dir`` receives a fresh ``bench-*`` folder per :meth:`run` with the worktrees (removed afterwards)
+    and each job's ``metrics.json`` and ``log.txt`` (kept). ``launch`` builds each job's argv; it defaults to
+    :func:`launch_command`.
+    """
+
+    def __init__(
+        self,
+        repo: git.Repo | Path | str,
+        work_dir: Path | str | None = None,
+        *,
+        gpus: Sequence[str] | None = None,
+        launch: LaunchCommand = launch_command,
+        log_tail_lines: int = LOG_TAIL_LINES,
+    ):
+        self.repo = repo if isinstance(repo, git.Repo) else git.Repo(repo, search_parent_directories=True)
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+        self.gpus = list(visible_gpus() if gpus is None else gpus)
+        self.launch = launch
+        self.log_tail_lines = log_tail_lines
+        self._processes: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    @property
+    def device(self) -> str:
+        """``GPUs 0,1 on host`` or ``CPU on host``."""
+        host = socket.gethostname()
+        return f"GPUs {','.join(self.gpus)} on {host}" if self.gpus else f"CPU on {host}"
+
+    def run(self, jobs: Sequence[BenchJob], progress: ProgressCallback | None = None) -> list[RunRecord]:
+        """Run every job (see :class:`Runner`); worktrees are removed even when something raises."""
+        too_wide = [job.key for job in jobs if self.gpus and job.workload.gpus > len(self.gpus)]
+        if too_wide:
+            raise ValueError(f"{len(self.gpus)} GPU(s) visible, but jobs need more: {', '.join(too_wide)}")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        bench_dir = Path(tempfile.mkdtemp(prefix="bench-", dir=self.work_dir))
+        with worktrees(self.repo, [job.commit for job in jobs], bench_dir / "worktrees") as checkouts:
+            return self._schedule(jobs, checkouts, bench_dir / "runs", progress)
+
+    def _schedule(
+        self,
+        jobs: Sequence[BenchJob],
+        checkouts: dict[str, Path],
+        runs_dir: Path,
+        progress: ProgressCallback | None,
+    ) -> list[RunRecord]:
+        """Start jobs in order whenever enough GPUs are free; report each as it finishes."""
+        records: list[RunRecord | None] = [None] * len(jobs)
+        finished: queue.Queue[tuple[int, RunRecord, list[str]]] = queue.Queue()
+        free = list(self.gpus)
+        threads: list[threading.Thread] = []
+        next_job, done = 0, 0
+        try:
+            while done < len(jobs):
+                while next_job < len(jobs) and self._fits(jobs[next_job], free, len(threads) - done):
+                    job = jobs[next_job]
+                    taken = free[: job.workload.gpus] if self.gpus else []
+                    del free[: len(taken)]
+
+                    def work(index: int = next_job, job: BenchJob = job, gpus: list[str] = taken) -> None:
+                        record = self._run_job(job, checkouts[job.commit], runs_dir / job.key, gpus)
+                        finished.put((index, record, gpus))
+
+                    thread = threading.Thread(target=work, daemon=True)
+                    thread.start()
+                    threads.append(thread)
+                    next_job += 1
+                index, record, released = finished.get()
+                free.extend(released)
+                records[index] = record
+                done += 1
+                if progress is not None:
+                    progress(done, len(jobs), record)
+        finally:
+            if done < len(jobs):  # interrupted (a progress callback raised, Ctrl-C): stop what still runs
+                with self._lock:
+                    self._stopping = True
+                    for process in self._processes.values():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(process.pid, signal.SIGKILL)
+            for thread in threads:
+                thread.join()
+            self._stopping = False
+        return [record for record in records if record is not None]
+
+    def _fits(self, job: BenchJob, free: list[str], running: int) -> bool:
+        if not self.gpus:
+            return running == 0
+        return len(free) >= job.workload.gpus
+
+    def _run_job(self, job: BenchJob, cwd: Path, job_dir: Path, gpus: list[str]) -> RunRecord:
+        """Run one job to completion or timeout; never raises."""
+        job_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path, log_path = job_dir / "metrics.json", job_dir / "log.txt"
+        started = time.monotonic()
+        timed_out = False
+        returncode: int | None = None
+        try:
+            env = _job_environment(job, gpus)
+            argv = self.launch(job, metrics_path)
+            with open(log_path, "wb") as log, self._lock:
+                if self._stopping:
+                    raise RuntimeError("bench interrupted before this job started")
+                process = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                self._processes[job.key] = process
+            try:
+                returncode = process.wait(timeout=job.workload.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                with self._lock:
+                    self._processes.pop(job.key, None)
+                # a finished run may leave workers behind holding GPU memory; none outlives its job
+                _kill_group(process, grace_s=TERMINATE_GRACE_S if timed_out else 0.0)
+        except Exception:  # the job could not even start: record why, let the others run
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(traceback.format_exc())
+        duration = time.monotonic() - started
+        metrics = _read_metrics(metrics_path)
+        tail = _tail(log_path, self.log_tail_lines)
+        if timed_out:
+            tail += f"\n[perfbot] timed out after {job.workload.timeout_s:g} s; process group killed"
+        status = _status(returncode, timed_out, metrics, tail)
+        if status != OK and metrics is None and returncode == 0:
+            tail += f"\n[perfbot] exited 0 but wrote no metrics to {metrics_path}"
+        return RunRecord(
+            commit=job.commit,
+            workload=job.workload.name,
+            repeat=job.repeat,
+            status=status,
+            duration_s=round(duration, 3),
+            log_tail=tail.strip("\n"),
+            metrics=metrics,
+        )
+
+
+def _job_environment(job: BenchJob, gpus: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PERFBOT_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONHASHSEED"] = str(job.seed)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    return env
+
+
+def _status(returncode: int | None, timed_out: bool, metrics: dict[str, Any] | None, tail: str) -> str:
+    """Timeout wins; ok needs exit 0 and ``"status": "ok"`` in the metrics; a failure is an OOM when the run
+    reported one or its log shows one, else a crash."""
+    if timed_out:
+        return TIMEOUT
+    reported = metrics.get("status") if metrics else None
+    if returncode == 0 and reported == OK:
+        return OK
+    if reported == OOM or any(marker in tail for marker in OOM_MARKERS):
+        return OOM
+    return CRASHED
+
+
+def _read_metrics(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a log (reading at most its last 256 KiB)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            log.seek(max(0, size - 256 * 1024))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _kill_group(process: subprocess.Popen, grace_s: float = TERMINATE_GRACE_S) -> None:
+    """SIGTERM the job's process group (its session, started by us), give it ``grace_s``, then SIGKILL
+    whatever is left of the group, stray workers included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()

@@ -1,0 +1,225 @@
+"""The bench spec: which workloads to run on every commit, read from the target's ``pyproject.toml``.
+
+```toml
+[tool.bot]
+size = "tiny"              # substituted for {size}; "gpu" on a GPU box
+seed = 0                   # substituted for {seed}; the same at every commit
+
+[tool.bot.workloads.sft]
+command = "python train_sft.py --size {size} --max-steps {steps} --seed {seed}"
+steps = 40                 # total optimizer steps the program runs
+warmup_steps = 5           # excluded from timing
+repeats = 3
+primary = "tokens_per_s"   # the metric a win or a regression is judged on
+higher_is_better = true
+timeout_s = 1800
+gpus = 1
+```
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SIZE = "tiny"
+DEFAULT_SEED = 0
+DEFAULT_REPEATS = 3
+DEFAULT_PRIMARY = "tokens_per_s"
+DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_WARMUP_STEPS = 2
+
+WORKLOADS_KEY = "tool.bot.workloads"
+
+
+class BenchSpecError(ValueError):
+    """The bench spec is missing or malformed; names the file and the offending key."""
+
+    def __init__(self, path: Path | str, key: str, problem: str):
+        self.path = Path(path)
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{path}: [{key}] {problem}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark workload: a training command run for a fixed number of steps."""
+
+    name: str
+    command: str
+    steps: int
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    repeats: int = DEFAULT_REPEATS
+    primary: str = DEFAULT_PRIMARY
+    higher_is_better: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    gpus: int = 1
+
+    def render(self, size: str, seed: int) -> str:
+        """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in (other braces are left alone)."""
+        return (
+            self.command.replace("{size}", size)
+            .replace("{steps}", str(self.steps))
+            .replace("{seed}", str(seed))
+        )
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """Every workload of a target repository, plus the size and seed shared by all of them."""
+
+    workloads: Mapping[str, Workload]
+    size: str = DEFAULT_SIZE
+    seed: int = DEFAULT_SEED
+    source: Path | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_pyproject(cls, path: Path | str) -> BenchSpec:
+        """Read ``[tool.bot]`` from a ``pyproject.toml`` file."""
+        path = Path(path)
+        if not path.is_file():
+            raise BenchSpecError(path, "tool.bot", "file not found; run `bot init` to add bench settings")
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as error:
+            raise BenchSpecError(path, "tool.bot", f"not valid TOML: {error}") from error
+        table = document.get("tool", {}).get("bot")
+        if not isinstance(table, dict):
+            raise BenchSpecError(path, "tool.bot", "missing table; run `bot init` to add bench settings")
+        return cls.from_table(table, path)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], path: Path | str) -> BenchSpec:
+        """Build the spec from an already-parsed ``[tool.bot]`` table; ``path`` is only used in errors."""
+        path = Path(path)
+        size = _typed(table, "size", str, DEFAULT_SIZE, path, "tool.bot")
+        seed = _typed(table, "seed", int, DEFAULT_SEED, path, "tool.bot")
+        raw = table.get("workloads")
+        if not isinstance(raw, dict) or not raw:
+            raise BenchSpecError(
+                path, WORKLOADS_KEY, "missing or empty; add at least one [tool.bot.workloads.<name>]"
+            )
+        workloads = {name: _workload(name, body, path) for name, body in raw.items()}
+        return cls(workloads=workloads, size=size, seed=seed, source=path)
+
+    def override(
+        self,
+        workloads: Iterable[str] | None = None,
+        size: str | None = None,
+        steps: int | None = None,
+        repeats: int | None = None,
+        warmup_steps: int | None = None,
+        seed: int | None = None,
+    ) -> BenchSpec:
+        """A copy with command-line overrides applied; ``workloads`` keeps only the named ones, in that order."""
+        where = self.source or Path("pyproject.toml")
+        selected = dict(self.workloads)
+        if workloads is not None:
+            names = list(workloads)
+            unknown = [name for name in names if name not in self.workloads]
+            if unknown:
+                known = ", ".join(self.workloads)
+                raise BenchSpecError(
+                    where, WORKLOADS_KEY, f"unknown workload(s) {', '.join(unknown)}; known: {known}"
+                )
+            selected = {name: self.workloads[name] for name in names}
+        changes = {
+            key: value
+            for key, value in (("steps", steps), ("repeats", repeats), ("warmup_steps", warmup_steps))
+            if value is not None
+        }
+        if changes:
+            selected = {name: replace(workload, **changes) for name, workload in selected.items()}
+            for name, workload in selected.items():
+                _check_counts(workload, where, f"{WORKLOADS_KEY}.{name}")
+        return replace(
+            self,
+            workloads=selected,
+            size=self.size if size is None else size,
+            seed=self.seed if seed is None else seed,
+        )
+
+
+def load_spec(repo: Path | str) -> BenchSpec:
+    """The bench spec of a repository checkout (its ``pyproject.toml``), or of a ``pyproject.toml`` path."""
+    path = Path(repo)
+    return BenchSpec.from_pyproject(path / "pyproject.toml" if path.is_dir() else path)
+
+
+_WORKLOAD_KEYS = {
+    "command",
+    "steps",
+    "warmup_steps",
+    "repeats",
+    "primary",
+    "higher_is_better",
+    "timeout_s",
+    "gpus",
+}
+
+
+def _workload(name: str, body: Any, path: Path) -> Workload:
+    key = f"{WORKLOADS_KEY}.{name}"
+    if not isinstance(body, dict):
+        raise BenchSpecError(path, key, f"must be a table, got {type(body).__name__}")
+    unknown = sorted(set(body) - _WORKLOAD_KEYS)
+    if unknown:
+        raise BenchSpecError(
+            path, key, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_WORKLOAD_KEYS))}"
+        )
+    for required in ("command", "steps"):
+        if required not in body:
+            raise BenchSpecError(path, f"{key}.{required}", "is required")
+    command = _typed(body, "command", str, None, path, key)
+    if not command.strip():
+        raise BenchSpecError(path, f"{key}.command", "is empty")
+    steps = _typed(body, "steps", int, None, path, key)
+    workload = Workload(
+        name=name,
+        command=command,
+        steps=steps,
+        warmup_steps=_typed(
+            body, "warmup_steps", int, min(DEFAULT_WARMUP_STEPS, max(steps - 1, 0)), path, key
+        ),
+        repeats=_typed(body, "repeats", int, DEFAULT_REPEATS, path, key),
+        primary=_typed(body, "primary", str, DEFAULT_PRIMARY, path, key),
+        higher_is_better=_typed(body, "higher_is_better", bool, True, path, key),
+        timeout_s=float(_typed(body, "timeout_s", float, DEFAULT_TIMEOUT_S, path, key)),
+        gpus=_typed(body, "gpus", int, 1, path, key),
+    )
+    _check_counts(workload, path, key)
+    return workload
+
+
+def _check_counts(workload: Workload, path: Path, key: str) -> None:
+    if workload.steps < 1:
+        raise BenchSpecError(path, f"{key}.steps", f"must be at least 1, got {workload.steps}")
+    if not 0 <= workload.warmup_steps < workload.steps:
+        raise BenchSpecError(
+            path,
+            f"{key}.warmup_steps",
+            f"must be >= 0 and below steps ({workload.steps}), got {workload.warmup_steps}",
+        )
+    if workload.repeats < 1:
+        raise BenchSpecError(path, f"{key}.repeats", f"must be at least 1, got {workload.repeats}")
+    if workload.gpus < 1:
+        raise BenchSpecError(path, f"{key}.gpus", f"must be at least 1, got {workload.gpus}")
+    if workload.timeout_s <= 0:
+        raise BenchSpecError(path, f"{key}.timeout_s", f"must be positive, got {workload.timeout_s}")
+
+
+def _typed(table: Mapping[str, Any], name: str, kind: type, default: Any, path: Path, key: str) -> Any:
+    """``table[name]`` checked against ``kind`` (an int is accepted for a float; a bool never for a number)."""
+    if name not in table:
+        return default
+    value = table[name]
+    accepted = (int, float) if kind is float else kind
+    if (kind is not bool and isinstance(value, bool)) or not isinstance(value, accepted):
+        raise BenchSpecError(
+            path, f"{key}.{name}", f"must be {kind.__name__}, got {type(value).__name__} {value!r}"
+        )
+    return value

@@ -1,0 +1,114 @@
+"""``bot bench`` and ``bot apply --bench``: run the bench matrix over the baseline and the bot's commits,
+save the results JSON and git notes, and keep the progress comment current while it runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks.results import Results, run_bench, write_notes
+from benchmarks.runner import LocalRunner, RunRecord
+from benchmarks.spec import BenchSpec, BenchSpecError, load_spec
+from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
+from bot.errors import BadInput
+from bot.plan import Plan
+from bot.progress import Progress
+from bot.tracker import PROGRESS, Tracker
+from bot.workspace import Workspace
+
+
+def bench_spec(root: Path, args: argparse.Namespace) -> BenchSpec:
+    """The target's ``[tool.bot]`` bench spec with the command line's overrides; bad settings are bad input."""
+    try:
+        spec = load_spec(root)
+        return spec.override(workloads=args.workload, size=args.size, steps=args.steps, repeats=args.repeats)
+    except BenchSpecError as exc:
+        raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
+    except (KeyError, ValueError) as exc:
+        raise BadInput(f"bad benchmark option: {exc}") from exc
+
+
+def results_path(root: Path, branch: str) -> Path:
+    """Where a branch's results JSON is kept: ``.bot/results/<branch>.json`` (ignored by git)."""
+    return root / ".bot" / "results" / f"{branch.replace('/', '-')}.json"
+
+
+def benchmark(
+    workspace: Workspace,
+    spec: BenchSpec,
+    revisions: list[str],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    on_run=None,
+) -> tuple[Results, Path]:
+    """Run the matrix locally (one job per visible GPU), save the JSON, write a git note on each commit."""
+    runner = LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
+    results = run_bench(workspace.repo, spec, revisions, runner, thresholds=thresholds, progress=on_run)
+    path = results.save(results_path(workspace.root, workspace.branch))
+    write_notes(workspace.repo, results)
+    return results, path
+
+
+def bench_and_report(
+    args: argparse.Namespace,
+    workspace: Workspace,
+    progress: Progress,
+    plan: Plan,
+    tracker: Tracker,
+    issue: int | str,
+    commit_url: str | None = None,
+) -> Results:
+    """The ``--bench`` half of ``bot apply``: benchmark baseline + bot commits, then publish the reports."""
+    from bot.report import publish_reports
+
+    spec = bench_spec(workspace.root, args)
+    thresholds = Thresholds(loss_tolerance=plan.loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance)
+    revisions = [progress.baseline, *(c.sha for c in workspace.bot_commits(progress.baseline))]
+
+    def on_run(done: int, total: int, record: RunRecord) -> None:
+        progress.headline = (
+            f"Benchmarking: {done}/{total} runs ({record.workload} @ {record.commit[:7]}: {record.status})"
+        )
+        progress.bench = {"done": done, "total": total}
+        tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url))
+
+    results, path = benchmark(workspace, spec, revisions, thresholds, on_run)
+    progress.bench = {
+        "results": str(path),
+        "runs": len(results.runs),
+        "failed_runs": len(results.failed_runs),
+    }
+    publish_reports(tracker, issue, plan, progress, results, workspace, commit_url=commit_url)
+    return results
+
+
+def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
+    """``bot bench [REV...]``: the given revisions, or the baseline and every bot commit of the branch."""
+    workspace = Workspace(args.repo)
+    workspace.check_ready()
+    spec = bench_spec(workspace.root, args)
+    revisions = [workspace.repo.commit(r).hexsha for r in args.revs] if args.revs else None
+    if revisions is None:
+        baseline = workspace.baseline()
+        revisions = [baseline, *(c.sha for c in workspace.bot_commits(baseline))]
+    results, path = benchmark(workspace, spec, revisions)
+    issue = getattr(args, "issue", None)
+    if tracker is not None and issue is not None:
+        from bot.report import publish_results
+
+        publish_results(
+            tracker,
+            int(issue) if str(issue).isdigit() else issue,
+            results,
+            getattr(tracker, "commit_url", None),
+        )
+    print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
+    for workload, commits in results.summary.items():
+        print(f"\n{workload}:")
+        for commit in results.commits:
+            entry = commits.get(commit.sha, {})
+            median = entry.get("median")
+            cumulative = (entry.get("cumulative") or {}).get("ratio")
+            shown = f"{median:,.1f}" if median is not None else "not measured"
+            change = f"{cumulative - 1:+.1%} vs baseline" if cumulative else ""
+            print(f"  {commit.sha[:7]} {commit.optimization or 'baseline':<20} {shown:>14}  {change}")
+    return 1 if results.failed_runs else 0

@@ -1,0 +1,300 @@
+"""The GitHub backend of :class:`bot.tracker.Tracker`, on PyGithub.
+
+Retries: PyGithub's own :class:`github.GithubRetry` (an urllib3 ``Retry``) retries the idempotent methods
+(GET, PATCH, PUT, DELETE) on 5xx, 429 and rate-limit 403 responses and on connection errors, honouring
+``Retry-After`` and waiting for secondary rate limits. POST is left out of it on purpose: a POST that reached
+GitHub but whose answer was lost (a 502 from a proxy, a dropped connection) would be sent again and leave a
+duplicate comment. Each POST therefore goes through :meth:`GitHubTracker._create_once`: a rate-limited POST
+(never processed) is sent again after the wait; after a transient failure the comments are listed again and
+the one the failed POST created, if any, is used instead of posting twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import github
+import requests
+from github import Auth, Github, GithubException, GithubRetry
+from github.IssueComment import IssueComment
+
+from bot.errors import BadInput
+from bot.redact import install_log_redaction, redact, register_secret
+from bot.tracker import COMMENT_LIMIT, Comment, Issue
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://api.github.com"
+# Who GET /user cannot name: an Actions GITHUB_TOKEN gets 403 there, and posts as this account.
+ACTIONS_BOT_LOGIN = "github-actions[bot]"
+REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
+# Permission names as GitHub's collaborator permission API reports them (``role_name``, then ``permission``).
+PERMISSIONS = ("admin", "maintain", "write", "triage", "read", "none")
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "DELETE"})
+TRUNCATION_NOTE = "\n\n…(truncated: GitHub limits a comment to 65536 characters)"
+
+T = TypeVar("T")
+
+
+class GitHubTracker:
+    """Issues and comments of one GitHub (or GitHub Enterprise) repository.
+
+    ``retries``, ``backoff`` (seconds, doubled per attempt), ``secondary_rate_wait`` (seconds to wait on a
+    secondary rate limit without ``Retry-After``), ``max_rate_limit_wait`` and ``seconds_between_writes``
+    tune the retry policy; tests make them small.
+    """
+
+    def __init__(
+        self,
+        repo_full_name: str,
+        token: str,
+        base_url: str = DEFAULT_API_URL,
+        bot_login: str | None = None,
+        *,
+        retries: int = 5,
+        backoff: float = 1.0,
+        secondary_rate_wait: float = 60.0,
+        max_rate_limit_wait: float = 900.0,
+        seconds_between_writes: float = 1.0,
+        timeout: int = 30,
+    ) -> None:
+        register_secret(token)
+        install_log_redaction()
+        self.repo_full_name = repo_full_name
+        self._token = token
+        self._retries = retries
+        self._backoff = backoff
+        self._secondary_rate_wait = secondary_rate_wait
+        self._max_rate_limit_wait = max_rate_limit_wait
+        retry = GithubRetry(
+            total=retries,
+            backoff_factor=backoff,
+            backoff_max=max_rate_limit_wait,
+            status_forcelist=[429, *range(500, 600)],
+            allowed_methods=IDEMPOTENT_METHODS,
+            secondary_rate_wait=secondary_rate_wait,
+            max_rate_limit_wait=max_rate_limit_wait,
+            raise_on_status=False,
+        )
+        self._github = Github(
+            auth=Auth.Token(token),
+            base_url=base_url.rstrip("/"),
+            retry=retry,
+            timeout=timeout,
+            per_page=100,
+            lazy=True,
+            seconds_between_requests=None,
+            seconds_between_writes=seconds_between_writes or None,
+        )
+        self._repo = self._github.get_repo(repo_full_name)
+        self.bot_login = bot_login or self._whoami()
+
+    @classmethod
+    def from_env(cls, repo_full_name: str, env: Mapping[str, str] | None = None) -> GitHubTracker:
+        """A tracker from the environment: ``PERFBOT_TOKEN`` or ``GITHUB_TOKEN``, ``GITHUB_API_URL``
+        (set by Actions, right for GitHub Enterprise too) and ``PERFBOT_LOGIN`` (the bot's account)."""
+        env = os.environ if env is None else env
+        token = env.get("PERFBOT_TOKEN") or env.get("GITHUB_TOKEN")
+        if not token:
+            raise BadInput("no GitHub token: set PERFBOT_TOKEN (or GITHUB_TOKEN) in the environment")
+        if not repo_full_name:
+            raise BadInput("no repository: the event names none and GITHUB_REPOSITORY is not set")
+        return cls(
+            repo_full_name,
+            token,
+            base_url=env.get("GITHUB_API_URL") or DEFAULT_API_URL,
+            bot_login=env.get("PERFBOT_LOGIN") or None,
+        )
+
+    def _whoami(self) -> str:
+        try:
+            return self._github.get_user().login
+        except GithubException as error:
+            if error.status == 403:  # an installation token (Actions' GITHUB_TOKEN) may not read /user
+                return ACTIONS_BOT_LOGIN
+            raise
+
+    # --- Tracker protocol -------------------------------------------------------------------------------
+
+    def issue(self, number: int | str) -> Issue:
+        """The issue with this number."""
+        issue = self._repo.get_issue(int(number))
+        return Issue(number=issue.number, title=issue.title, body=issue.body or "", url=issue.html_url)
+
+    def comments(self, number: int | str) -> list[Comment]:
+        """All comments on the issue, oldest first."""
+        return [_comment(raw) for raw in self._raw_comments(number)]
+
+    def upsert_comment(self, number: int | str, marker: str, body: str) -> Comment:
+        """Edit the bot's own comment whose first line is ``marker``, or create it."""
+        body = _comment_body(body if body.lstrip().startswith(marker) else f"{marker}\n{body}")
+        mine = [raw for raw in self._raw_comments(number) if self._is_mine(raw, marker)]
+        if mine:
+            existing = mine[0]
+            if existing.body != body:
+                existing.edit(body)
+            return _comment(existing)
+        return self._create_comment(number, body, marker=marker)
+
+    def reply(self, number: int | str, body: str) -> Comment:
+        """Post a new plain comment."""
+        return self._create_comment(number, _comment_body(body))
+
+    def react(self, comment_id: int, emoji: str) -> None:
+        """React to an issue comment with ``eyes``, ``rocket``, ``confused`` (or another GitHub reaction)."""
+        if emoji not in REACTIONS:
+            raise ValueError(f"unknown reaction {emoji!r}; GitHub knows {', '.join(sorted(REACTIONS))}")
+        comment = IssueComment(
+            self._github.requester, url=f"{self._repo.url}/issues/comments/{int(comment_id)}"
+        )
+        # GitHub answers an existing reaction with 200 and no new one, so sending it twice is harmless.
+        self._create_once(lambda: comment.create_reaction(emoji), find=None)
+
+    def permission(self, user: str) -> str:
+        """The user's repository permission from the collaborator permission API (``none`` when unknown)."""
+        try:
+            role = self._repo.get_collaborator_role_name(user)
+            # A custom repository role has its own name; its base permission is what counts.
+            return role if role in PERMISSIONS else self._repo.get_collaborator_permission(user)
+        except GithubException as error:
+            if error.status == 404:
+                return "none"
+            raise
+
+    # --- beyond the protocol: branches and pull requests --------------------------------------------------
+
+    @property
+    def default_branch(self) -> str:
+        """The repository's default branch (the bot never pushes to it)."""
+        return self._repo.default_branch
+
+    @property
+    def commit_url(self) -> str:
+        """Prefix of a commit's web page: append the sha."""
+        return f"{self._repo.html_url}/commit/"
+
+    def push_url(self) -> str:
+        """The clone URL to push to: HTTPS with the token as credentials, or the URL as GitHub gives it."""
+        url = self._repo.clone_url
+        parts = urlsplit(url)
+        if parts.scheme != "https":
+            return url
+        return urlunsplit(parts._replace(netloc=f"x-access-token:{self._token}@{parts.hostname}"))
+
+    def open_or_update_pull_request(self, branch: str, title: str, body: str, base: str | None = None) -> str:
+        """Open a pull request from ``branch`` (or refresh the open one's title and body); returns its URL."""
+        base = base or self.default_branch
+        if branch == base:
+            raise ValueError(f"refusing to open a pull request from {branch!r} into itself")
+        body = _comment_body(body)
+        head = f"{self.repo_full_name.split('/')[0]}:{branch}"
+
+        def find_open():
+            return next(iter(self._repo.get_pulls(state="open", head=head)), None)
+
+        pull = find_open()
+        if pull is not None:
+            if pull.title != title or pull.body != body:
+                pull.edit(title=title, body=body)
+            return pull.html_url
+        return self._create_once(
+            lambda: self._repo.create_pull(base=base, head=branch, title=title, body=body), find=find_open
+        ).html_url
+
+    # --- internals ----------------------------------------------------------------------------------------
+
+    def _raw_comments(self, number: int | str) -> list[IssueComment]:
+        return list(self._repo.get_issue(int(number)).get_comments())
+
+    def _is_mine(self, raw: IssueComment, marker: str | None = None) -> bool:
+        if raw.user is None or raw.user.login != self.bot_login:
+            return False
+        return marker is None or _comment(raw).has_marker(marker)
+
+    def _create_comment(self, number: int | str, body: str, marker: str | None = None) -> Comment:
+        before = {raw.id for raw in self._raw_comments(number)} if marker is None else set()
+
+        def find_created() -> IssueComment | None:
+            for raw in self._raw_comments(number):
+                if raw.id in before or not self._is_mine(raw, marker):
+                    continue
+                if marker is not None or raw.body == body:
+                    return raw
+            return None
+
+        issue = self._repo.get_issue(int(number))
+        created = self._create_once(lambda: issue.create_comment(body), find=find_created)
+        if created.user is not None and created.user.login != self.bot_login:
+            # e.g. a GitHub App token, which cannot read /user: learn the login from what it posted.
+            log.warning("comments post as %s, not %s; set PERFBOT_LOGIN", created.user.login, self.bot_login)
+            self.bot_login = created.user.login
+        return _comment(created)
+
+    def _create_once(self, create: Callable[[], T], find: Callable[[], T | None] | None) -> T:
+        """Run a POST at most once per attempt, looking for its result before sending it again."""
+        attempt = 0
+        while True:
+            try:
+                return create()
+            except Exception as error:
+                wait = self._rate_limit_wait(error)
+                transient = wait is None and _is_transient(error)
+                if attempt == self._retries or not (transient or wait is not None):
+                    raise
+                if wait is None:
+                    wait = self._backoff * 2**attempt
+                if wait > self._max_rate_limit_wait:
+                    raise
+                log.warning("POST failed (%s); trying again in %.2f s", _describe(error), wait)
+                time.sleep(wait)
+                attempt += 1
+            if transient and find is not None:
+                found = find()
+                if found is not None:
+                    return found
+
+    def _rate_limit_wait(self, error: Exception) -> float | None:
+        """Seconds to wait when ``error`` is a rate limit (the request was not processed), else None."""
+        if not isinstance(error, GithubException) or error.status not in (403, 429):
+            return None
+        headers = {key.lower(): value for key, value in (error.headers or {}).items()}
+        message = (error.data or {}).get("message", "") if isinstance(error.data, dict) else ""
+        if headers.get("retry-after", "").isdigit():
+            wait = float(headers["retry-after"])
+        elif headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").isdigit():
+            wait = float(headers["x-ratelimit-reset"]) - time.time() + 1
+        elif error.status == 429 or github.Requester.Requester.isSecondaryRateLimitError(message):
+            wait = self._secondary_rate_wait
+        else:
+            return None
+        return max(wait, 0.0)
+
+
+def _is_transient(error: Exception) -> bool:
+    if isinstance(error, GithubException):
+        return error.status >= 500
+    return isinstance(error, (requests.ConnectionError, requests.Timeout))
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, GithubException):
+        return redact(f"HTTP {error.status}")
+    return redact(type(error).__name__)
+
+
+def _comment(raw: IssueComment) -> Comment:
+    return Comment(
+        id=raw.id, author=raw.user.login if raw.user else "", body=raw.body or "", url=raw.html_url
+    )
+
+
+def _comment_body(body: str) -> str:
+    body = redact(body)
+    if len(body) <= COMMENT_LIMIT:
+        return body
+    return body[: COMMENT_LIMIT - len(TRUNCATION_NOTE)] + TRUNCATION_NOTE

@@ -1,0 +1,378 @@
+"""Turning an issue comment into a bot command: parsing, who may run it, one run per issue, reactions.
+
+A comment whose first line is ``/bot <command> [options]`` is parsed with the CLI's own parser. Only a new
+comment (``issue_comment`` / ``created``) on an issue triggers; edits, pull-request comments and comments by
+bots do not. The commenter's repository permission (the collaborator permission API) must be write,
+maintain or admin. ``help`` and ``status`` are answered here; every other command goes to the injected
+runner while a lock file holds the issue, so a second command meanwhile is answered with a link instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from bot.errors import BadInput, BotError
+from bot.redact import redact
+from bot.tracker import PROGRESS, Comment, Tracker
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/bot"
+MAY_RUN = frozenset({"admin", "maintain", "write"})
+# Commands a comment may start; the others read local files and belong on the command line.
+COMMENT_COMMANDS = ("apply", "bench", "review", "status", "help", "list")
+# From a comment, the plan is the issue and the repository is the checkout the bot runs in.
+LOCAL_ONLY_OPTIONS = ("--repo", "--plan")
+
+_parse_lock = threading.Lock()
+# Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
+# that had the same pid (a container restarted, its server is pid 1 again).
+_held: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class CommentCommand:
+    """A ``/bot`` line from a new issue comment, before anyone has checked it."""
+
+    repo: str
+    issue: int
+    comment_id: int
+    comment_url: str
+    author: str
+    line: str
+
+
+@dataclass(frozen=True)
+class CommandRequest:
+    """A checked, parsed command handed to the runner."""
+
+    repo: str
+    issue: int
+    comment_id: int
+    comment_url: str
+    author: str
+    argv: tuple[str, ...]
+    args: argparse.Namespace
+    tracker: Tracker
+
+
+Runner = Callable[[CommandRequest], int]
+
+
+def command_from_event(event: dict) -> CommentCommand | None:
+    """The ``/bot`` command in an ``issue_comment`` event payload, or None when the event must not trigger."""
+    comment, issue = event.get("comment"), event.get("issue")
+    if event.get("action") != "created" or not isinstance(comment, dict) or not isinstance(issue, dict):
+        return None
+    if issue.get("pull_request"):
+        return None
+    user = comment.get("user") or {}
+    if user.get("type") == "Bot":
+        return None
+    lines = (comment.get("body") or "").strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    if first != PREFIX and not first.startswith(PREFIX + " "):
+        return None
+    return CommentCommand(
+        repo=(event.get("repository") or {}).get("full_name", ""),
+        issue=int(issue["number"]),
+        comment_id=int(comment["id"]),
+        comment_url=comment.get("html_url", ""),
+        author=user.get("login", ""),
+        line=first,
+    )
+
+
+def progress_comment(tracker: Tracker, issue: int | str) -> Comment | None:
+    """The bot's progress comment on the issue (only the bot's own when the tracker knows its login)."""
+    own = getattr(tracker, "bot_login", None)
+    for comment in tracker.comments(issue):
+        if comment.has_marker(PROGRESS) and (own is None or comment.author == own):
+            return comment
+    return None
+
+
+class IssueLock:
+    """A lock file per issue under the state directory; a lock left by a dead process on this host is stale."""
+
+    def __init__(self, state_dir: str | Path, repo: str, issue: int) -> None:
+        self.path = Path(state_dir) / "locks" / f"{repo.replace('/', '__') or 'local'}-{issue}.lock"
+
+    def acquire(self, holder: dict) -> bool:
+        """Take the lock for ``holder`` (a JSON-able description of the run); False when someone holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {**holder, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale():
+                    return False
+                log.warning("removing the stale lock %s", self.path)
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as handle:
+                json.dump(record, handle)
+            _held.add(self.path)
+            return True
+        return False
+
+    def holder(self) -> dict | None:
+        """What the current holder wrote, or None when the lock is free."""
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:  # being written right now
+            return {}
+
+    def release(self) -> None:
+        _held.discard(self.path)
+        self.path.unlink(missing_ok=True)
+
+    def _stale(self) -> bool:
+        holder = self.holder()
+        if not holder or holder.get("host") != socket.gethostname():
+            return False
+        if holder.get("pid") == os.getpid():
+            return self.path not in _held
+        try:
+            os.kill(int(holder["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+class Parsed(NamedTuple):
+    """A ``/bot`` line read with the CLI's parser; ``answer`` is set when the command must not run."""
+
+    argv: tuple[str, ...]
+    args: argparse.Namespace | None = None
+    answer: str | None = None
+    failed: bool = True
+
+
+@dataclass
+class Accepted:
+    """A command that passed every check and holds its issue's lock, waiting to run."""
+
+    request: CommandRequest
+    lock: IssueLock
+
+
+class Dispatcher:
+    """Checks comment commands and runs them through ``runner``; ``parser`` defaults to the CLI's parser."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        state_dir: str | Path,
+        parser: argparse.ArgumentParser | None = None,
+    ) -> None:
+        self.runner = runner
+        self.state_dir = Path(state_dir)
+        self._parser = parser
+
+    @property
+    def parser(self) -> argparse.ArgumentParser:
+        if self._parser is None:
+            from bot.cli import build_parser  # the CLI imports this module for `handle-event`/`serve`
+
+            self._parser = build_parser()
+        return self._parser
+
+    def handle(self, command: CommentCommand, tracker: Tracker) -> int:
+        """Check and run ``command`` now; the exit code of the run, 0 when nothing had to run."""
+        accepted = self.intake(command, tracker)
+        return self.run(accepted) if accepted else 0
+
+    def intake(self, command: CommentCommand, tracker: Tracker) -> Accepted | None:
+        """The quick part: permission, parsing, answers to help/status, the issue lock. None when done."""
+        permission = tracker.permission(command.author)
+        if permission not in MAY_RUN:
+            log.info("refused %s from %s (permission %s)", command.line, command.author, permission)
+            tracker.reply(
+                command.issue,
+                f"@{command.author} only people with write, maintain or admin permission on this repository "
+                f"can run `/bot` commands (yours: {permission}). Ask a maintainer to run it.",
+            )
+            return None
+        _react(tracker, command.comment_id, "eyes")
+        parsed = self._parse(command.line)
+        if parsed.answer is not None:
+            tracker.reply(command.issue, parsed.answer)
+            _react(tracker, command.comment_id, "confused" if parsed.failed else "rocket")
+            return None
+        argv, name = parsed.argv, parsed.argv[0]
+        if name == "help":
+            tracker.reply(command.issue, self.usage())
+            _react(tracker, command.comment_id, "rocket")
+            return None
+        lock = IssueLock(self.state_dir, command.repo, command.issue)
+        if name == "status":
+            tracker.reply(command.issue, self._status(tracker, command, lock))
+            _react(tracker, command.comment_id, "rocket")
+            return None
+        if not lock.acquire(
+            {"author": command.author, "comment_url": command.comment_url, "command": command.line}
+        ):
+            tracker.reply(command.issue, self._busy(tracker, command, lock))
+            return None
+        request = CommandRequest(
+            command.repo,
+            command.issue,
+            command.comment_id,
+            command.comment_url,
+            command.author,
+            argv,
+            parsed.args,
+            tracker,
+        )
+        return Accepted(request, lock)
+
+    def run(self, accepted: Accepted) -> int:
+        """The long part: run the command, react 🚀 or 😕, release the issue lock whatever happens."""
+        request = accepted.request
+        try:
+            code = self.runner(request)
+        except Exception as error:
+            log.exception("/bot %s on issue %s failed", " ".join(request.argv), request.issue)
+            _react(request.tracker, request.comment_id, "confused")
+            with contextlib.suppress(Exception):
+                request.tracker.reply(
+                    request.issue,
+                    f"`/bot {' '.join(request.argv)}` failed: {type(error).__name__}: {redact(error)}",
+                )
+            return 1
+        finally:
+            accepted.lock.release()
+        _react(request.tracker, request.comment_id, "rocket" if code == 0 else "confused")
+        return code
+
+    def usage(self) -> str:
+        """The ``/bot help`` answer."""
+        return (
+            "Comment `/bot <command> [options]` as the first line of a new comment on a plan issue. "
+            f"Commands: {', '.join(f'`{name}`' for name in COMMENT_COMMANDS)}. Only people with write, "
+            "maintain or admin permission on this repository can run them; one run per issue at a time.\n\n"
+            f"```\n{self.parser.format_help().rstrip()}\n```"
+        )
+
+    def _parse(self, line: str) -> Parsed:
+        """The arguments after ``/bot`` and their parse, or the answer to give instead of running."""
+        try:
+            argv = tuple(shlex.split(line[len(PREFIX) :]))
+        except ValueError as error:
+            return Parsed((), answer=f"Could not read `{line}`: {error}.")
+        argv = argv or ("help",)
+        if argv[0] not in COMMENT_COMMANDS:
+            names = ", ".join(f"`{name}`" for name in COMMENT_COMMANDS)
+            return Parsed(argv, answer=f"`/bot {argv[0]}` cannot run from a comment. Commands here: {names}.")
+        local = [token for token in argv if token.split("=", 1)[0] in LOCAL_ONLY_OPTIONS]
+        if local:
+            return Parsed(
+                argv,
+                answer=(
+                    f"`{local[0]}` is for the command line: from a comment the plan is this issue and the "
+                    "repository is the one the bot runs in."
+                ),
+            )
+        if argv[0] in ("help", "status"):
+            return Parsed(argv)
+        out = io.StringIO()
+        # ``--help`` prints and exits 0; a bad option raises (the CLI's parser) or prints and exits 2 (argparse).
+        with _parse_lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                return Parsed(argv, self.parser.parse_args(list(argv)))
+            except (SystemExit, BotError) as stop:
+                failed = isinstance(stop, BotError) or stop.code != 0
+                text = redact(str(stop) if isinstance(stop, BotError) else out.getvalue().strip())
+                prefix = f"`/bot {' '.join(argv)}` is not a valid command:\n\n" if failed else ""
+                return Parsed(argv, answer=f"{prefix}```\n{text}\n```", failed=failed)
+
+    def _status(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
+        progress = progress_comment(tracker, command.issue)
+        holder = lock.holder()
+        if holder is not None:
+            where = progress.url if progress else holder.get("comment_url", "")
+            running = f"`{holder.get('command', '/bot')}` by @{holder.get('author', '?')}"
+            return f"A run is in progress ({running}): {where}"
+        if progress is not None:
+            return f"No run in progress. Latest progress: {progress.url}"
+        return "No run yet on this issue. Start one with `/bot apply --tier 1`."
+
+    def _busy(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
+        holder = lock.holder() or {}
+        progress = progress_comment(tracker, command.issue)
+        where = progress.url if progress else holder.get("comment_url", "the running command")
+        return (
+            f"@{command.author} a run is already in progress on this issue ({where}); "
+            "one run per issue at a time. Comment again when it has finished."
+        )
+
+
+def _react(tracker: Tracker, comment_id: int, emoji: str) -> None:
+    """A reaction is a courtesy: failing to add one never stops a run."""
+    try:
+        tracker.react(comment_id, emoji)
+    except Exception as error:
+        log.warning("could not react %s to comment %s: %s", emoji, comment_id, redact(error))
+
+
+def default_state_dir(env: dict[str, str] | None = None) -> Path:
+    """Where locks and the delivery log live: ``$PERFBOT_STATE_DIR``, else ``$XDG_STATE_HOME/perfbot``.
+
+    Outside the checkout on purpose: ``actions/checkout`` cleans the workspace between jobs.
+    """
+    env = os.environ if env is None else env
+    if env.get("PERFBOT_STATE_DIR"):
+        return Path(env["PERFBOT_STATE_DIR"])
+    return Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "perfbot"
+
+
+def handle_event(
+    event_path: str | Path,
+    runner: Runner,
+    *,
+    tracker: Tracker | None = None,
+    state_dir: str | Path | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """The GitHub Actions entry: act on the ``issue_comment`` event in ``event_path`` ($GITHUB_EVENT_PATH).
+
+    Returns the exit code: 0 when the event was ignored, refused or answered, else the run's code. The
+    tracker defaults to :meth:`GitHubTracker.from_env` for the event's repository.
+    """
+    env = os.environ if env is None else env
+    try:
+        event = json.loads(Path(event_path).read_text())
+    except (OSError, ValueError) as error:
+        raise BadInput(
+            f"cannot read the event file {event_path}: {error}; pass $GITHUB_EVENT_PATH"
+        ) from error
+    event_name = env.get("GITHUB_EVENT_NAME", "issue_comment")
+    command = command_from_event(event) if event_name == "issue_comment" else None
+    if command is None:
+        log.info("ignored: not a new /bot comment on an issue (%s %s)", event_name, event.get("action"))
+        return 0
+    if tracker is None:
+        from bot.github_tracker import GitHubTracker
+
+        tracker = GitHubTracker.from_env(command.repo or env.get("GITHUB_REPOSITORY", ""), env)
+    dispatcher = Dispatcher(runner, state_dir if state_dir is not None else default_state_dir(env))
+    return dispatcher.handle(command, tracker)

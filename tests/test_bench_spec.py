@@ -1,0 +1,101 @@
+"""The bench spec read from a target's ``pyproject.toml``."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.spec import BenchSpecError, load_spec
+
+FULL = """\
+[tool.bot]
+size = "gpu"
+seed = 11
+
+[tool.bot.workloads.sft]
+command = "python train_sft.py --size {size} --max-steps {steps} --seed {seed} --extra '{{\\"a\\": 1}}'"
+steps = 40
+warmup_steps = 5
+repeats = 4
+primary = "samples_per_s"
+timeout_s = 900
+gpus = 2
+
+[tool.bot.workloads.loop]
+command = "python loop.py --steps {steps}"
+steps = 12
+primary = "step_time_s"
+higher_is_better = false
+"""
+
+
+def _write(tmp_path, text):
+    (tmp_path / "pyproject.toml").write_text(text)
+    return tmp_path
+
+
+def test_reads_workloads_with_defaults(tmp_path):
+    spec = load_spec(_write(tmp_path, FULL))
+    assert (spec.size, spec.seed) == ("gpu", 11)
+    assert list(spec.workloads) == ["sft", "loop"]
+    sft, loop = spec.workloads["sft"], spec.workloads["loop"]
+    assert (sft.steps, sft.warmup_steps, sft.repeats, sft.primary, sft.timeout_s, sft.gpus) == (
+        40,
+        5,
+        4,
+        "samples_per_s",
+        900.0,
+        2,
+    )
+    assert sft.render(spec.size, spec.seed) == (
+        "python train_sft.py --size gpu --max-steps 40 --seed 11 --extra '{{\"a\": 1}}'"
+    )
+    assert (loop.warmup_steps, loop.repeats, loop.gpus, loop.higher_is_better) == (2, 3, 1, False)
+
+
+def test_size_defaults_to_tiny_and_warmup_fits_short_runs(tmp_path):
+    spec = load_spec(_write(tmp_path, '[tool.bot.workloads.x]\ncommand = "python x.py"\nsteps = 2\n'))
+    assert (spec.size, spec.seed) == ("tiny", 0)
+    assert spec.workloads["x"].warmup_steps == 1
+
+
+def test_overrides_select_and_rescale(tmp_path):
+    spec = load_spec(_write(tmp_path, FULL))
+    small = spec.override(workloads=["loop"], size="tiny", steps=6, repeats=2, warmup_steps=1, seed=3)
+    assert list(small.workloads) == ["loop"]
+    loop = small.workloads["loop"]
+    assert (loop.steps, loop.repeats, loop.warmup_steps, small.size, small.seed) == (6, 2, 1, "tiny", 3)
+    assert spec.workloads["loop"].steps == 12  # the original is untouched
+    with pytest.raises(BenchSpecError, match="unknown workload.*dpo.*known: sft, loop"):
+        spec.override(workloads=["dpo"])
+    with pytest.raises(BenchSpecError, match=r"workloads\.sft\.warmup_steps"):
+        spec.override(steps=5)  # sft keeps 5 warm-up steps: nothing left to measure
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[project]\nname = 'x'\n", "tool.bot"),
+        ("[tool.bot]\nsize = 'tiny'\n", "tool.bot.workloads"),
+        ("[tool.bot.workloads.sft]\nsteps = 3\n", "tool.bot.workloads.sft.command"),
+        ("[tool.bot.workloads.sft]\ncommand = 'python x.py'\nsteps = '3'\n", "tool.bot.workloads.sft.steps"),
+        ("[tool.bot.workloads.sft]\ncommand = 'python x.py'\nsteps = true\n", "tool.bot.workloads.sft.steps"),
+        ("[tool.bot.workloads.sft]\ncommand = 'x'\nsteps = 3\nrepeat = 2\n", "tool.bot.workloads.sft"),
+        (
+            "[tool.bot.workloads.sft]\ncommand = 'x'\nsteps = 3\nrepeats = 0\n",
+            "tool.bot.workloads.sft.repeats",
+        ),
+        ("[tool.bot]\nseed = 1.5\n[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\n", "tool.bot.seed"),
+        ("[tool.bot\n", "tool.bot"),
+    ],
+)
+def test_errors_name_the_file_and_key(tmp_path, text, key):
+    with pytest.raises(BenchSpecError) as raised:
+        load_spec(_write(tmp_path, text))
+    assert raised.value.key == key
+    assert str(tmp_path / "pyproject.toml") in str(raised.value)
+    assert isinstance(raised.value, ValueError)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(BenchSpecError, match="file not found"):
+        load_spec(tmp_path)

@@ -1,0 +1,280 @@
+"""Benchmark statistics on synthetic samples whose answer is known."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from benchmarks.runner import RunRecord
+from benchmarks.spec import Workload
+from benchmarks.stats import (
+    INSUFFICIENT,
+    NO_CHANGE,
+    REGRESSION,
+    WIN,
+    Thresholds,
+    compare,
+    loss_parity,
+    median_ci,
+    regularized_incomplete_beta,
+    summarize,
+    t_cdf,
+    t_ppf,
+    welch_log_ratio,
+)
+
+
+def _noisy(center: float, sigma: float, n: int, rng: random.Random) -> list[float]:
+    return [center * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)]
+
+
+# --- Student t --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("t", "df", "expected"),
+    [  # two-sided critical values from a printed t table (3 decimals)
+        (12.706, 1, 0.975),
+        (4.303, 2, 0.975),
+        (2.776, 4, 0.975),
+        (2.228, 10, 0.975),
+        (1.812, 10, 0.95),
+        (2.042, 30, 0.975),
+        (1.310, 30, 0.90),
+        (-2.776, 4, 0.025),
+        (0.0, 7, 0.5),
+    ],
+)
+def test_t_cdf_matches_the_table(t, df, expected):
+    assert t_cdf(t, df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_t_cdf_matches_closed_forms():
+    for t in (-3.0, -0.4, 0.7, 1.0, 5.0):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)  # Cauchy
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+
+
+def test_t_ppf_inverts_the_cdf():
+    for df in (1, 2.5, 4, 30, 500):
+        for p in (0.01, 0.3, 0.9, 0.975):
+            assert t_cdf(t_ppf(p, df), df) == pytest.approx(p, abs=1e-10)
+    assert t_ppf(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+
+
+def test_incomplete_beta_special_cases():
+    for x in (0.05, 0.3, 0.5, 0.9):
+        assert regularized_incomplete_beta(1, 1, x) == pytest.approx(x)
+        assert regularized_incomplete_beta(3, 1, x) == pytest.approx(x**3)
+        assert regularized_incomplete_beta(1, 4, x) == pytest.approx(1 - (1 - x) ** 4)
+        assert regularized_incomplete_beta(2.5, 3.5, x) == pytest.approx(
+            1 - regularized_incomplete_beta(3.5, 2.5, 1 - x)
+        )
+
+
+def test_welch_matches_scipy_when_available():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(7)
+    for _ in range(20):
+        a, b = _noisy(100, 0.05, rng.randint(2, 8), rng), _noisy(105, 0.1, rng.randint(2, 8), rng)
+        ours = welch_log_ratio(a, b)
+        theirs = scipy_stats.ttest_ind([math.log(v) for v in a], [math.log(v) for v in b], equal_var=False)
+        assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-6)
+        assert ours.df == pytest.approx(theirs.df, rel=1e-9)
+
+
+# --- significance and the minimum effect ------------------------------------------------------------------
+
+
+def test_a_ten_percent_speedup_is_a_win_every_time():
+    rng = random.Random(0)
+    covered = 0
+    for _ in range(100):
+        reference, candidate = _noisy(1000, 0.01, 5, rng), _noisy(1100, 0.01, 5, rng)
+        result = compare(candidate, reference, higher_is_better=True)
+        assert result["verdict"] == WIN
+        assert result["ratio"] == pytest.approx(1.10, abs=0.02)
+        covered += result["ci"][0] < 1.10 < result["ci"][1]
+    assert covered >= 88  # a 95% interval
+
+
+def test_direction_follows_higher_is_better():
+    rng = random.Random(1)
+    reference, slower = _noisy(1000, 0.01, 5, rng), _noisy(900, 0.01, 5, rng)
+    assert compare(slower, reference, higher_is_better=True)["verdict"] == REGRESSION
+    # the same samples read as step times: 10% less is a win
+    assert compare(slower, reference, higher_is_better=False)["verdict"] == WIN
+
+
+def test_pure_noise_is_almost_never_a_change():
+    rng = random.Random(2)
+    trials = 300
+    called = sum(
+        compare(_noisy(1000, 0.02, 5, rng), _noisy(1000, 0.02, 5, rng), True)["verdict"] != NO_CHANGE
+        for _ in range(trials)
+    )
+    assert called / trials < 0.02
+
+
+def test_the_test_alone_is_calibrated_and_the_minimum_effect_guards_it():
+    rng = random.Random(3)
+    trials = 400
+    p_values = [
+        welch_log_ratio(_noisy(1, 0.05, 6, rng), _noisy(1, 0.05, 6, rng)).p_value for _ in range(trials)
+    ]
+    rate = sum(p < 0.05 for p in p_values) / trials
+    assert 0.02 < rate < 0.09  # nominal 5%
+    # a real 1% change measured very precisely is significant but below the minimum effect
+    tiny = compare(_noisy(1010, 0.0005, 6, rng), _noisy(1000, 0.0005, 6, rng), True)
+    assert tiny["p_value"] < 0.001
+    assert tiny["verdict"] == NO_CHANGE
+    assert (
+        compare(
+            _noisy(1010, 0.0005, 6, rng), _noisy(1000, 0.0005, 6, rng), True, Thresholds(min_effect=0.005)
+        )["verdict"]
+        == WIN
+    )
+
+
+def test_fewer_than_two_runs_is_insufficient_data():
+    result = compare([1100.0], [1000.0, 1001.0], True)
+    assert result["verdict"] == INSUFFICIENT
+    assert result["p_value"] is None
+    assert result["ratio"] == pytest.approx(1100 / math.sqrt(1000 * 1001))
+    assert compare([], [1000.0, 1001.0], True)["ratio"] is None
+
+
+def test_noise_free_samples_decide_without_dividing_by_zero():
+    assert compare([110.0, 110.0], [100.0, 100.0], True)["verdict"] == WIN
+    assert compare([100.0, 100.0], [100.0, 100.0], True)["verdict"] == NO_CHANGE
+
+
+# --- median confidence interval ---------------------------------------------------------------------------
+
+
+def test_median_ci_covers_the_true_median_as_often_as_it_claims():
+    rng = random.Random(4)
+    true_median = 1000.0  # median of a lognormal centred on 1000
+    for n, claimed in ((10, 0.9785), (3, 0.75)):
+        hits = 0
+        for _ in range(600):
+            ci = median_ci(_noisy(true_median, 0.1, n, rng))
+            hits += ci.low <= true_median <= ci.high
+        assert ci.level == pytest.approx(claimed, abs=1e-4)
+        assert abs(hits / 600 - claimed) < 0.05
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_more_data():
+    rng = random.Random(5)
+    small, large = median_ci(_noisy(50, 0.1, 8, rng)), median_ci(_noisy(50, 0.1, 200, rng))
+    for ci in (small, large):
+        assert ci.low <= ci.median <= ci.high
+        assert ci.level >= 0.95
+    assert (large.high - large.low) < (small.high - small.low)
+    assert median_ci([3.0]).level == 0.0
+
+
+# --- loss parity at equal tokens seen ---------------------------------------------------------------------
+
+
+def _loss(tokens_before: float) -> float:
+    return 2.0 + 3.0 * math.exp(-tokens_before / 20_000)
+
+
+def _curve(tokens_per_step: int, steps: int, log_every: int, scale: float, rng: random.Random) -> list[dict]:
+    """A loss log as a trainer writes it: the mean loss of the last ``log_every`` steps, with tokens seen."""
+    records, window = [], []
+    for step in range(1, steps + 1):
+        window.append(_loss((step - 1) * tokens_per_step) * scale * (1 + rng.gauss(0, 0.01)))
+        if step % log_every == 0:
+            records.append(
+                {"step": step, "tokens_seen": step * tokens_per_step, "loss": sum(window) / len(window)}
+            )
+            window = []
+    return records
+
+
+def test_packing_with_a_quarter_of_the_steps_keeps_loss_parity():
+    rng = random.Random(6)
+    unpacked = [_curve(1_000, 120, 5, 1.0, rng) for _ in range(2)]
+    packed = [_curve(4_000, 30, 1, 1.0, rng) for _ in range(2)]
+    parity = loss_parity(packed, unpacked)
+    assert parity is not None
+    assert parity.within_tolerance
+    assert abs(parity.delta) < 0.01
+    # at equal *steps* the packed run would look far better: parity must not be read that way
+    assert packed[0][-1]["loss"] < 0.9 * unpacked[0][29 // 5]["loss"]
+
+
+def test_a_ten_percent_higher_loss_fails_parity():
+    rng = random.Random(7)
+    baseline = [_curve(1_000, 120, 5, 1.0, rng)]
+    worse = [_curve(4_000, 30, 1, 1.10, rng)]
+    parity = loss_parity(worse, baseline)
+    assert parity is not None
+    assert not parity.within_tolerance
+    assert parity.delta == pytest.approx(0.10, abs=0.015)
+    assert loss_parity(worse, baseline, Thresholds(loss_tolerance=0.15)).within_tolerance
+
+
+def test_loss_parity_is_judged_on_the_tokens_every_run_covers():
+    rng = random.Random(8)
+    long_run = [_curve(1_000, 120, 1, 1.0, rng)]
+    stopped_early = [_curve(1_000, 40, 1, 1.0, rng)]
+    parity = loss_parity(stopped_early, long_run)
+    assert parity is not None and parity.within_tolerance
+    assert parity.tokens_to == pytest.approx(39_000)  # the last step of the short run started there
+    assert parity.tokens_from == pytest.approx(39_000 * 0.75)
+    one_record = [[{"step": 1, "tokens_seen": 1_000, "loss": 5.0}]]
+    assert loss_parity(one_record, long_run) is None
+    assert loss_parity([[]], long_run) is None
+
+
+# --- the summary ------------------------------------------------------------------------------------------
+
+
+def _run(commit: str, repeat: int, status: str = "ok", **metrics) -> RunRecord:
+    return RunRecord(
+        commit, "sft", repeat, status, 1.0, "", {"status": status, **metrics} if metrics else None
+    )
+
+
+def test_summary_counts_failures_flags_memory_and_chains_effects():
+    rng = random.Random(8)
+    workload = Workload(name="sft", command="python train.py", steps=10, repeats=4)
+    curve = _curve(1_000, 40, 1, 1.0, rng)
+    runs = []
+    for repeat in range(4):
+        for sha, speed, memory in (("a", 1000, 10e9), ("b", 1200, 16e9), ("c", 1200, 16e9)):
+            speed *= 1 + rng.gauss(0, 0.005)
+            runs.append(_run(sha, repeat, tokens_per_s=speed, peak_memory_bytes=memory, loss=curve))
+    runs.append(_run("c", 4, status="oom"))
+    runs.append(_run("c", 5, status="timeout"))
+    summary = summarize(["a", "b", "c"], {"sft": workload}, runs)["sft"]
+    a, b, c = (summary["commits"][sha] for sha in "abc")
+    assert a["marginal"] is None and a["cumulative"] is None
+    assert b["marginal"]["verdict"] == WIN and b["marginal"]["against"] == "a"
+    assert c["marginal"]["verdict"] == NO_CHANGE and c["marginal"]["against"] == "b"
+    assert c["cumulative"]["verdict"] == WIN and c["cumulative"]["ratio"] == pytest.approx(1.2, abs=0.02)
+    assert c["n"] == 4 and c["failed"] == {"oom": 1, "timeout": 1}
+    assert b["memory"]["regression"] and b["memory"]["cumulative_regression"]
+    assert not c["memory"]["regression"] and c["memory"]["cumulative_regression"]
+    assert b["loss"]["within_tolerance"]
+    assert a["ci"][0] <= a["median"] <= a["ci"][1]
+    assert b["metrics"]["tokens_per_s"] == pytest.approx(b["median"])
+
+
+def test_summary_of_a_commit_with_no_successful_run():
+    workload = Workload(name="sft", command="python train.py", steps=10, repeats=2)
+    runs = [
+        _run("a", 0, tokens_per_s=100.0),
+        _run("a", 1, tokens_per_s=101.0),
+        _run("b", 0, status="crashed"),
+    ]
+    entry = summarize(["a", "b"], {"sft": workload}, runs)["sft"]["commits"]["b"]
+    assert entry["median"] is None and entry["n"] == 0
+    assert entry["failed"] == {"crashed": 1}
+    assert entry["cumulative"]["verdict"] == INSUFFICIENT and entry["cumulative"]["ratio"] is None
+    assert entry["loss"] is None
