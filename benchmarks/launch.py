@@ -1,0 +1,339 @@
+"""Run an unmodified Python training program in-process and write its metrics as one JSON file.
+
+Usage::
+
+    python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python train.py [ARGS...]
+    python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python -m package.train [ARGS...]
+
+The program runs in this interpreter (``runpy``, with ``sys.argv`` and ``sys.path[0]`` set as ``python`` would
+set them), so the :class:`benchmarks.metrics.Meter` hooks see its training loop. Every ``transformers.Trainer``
+it creates (TRL's trainers included) gets a callback that ends steps at ``on_step_end`` and reads the tokenizer's
+pad id, and its ``evaluate``/``predict`` calls are left out of the measurement. Hand-written loops are measured
+through the global hooks alone (see :mod:`benchmarks.metrics`).
+
+The JSON (schema ``perfbot.run/v1``) is written atomically, also when the program fails: ``status`` is ``ok``,
+``crashed`` (an exception or a non-zero exit, with ``error``) or ``oom`` (out of memory). The exit status is the
+program's (1 for an exception), or 2 when the command is not a Python program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.abc
+import importlib.util
+import json
+import math
+import os
+import re
+import runpy
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from benchmarks.environment import collect_environment, peak_tflops
+from benchmarks.metrics import PHASES, Meter
+
+SCHEMA = "perfbot.run/v1"
+DEFAULT_OUT = "perfbot-metrics.json"
+_PYTHON_EXECUTABLE = re.compile(r"python[0-9.]*")
+_IGNORED_INTERPRETER_FLAGS = {"-u", "-B"}
+
+
+class CommandError(ValueError):
+    """The command cannot be run in-process."""
+
+
+@dataclass(frozen=True)
+class PythonProgram:
+    """A Python program to run: a script path or a module name, with its arguments."""
+
+    target: str
+    is_module: bool
+    args: tuple[str, ...]
+
+    def run(self) -> None:
+        """Run it as ``__main__`` with ``sys.argv`` and ``sys.path[0]`` as ``python`` would set them."""
+        sys.argv = [self.target, *self.args]
+        if self.is_module:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(self.target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[0] = os.path.dirname(os.path.abspath(self.target))
+            runpy.run_path(self.target, run_name="__main__")
+
+
+def parse_command(command: Sequence[str]) -> PythonProgram:
+    """Read ``python [-u] script.py ARGS`` / ``python -m module ARGS`` / ``script.py ARGS``."""
+    if not command:
+        raise CommandError("no command given: put the training command after `--`")
+    executable, *rest = command
+    if executable.endswith(".py"):
+        return PythonProgram(executable, False, tuple(rest))
+    if not (_PYTHON_EXECUTABLE.fullmatch(os.path.basename(executable)) or executable == sys.executable):
+        raise CommandError(
+            f"{executable!r} is not a Python interpreter. benchmarks.launch runs the training program inside its "
+            "own interpreter so its hooks see the loop: give `python script.py ...` or `python -m module ...` "
+            "(launchers such as accelerate or torchrun are not supported; run the script with python directly)."
+        )
+    while rest and rest[0] in _IGNORED_INTERPRETER_FLAGS:
+        rest = rest[1:]
+    if not rest:
+        raise CommandError("the python command names no script or module")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise CommandError("`python -m` needs a module name")
+        return PythonProgram(rest[1], True, tuple(rest[2:]))
+    if rest[0].startswith("-"):
+        raise CommandError(f"interpreter option {rest[0]!r} is not supported; give a script or `-m module`")
+    return PythonProgram(rest[0], False, tuple(rest[1:]))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callback(module)`` right after the module named ``name`` is first executed."""
+
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
+        self._name = name
+        self._callback = callback
+        self._searching = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self._name or self._searching:
+            return None
+        self._searching = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._searching = False
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            self._callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _pad_token_id(processing_class: Any) -> int | None:
+    """The pad id of a tokenizer, or of a processor's tokenizer."""
+    for candidate in (processing_class, getattr(processing_class, "tokenizer", None)):
+        pad = getattr(candidate, "pad_token_id", None)
+        if isinstance(pad, int):
+            return pad
+    return None
+
+
+def _instrument_trainer(meter: Meter, trainer_module: ModuleType) -> Callable[[], None]:
+    """Give every Trainer a metrics callback and pause the meter in evaluate/predict; returns the undo."""
+    from transformers.trainer_callback import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):
+        """Ends meter steps at the Trainer's step ends and passes on the tokenizer's pad id."""
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, processing_class: Any = None, **_: Any):
+            meter.use_explicit_steps()
+            meter.set_pad_token_id(_pad_token_id(processing_class))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any):
+            meter.end_step()
+
+    trainer = trainer_module.Trainer
+    originals = {name: trainer.__dict__[name] for name in ("__init__", "evaluate", "predict")}
+
+    @functools.wraps(originals["__init__"])
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        originals["__init__"](self, *args, **kwargs)
+        self.add_callback(MetricsCallback())
+
+    def paused(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def run_paused(*args: Any, **kwargs: Any) -> Any:
+            with meter.paused():
+                return method(*args, **kwargs)
+
+        return run_paused
+
+    trainer.__init__ = __init__
+    trainer.evaluate = paused(originals["evaluate"])
+    trainer.predict = paused(originals["predict"])
+
+    def undo() -> None:
+        for name, original in originals.items():
+            setattr(trainer, name, original)
+
+    return undo
+
+
+@contextlib.contextmanager
+def instrumented(meter: Meter) -> Iterator[Meter]:
+    """Attach ``meter`` to the process and to every Trainer created (now, or once transformers is imported)."""
+    undo: list[Callable[[], None]] = []
+
+    def instrument(module: ModuleType) -> None:
+        undo.append(_instrument_trainer(meter, module))
+
+    finder = _AfterImport("transformers.trainer", instrument)
+    if "transformers.trainer" in sys.modules:
+        instrument(sys.modules["transformers.trainer"])
+    else:
+        sys.meta_path.insert(0, finder)
+    try:
+        with meter.attached():
+            yield meter
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for step in undo:
+            step()
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError | MemoryError) or "out of memory" in str(error).lower()
+
+
+def run_program(program: PythonProgram, meter: Meter) -> tuple[str, str | None, int]:
+    """Run ``program`` under ``meter``; returns (status, error, exit code)."""
+    try:
+        with instrumented(meter):
+            program.run()
+    except SystemExit as exit_:
+        code = exit_.code
+        if code is None or code == 0:
+            return "ok", None, 0
+        if not isinstance(code, int):  # sys.exit("message"): python prints it and exits 1
+            print(code, file=sys.stderr)
+            return "crashed", f"exited with message {code!r}", 1
+        return "crashed", f"exited with status {code}", code
+    except BaseException as error:  # noqa: BLE001 - the run's outcome is recorded, whatever it was
+        traceback.print_exc()
+        status = "oom" if _is_out_of_memory(error) else "crashed"
+        code = 130 if isinstance(error, KeyboardInterrupt) else 1
+        return status, f"{type(error).__name__}: {error}", code
+    return "ok", None, 0
+
+
+def build_record(
+    meter: Meter, warmup_steps: int, status: str, error: str | None, command: Sequence[str]
+) -> dict[str, Any]:
+    """The ``perfbot.run/v1`` record of a finished run."""
+    env = collect_environment()
+    peak = peak_tflops(env["gpu"])
+    try:
+        measured = meter.report(warmup_steps, peak)
+    except Exception as failure:  # a run that broke the CUDA context cannot resolve its events
+        measured = Meter().report(warmup_steps, peak)
+        error = f"{error}; " if error else ""
+        error += f"metrics could not be read back: {type(failure).__name__}: {failure}"
+        status = "crashed" if status == "ok" else status
+    record: dict[str, Any] = {"schema": SCHEMA, "status": status}
+    if error is not None:
+        record["error"] = error
+    record.update(measured)
+    record["env"] = env
+    record["command"] = list(command)
+    return record
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON through a temporary file renamed into place (non-finite floats become null)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(_finite_or_null(data), handle, indent=2, allow_nan=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def format_summary(record: dict[str, Any]) -> str:
+    """A short human-readable phase table, in the profiling guide's layout."""
+
+    def ms(value: float | None) -> str:
+        return f"{value:9.2f}ms" if value is not None else "        n/a"
+
+    lines = [
+        f"=========== benchmarks.launch: {record['status']}, {record['steps_measured']} steps measured "
+        f"(warm-up {record['warmup_steps']}), timing={record['timing']} ===========",
+        f"{'phase':<12}{'mean':>13}{'median':>13}{'p95':>13}{'share':>9}",
+    ]
+    for name in PHASES:
+        phase = record["phases"][name]
+        share = f"{phase['share'] * 100:8.1f}%" if phase["share"] is not None else "      n/a"
+        lines.append(
+            f"{name:<12} {ms(phase['mean_ms'])}  {ms(phase['median_ms'])}  {ms(phase['p95_ms'])}{share}"
+        )
+    facts = [f"tokens={record['tokens']}", f"samples={record['samples']}"]
+    if record["tokens_per_s"] is not None:
+        facts.append(f"tokens/s={record['tokens_per_s']:.1f}")
+    if record["peak_memory_bytes"] is not None:
+        facts.append(f"peak_mem={record['peak_memory_bytes'] / 2**30:.2f}GiB")
+    if record["mfu"] is not None:
+        facts.append(f"MFU={record['mfu'] * 100:.1f}%")
+    lines.append("  ".join(facts))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry: parse, run the program under a meter, write the JSON; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.launch",
+        usage="python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python TRAIN.py [ARGS...]",
+        description="Run a Python training program in-process and write its step metrics as JSON.",
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"metrics JSON to write (default: {DEFAULT_OUT})")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=1,
+        help="leading steps left out of timings and throughput (default 1)",
+    )
+    options = parser.parse_args(argv[:split])
+    command = argv[split + 1 :]
+    if options.warmup_steps < 0:
+        parser.error("--warmup-steps must be >= 0")
+    try:
+        program = parse_command(command)
+    except CommandError as error:
+        print(f"benchmarks.launch: {error}", file=sys.stderr)
+        return 2
+    meter = Meter()
+    status, error, code = run_program(program, meter)
+    record = build_record(meter, options.warmup_steps, status, error, command)
+    write_json_atomic(options.out, record)
+    sys.stdout.flush()
+    print(format_summary(record), file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,552 @@
+"""In-process training-step meter: step-time phases, token counts, loss and model FLOPs of a training run.
+
+The launch wrapper (``python -m benchmarks.launch``) creates one :class:`Meter` and attaches it to the process
+before the training program runs; the meter then observes the program through global hooks only, so the program
+itself is not modified:
+
+- the outermost module call (``torch.nn.modules.module`` global forward pre-hook/hook) marks the forward phase and,
+  for the model being trained, gives the batch: non-padding tokens and sequences are counted from it
+  (:func:`count_batch`);
+- ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped: the scalar loss is kept as a detached
+  device tensor, and the return of the call marks the end of the backward pass;
+- the global optimizer step pre/post hooks mark the optimizer phase and, in a hand-written loop, the end of a step
+  (a step closes at its last optimizer step, when the next step's first forward starts or the run ends).
+
+Phases partition each step, so their shares add up to 1:
+
+- ``data_wait``: from the end of the previous step to the first forward (and between a backward and the next
+  micro-batch's forward under gradient accumulation): fetching and moving the batch, logging, host syncs;
+- ``forward``: the outermost forward calls, and the time between consecutive ones (a DPO reference forward);
+- ``backward``: from the end of the forward to the optimizer step (loss, backward, gradient clipping);
+- ``optimizer``: from the first optimizer step call to the end of the step (scheduler and ``zero_grad`` included
+  when the step end is explicit).
+
+On CUDA every boundary records a CUDA event on the current stream (no synchronisation inside the loop; events,
+losses and token counts are resolved once, after the run), so the phases are GPU-timeline durations and
+``data_wait`` is the GPU time between the step end and the first forward: idle waiting for the host to deliver the
+next batch, or copying it. The host-side time of that interval is reported beside it as ``data_wait_host``. On CPU every boundary is a ``time.perf_counter`` reading.
+Measurement starts at the first forward of a module with trainable parameters under autograd; forwards before
+that (model loading, DPO reference precompute) are ignored, and so are forwards run during a backward pass
+(activation-checkpoint recomputation).
+
+Hand-written loops may mark their steps explicitly; without the launcher the context manager does nothing::
+
+    from benchmarks.metrics import step_metrics
+
+    for batch in loader:
+        with step_metrics(tokens=batch["attention_mask"].sum(), samples=len(batch["input_ids"])):
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+``tokens`` and ``samples`` are optional (ints or device tensors, read after the run, so no host sync); when given
+they replace the counts taken from the model's inputs. ``samples`` counts sequences, so a DPO pair (chosen and
+rejected, concatenated into one forward) counts as two. Once explicit steps are used the optimizer hooks no longer
+end steps. The HF ``Trainer`` integration in :mod:`benchmarks.launch` ends steps the same way, from the Trainer's
+``on_step_end``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+PHASES = ("data_wait", "forward", "backward", "optimizer")
+_DATA_WAIT, _FORWARD, _BACKWARD, _OPTIMIZER = range(4)
+
+# Where the loop is, between two boundary events.
+_IDLE, _IN_FORWARD, _AFTER_FORWARD, _AFTER_BACKWARD, _IN_OPTIMIZER, _AFTER_OPTIMIZER = range(6)
+# Boundary events.
+(
+    _FORWARD_BEGIN,
+    _FORWARD_END,
+    _BACKWARD_END,
+    _OPTIMIZER_BEGIN,
+    _OPTIMIZER_END,
+    _STEP_BEGIN,
+    _STEP_END,
+    _PAUSE,
+) = range(8)
+_STATE_AFTER = {
+    _FORWARD_BEGIN: _IN_FORWARD,
+    _FORWARD_END: _AFTER_FORWARD,
+    _BACKWARD_END: _AFTER_BACKWARD,
+    _OPTIMIZER_BEGIN: _IN_OPTIMIZER,
+    _OPTIMIZER_END: _AFTER_OPTIMIZER,
+    _STEP_BEGIN: _IDLE,
+    _STEP_END: _IDLE,
+}
+_IGNORE_INDEX = -100
+
+_active: Meter | None = None
+
+
+def _phase_between(state: int, event: int) -> int:
+    """The phase of the time from the last boundary (which left the loop in ``state``) to ``event``."""
+    if state == _IDLE:
+        return _DATA_WAIT
+    if state == _IN_FORWARD:
+        return _FORWARD
+    if state == _AFTER_FORWARD:
+        return _FORWARD if event == _FORWARD_BEGIN else _BACKWARD
+    if state == _AFTER_BACKWARD:
+        return _DATA_WAIT if event == _FORWARD_BEGIN else _BACKWARD
+    if state == _IN_OPTIMIZER:
+        return _OPTIMIZER
+    return _BACKWARD if event == _BACKWARD_END else _OPTIMIZER
+
+
+def count_batch(
+    args: Sequence[Any], kwargs: dict[str, Any], pad_token_id: int | None = None
+) -> tuple[int | torch.Tensor | None, int | torch.Tensor]:
+    """Non-padding tokens and sequences in one model call's inputs, as ints or 0-d tensors (never synced).
+
+    Tokens: ``attention_mask.sum()`` when a mask of the input's shape is given; otherwise every input token except
+    padding (``input_ids == pad_token_id`` whose label, when labels are given, is -100, so an EOS that doubles as
+    the pad token still counts inside packed sequences); all of ``input_ids`` when no pad id is known. Sequences:
+    the rows of the batch, or, for packed batches (``position_ids`` and no mask), the positions where
+    ``position_ids`` restarts at 0. Returns ``(None, rows)`` when the call has no integer token ids.
+    """
+    input_ids = kwargs.get("input_ids")
+    if not _is_token_tensor(input_ids):
+        input_ids = next((arg for arg in args if _is_token_tensor(arg)), None)
+    if input_ids is None:
+        first = next(
+            (t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.dim() > 0), None
+        )
+        return None, (first.shape[0] if first is not None else 0)
+    rows = input_ids.shape[0] if input_ids.dim() > 1 else 1
+    attention_mask = kwargs.get("attention_mask")
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
+        return attention_mask.sum(), rows
+    real = None
+    if pad_token_id is not None:
+        real = input_ids != pad_token_id
+        labels = kwargs.get("labels")
+        if isinstance(labels, torch.Tensor) and labels.shape == input_ids.shape:
+            real = real | (labels != _IGNORE_INDEX)
+    tokens = real.sum() if real is not None else input_ids.numel()
+    position_ids = kwargs.get("position_ids")
+    if isinstance(position_ids, torch.Tensor) and position_ids.shape == input_ids.shape:
+        starts = position_ids == 0
+        return tokens, (starts & real if real is not None else starts).sum()
+    return tokens, rows
+
+
+def _is_token_tensor(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() > 0
+        and not value.is_floating_point()
+        and value.dtype != torch.bool
+    )
+
+
+def model_flops_per_token(model: torch.nn.Module) -> float:
+    """Training FLOPs per token: 2·N forward + 2·N input gradients + 2·N_trainable weight gradients.
+
+    N counts the weights of the matmul layers (``nn.Linear``, which includes a tied LM head and LoRA's A/B
+    matrices; embedding lookups cost no matmul FLOPs), N_trainable those that require grad. A full fine-tune gives
+    the usual 6·N; LoRA about 4·N. Attention score/value matmuls (12·layers·hidden·seq_len per token, ~2% for a
+    0.5B model at 257 tokens) and activation-checkpoint recomputation are not counted, as in the usual MFU
+    definition. Models without ``nn.Linear`` layers fall back to all parameters.
+    """
+    linear = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = linear or list(model.parameters())
+    total = sum(w.numel() for w in weights)
+    trainable = sum(w.numel() for w in weights if w.requires_grad)
+    return float(4 * total + 2 * trainable)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between order statistics (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, median and 95th percentile of ``values`` (all None when empty)."""
+    if not values:
+        return {"mean": None, "median": None, "p95": None}
+    return {
+        "mean": sum(values) / len(values),
+        "median": percentile(values, 50),
+        "p95": percentile(values, 95),
+    }
+
+
+class _Mark:
+    """One step boundary: a host timestamp and, on CUDA, an event recorded on the current stream."""
+
+    __slots__ = ("host", "event")
+
+    def __init__(self, cuda: bool):
+        self.host = time.perf_counter()
+        self.event = None
+        if cuda:
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record()
+
+
+def _elapsed_ms(start: _Mark, end: _Mark) -> float:
+    if start.event is not None and end.event is not None:
+        return start.event.elapsed_time(end.event)
+    return (end.host - start.host) * 1000.0
+
+
+class _Step:
+    """What one training step recorded; resolved into numbers after the run."""
+
+    __slots__ = ("segments", "tokens", "samples", "losses", "stepped", "given_tokens", "given_samples")
+
+    def __init__(self) -> None:
+        self.segments: list[tuple[int, _Mark, _Mark]] = []
+        self.tokens: list[int | torch.Tensor] = []
+        self.samples: list[int | torch.Tensor] = []
+        self.losses: list[torch.Tensor] = []
+        self.stepped = False
+        self.given_tokens: int | torch.Tensor | None = None
+        self.given_samples: int | torch.Tensor | None = None
+
+
+def _resolve_numbers(values: Sequence[int | float | torch.Tensor]) -> list[float]:
+    """Turn ints and tensors (summed) into floats, with one device-to-host copy per device."""
+    result = [float(v) if not isinstance(v, torch.Tensor) else math.nan for v in values]
+    by_device: dict[torch.device, list[int]] = {}
+    for index, value in enumerate(values):
+        if isinstance(value, torch.Tensor):
+            by_device.setdefault(value.device, []).append(index)
+    for indices in by_device.values():
+        stacked = torch.stack([values[i].detach().to(torch.float64).sum() for i in indices]).cpu()
+        for index, number in zip(indices, stacked.tolist(), strict=True):
+            result[index] = number
+    return result
+
+
+class Meter:
+    """Records training steps through global torch hooks; see the module docstring for what is measured."""
+
+    def __init__(self) -> None:
+        self._steps: list[_Step] = []
+        self._step = _Step()
+        self._started = False
+        self._cuda = False
+        self._device: torch.device | None = None
+        self._explicit = False
+        self._in_explicit_step = False
+        self._paused = False
+        self._in_backward = False
+        self._module_depth = 0
+        self._optimizer_depth = 0
+        self._outer_call_timed = False
+        self._outer_call_counts = False
+        self._state = _IDLE
+        self._last: _Mark | None = None
+        self._model: torch.nn.Module | None = None
+        self._pad_token_id: int | None = None
+        self._trainable: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+    # -- attaching to the process ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator[Meter]:
+        """Install the global hooks and make this the meter :func:`step_metrics` reports to, until exit."""
+        global _active
+        handles = [
+            register_module_forward_pre_hook(self._on_forward_begin),
+            register_module_forward_hook(self._on_forward_end, with_kwargs=True, always_call=True),
+            register_optimizer_step_pre_hook(self._on_optimizer_begin),
+            register_optimizer_step_post_hook(self._on_optimizer_end),
+        ]
+        original_backward = torch.autograd.backward
+        torch.autograd.backward = self._wrap_backward(original_backward)
+        previous, _active = _active, self
+        try:
+            yield self
+        finally:
+            _active = previous
+            torch.autograd.backward = original_backward
+            for handle in handles:
+                handle.remove()
+
+    def use_explicit_steps(self) -> None:
+        """Let :meth:`end_step` / :meth:`step` alone end steps (the optimizer hooks no longer do)."""
+        self._explicit = True
+
+    def set_pad_token_id(self, pad_token_id: int | None) -> None:
+        """Use this pad id to exclude padding from batches that carry no attention mask."""
+        if pad_token_id is not None:
+            self._pad_token_id = int(pad_token_id)
+
+    # -- explicit API -----------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def step(
+        self, tokens: int | torch.Tensor | None = None, samples: int | torch.Tensor | None = None
+    ) -> Iterator[None]:
+        """One training step; ``tokens``/``samples`` replace the counts taken from the model inputs if given."""
+        if self._in_explicit_step:
+            raise RuntimeError("meter steps cannot be nested")
+        self.use_explicit_steps()
+        if self._started and not self._paused:
+            self._boundary(_STEP_BEGIN)
+        self._step.given_tokens, self._step.given_samples = tokens, samples
+        self._in_explicit_step = True
+        try:
+            yield
+        finally:
+            self._in_explicit_step = False
+        self.end_step()
+
+    def end_step(self) -> None:
+        """End the current step here (the Trainer integration calls this from ``on_step_end``)."""
+        if self._started and not self._paused:
+            self._boundary(_STEP_END)
+            self._close_step()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave out everything run inside (evaluation); the step resumes where it was."""
+        if not self._started or self._paused:
+            yield
+            return
+        self._boundary(_PAUSE)
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+            self._last = _Mark(self._cuda)
+
+    # -- hooks --------------------------------------------------------------------------------------------------
+
+    def _ignores_module_calls(self) -> bool:
+        return torch.compiler.is_compiling() or self._paused or self._in_backward
+
+    def _on_forward_begin(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        if self._ignores_module_calls():
+            return
+        self._module_depth += 1
+        if self._module_depth > 1:
+            return
+        training = torch.is_grad_enabled() and self._has_trainable_parameters(module)
+        if not self._started:
+            if not training:
+                self._outer_call_timed = False
+                return
+            self._start(module)
+        self._outer_call_timed = True
+        self._outer_call_counts = training and module is self._model
+        if not self._explicit and self._step.stepped:
+            self._close_step()
+        self._boundary(_FORWARD_BEGIN)
+
+    def _on_forward_end(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+        # Called as (module, args, kwargs, output), or (module, args, output) when the forward raised.
+        if self._ignores_module_calls():
+            return
+        self._module_depth -= 1
+        if self._module_depth > 0 or not self._outer_call_timed:
+            return
+        self._boundary(_FORWARD_END)
+        if self._outer_call_counts and len(rest) == 2:
+            tokens, samples = count_batch(args, rest[0], self._pad_token_id)
+            if tokens is not None:
+                self._step.tokens.append(tokens)
+            self._step.samples.append(samples)
+
+    def _on_optimizer_begin(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._started or self._paused:
+            return
+        self._optimizer_depth += 1
+        if self._optimizer_depth == 1:
+            self._boundary(_OPTIMIZER_BEGIN)
+
+    def _on_optimizer_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._started or self._paused or self._optimizer_depth == 0:
+            return
+        self._optimizer_depth -= 1
+        if self._optimizer_depth == 0:
+            self._boundary(_OPTIMIZER_END)
+            self._step.stepped = True
+
+    def _wrap_backward(self, backward: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(backward)
+        def measured_backward(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if not self._started or self._paused or self._in_backward:
+                return backward(tensors, grad_tensors, *args, **kwargs)
+            if grad_tensors is None and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+                self._step.losses.append(tensors.detach().clone())
+            self._in_backward = True
+            try:
+                result = backward(tensors, grad_tensors, *args, **kwargs)
+            finally:
+                self._in_backward = False
+            self._boundary(_BACKWARD_END)
+            return result
+
+        return measured_backward
+
+    # -- bookkeeping --------------------------------------------------------------------------------------------
+
+    def _has_trainable_parameters(self, module: torch.nn.Module) -> bool:
+        known = self._trainable.get(module)
+        if known is None:
+            known = any(p.requires_grad for p in module.parameters())
+            self._trainable[module] = known
+        return known
+
+    def _start(self, model: torch.nn.Module) -> None:
+        self._started = True
+        self._model = model
+        first = next(model.parameters(), None)
+        self._cuda = first is not None and first.is_cuda
+        if self._cuda:
+            self._device = first.device
+            torch.cuda.reset_peak_memory_stats(self._device)
+        if self._pad_token_id is None:
+            pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+            self._pad_token_id = pad if isinstance(pad, int) else None
+        self._last = _Mark(self._cuda)
+
+    def _boundary(self, event: int) -> None:
+        mark = _Mark(self._cuda)
+        self._step.segments.append((_phase_between(self._state, event), self._last, mark))
+        self._last = mark
+        self._state = _STATE_AFTER.get(event, self._state)
+
+    def _close_step(self) -> None:
+        self._steps.append(self._step)
+        self._step = _Step()
+        self._state = _IDLE
+
+    # -- results ------------------------------------------------------------------------------------------------
+
+    def report(self, warmup_steps: int, peak_tflops: float | None) -> dict[str, Any]:
+        """The measured part of the run's metrics (``perfbot.run/v1`` keys), read once the program has ended.
+
+        A last step that stepped its optimizer is closed; an unfinished one is dropped. Timings, tokens and
+        samples cover the steps after ``warmup_steps``; the loss covers every step, against the tokens seen up to
+        and including that step (null when it was not finite).
+        """
+        if self._started and not self._explicit and self._step.stepped:
+            self._close_step()
+        steps = self._steps
+        if self._cuda:
+            torch.cuda.synchronize(self._device)
+        phase_ms = [[0.0] * len(PHASES) for _ in steps]
+        host_wait_ms = [0.0] * len(steps)
+        for index, step in enumerate(steps):
+            for phase, start, end in step.segments:
+                phase_ms[index][phase] += _elapsed_ms(start, end)
+                if phase == _DATA_WAIT:
+                    host_wait_ms[index] += (end.host - start.host) * 1000.0
+        tokens, samples, losses = self._resolve_counts(steps)
+        measured = range(min(warmup_steps, len(steps)), len(steps))
+        step_ms = [sum(phase_ms[i]) for i in measured]
+        seconds = sum(step_ms) / 1000.0
+        saw_tokens = any(tokens[i] is not None for i in measured)
+        measured_tokens = round(sum(tokens[i] or 0.0 for i in measured))
+        measured_samples = round(sum(samples[i] for i in measured))
+        tokens_per_s = measured_tokens / seconds if saw_tokens and seconds > 0 else None
+        phases = {}
+        for phase_index, name in enumerate(PHASES):
+            values = [phase_ms[i][phase_index] for i in measured]
+            stats = summarize(values)
+            phases[name] = {
+                "mean_ms": stats["mean"],
+                "median_ms": stats["median"],
+                "p95_ms": stats["p95"],
+                "share": sum(values) / 1000.0 / seconds if seconds > 0 else None,
+            }
+        wall_s = 0.0
+        if measured:
+            window = [segment for i in measured for segment in steps[i].segments]
+            wall_s = _elapsed_ms(window[0][1], window[-1][2]) / 1000.0 if window else 0.0
+        model_params = trainable_params = flops_per_token = None
+        if self._model is not None:
+            parameters = list(self._model.parameters())
+            model_params = sum(p.numel() for p in parameters)
+            trainable_params = sum(p.numel() for p in parameters if p.requires_grad)
+            flops_per_token = model_flops_per_token(self._model)
+        achieved = flops_per_token * tokens_per_s / 1e12 if flops_per_token and tokens_per_s else None
+        loss_curve = []
+        seen = 0.0
+        for index, loss in enumerate(losses):
+            seen += tokens[index] or 0.0
+            if loss is not None:
+                loss_curve.append(
+                    {"step": index, "tokens_seen": round(seen), "loss": loss if math.isfinite(loss) else None}
+                )
+        return {
+            "warmup_steps": warmup_steps,
+            "steps_measured": len(measured),
+            "wall_s": wall_s,
+            "tokens": measured_tokens,
+            "samples": measured_samples,
+            "tokens_per_s": tokens_per_s,
+            "samples_per_s": measured_samples / seconds if seconds > 0 else None,
+            "step_time_s": {
+                key: (v / 1000.0 if v is not None else None) for key, v in summarize(step_ms).items()
+            },
+            "phases": phases,
+            "data_wait_host": {
+                f"{key}_ms": value for key, value in summarize([host_wait_ms[i] for i in measured]).items()
+            },
+            "timing": "cuda_events" if self._cuda else "host_clock",
+            "peak_memory_bytes": torch.cuda.max_memory_allocated(self._device) if self._cuda else None,
+            "loss": loss_curve,
+            "model_params": model_params,
+            "trainable_params": trainable_params,
+            "flops_per_token": flops_per_token,
+            "achieved_tflops": achieved,
+            "peak_tflops": peak_tflops,
+            "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
+        }
+
+    @staticmethod
+    def _resolve_counts(steps: list[_Step]) -> tuple[list[float | None], list[float], list[float | None]]:
+        """Per step: tokens (None when no token ids were seen), sequences, and the summed loss (None if none)."""
+        values: list[int | torch.Tensor] = []
+        layout = []
+        for step in steps:
+            token_values = [step.given_tokens] if step.given_tokens is not None else step.tokens
+            sample_values = [step.given_samples] if step.given_samples is not None else step.samples
+            layout.append((len(token_values), len(sample_values), len(step.losses)))
+            values.extend(token_values)
+            values.extend(sample_values)
+            values.extend(step.losses)
+        numbers = iter(_resolve_numbers(values))
+        tokens, samples, losses = [], [], []
+        for n_tokens, n_samples, n_losses in layout:
+            token_numbers = [next(numbers) for _ in range(n_tokens)]
+            tokens.append(sum(token_numbers) if token_numbers else None)
+            samples.append(sum(next(numbers) for _ in range(n_samples)))
+            loss_numbers = [next(numbers) for _ in range(n_losses)]
+            losses.append(sum(loss_numbers) if loss_numbers else None)
+        return tokens, samples, losses
+
+
+@contextlib.contextmanager
+def step_metrics(
+    tokens: int | torch.Tensor | None = None, samples: int | torch.Tensor | None = None
+) -> Iterator[None]:
+    """Mark one training step for the launch wrapper's meter; does nothing when no meter is attached."""
+    if _active is None:
+        yield
+        return
+    with _active.step(tokens=tokens, samples=samples):
+        yield
