@@ -1,0 +1,27 @@
+"""Supervised LoRA fine-tuning (in-process path): ``python train_sft.py --size tiny --max-steps 3``."""
+
+from __future__ import annotations
+
+import logging
+
+from cli import parse_run_args, print_losses
+from config import load_config
+from trainer import train_sft
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the flags, read ``configs/training/default.yaml`` and train."""
+    args = parse_run_args("SFT LoRA training with TRL.", "outputs/sft", argv)
+    cfg = {
+        "size": args.size,
+        "seed": args.seed,
+        "max_steps": args.max_steps,
+        "output_dir": args.output_dir,
+        "training": load_config("training"),
+    }
+    print_losses(train_sft(cfg))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    main()
