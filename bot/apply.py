@@ -10,6 +10,7 @@ from pathlib import Path
 from bot.errors import BadInput
 from bot.plan import Plan
 from bot.progress import Progress, Row
+from bot.tidy import tidy
 from bot.tracker import PROGRESS, Tracker
 from bot.workspace import (
     TRAILER_ISSUE,
@@ -149,6 +150,8 @@ def run_apply(
         focus = focus_files(plan, row)
         try:
             change = optimization.apply(workspace.root, exclude, focus)
+            if change is not None:
+                tidy(workspace.root, {path: workspace.committed_text(path) for path in change.files})
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
             row.status, row.note = "failed", f"{type(exc).__name__}: {exc}"

@@ -122,6 +122,13 @@ class Workspace:
                 )
         return commits
 
+    def committed_text(self, path: str) -> str | None:
+        """A file's text at HEAD; ``None`` when HEAD does not have it."""
+        try:
+            return self.repo.git.show(f"HEAD:{path}", strip_newline_in_stdout=False)
+        except git.GitCommandError:
+            return None
+
     # -- commits ------------------------------------------------------------------------------------
     def commit(self, paths: Iterable[str], message: str) -> str:
         """Commit exactly ``paths`` as the bot; return the sha."""

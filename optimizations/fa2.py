@@ -1,0 +1,655 @@
+"""FlashAttention where it can run: ``attn_implementation`` chosen at run time instead of a fixed ``"sdpa"``.
+
+Targets ``from_pretrained``/``from_config`` of transformers model classes (``AutoModel*`` and concrete ones)
+and the ``model_init_kwargs`` dicts of TRL configs (which TRL hands to ``from_pretrained``). An
+``attn_implementation`` of ``"sdpa"``/``"eager"``, or none at all, becomes a call of
+``pick_attention_implementation`` from a vendored helper (``optimizations/runtime/attention.py``, copied
+beside the file as ``_perfbot_attention.py``). That helper returns ``"flash_attention_3"`` (Hopper) or
+``"flash_attention_2"`` (Ampere and newer) only where the package really imports, transformers accepts it,
+the weights are bf16/fp16 and the model class supports it, and what the call asked for before everywhere
+else, so the patched program runs unchanged on CPU or without ``flash-attn``.
+
+The helper needs the model class and the checkpoint to check support (``Auto*`` classes map to a concrete
+class through the checkpoint's config): the call's own class and first argument are passed, and a first
+argument that is not a plain name is bound once with ``:=`` so that it is not evaluated twice. Refused: an
+``attn_implementation`` set from an expression (perfbot does not guess what it holds), calls with
+``**kwargs`` that may carry one, weights loaded in float32 (FlashAttention runs in half precision only), and
+``model_init_kwargs`` whose model is not visible where the config is built or whose dtype is TRL's float32
+default.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+
+from optimizations.codemod import (
+    OptimizationCodemod,
+    add_keywords,
+    code_of,
+    expr,
+    keyword,
+    literal_value,
+    qualified_under,
+    replace_keyword,
+    run_codemod,
+    star_kwargs,
+)
+from optimizations.dataloader_workers import HF_CONFIGS
+from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.trainer_calls import LINK_METADATA, TrainerLinks, calls_in, is_plain_reference
+
+PICKER = "pick_attention_implementation"
+RUNTIME_MODULE = "attention"
+LOADERS = {
+    "from_pretrained": ("pretrained_model_name_or_path", "checkpoint"),
+    "from_config": ("config", "model_config"),
+}
+MODEL_CLASS = re.compile(r"^(AutoModel\w*|[A-Z]\w*(Model|For[A-Z]\w*))$")
+# What the picker may replace; any other string (a FlashAttention version, a kernels hub repo, flex
+# attention) is a deliberate choice left alone.
+REPLACEABLE = ("sdpa", "eager")
+FLOAT32 = ("torch.float32", "torch.float")
+TRL_DTYPE_DEFAULT = "TRL loads the model in float32 when model_init_kwargs sets no dtype"
+
+
+class _PickAttention(OptimizationCodemod):
+    optimization_id = "fa2"
+    METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+
+    def __init__(self, context, path, ctx: RepoContext):
+        super().__init__(context, path)
+        self.ctx = ctx
+        self.edited = False
+        self.links: TrainerLinks | None = None
+        self.used_names: set[str] = set()
+        self.init_kwargs: dict[cst.CSTNode, cst.Call] = {}  # model_init_kwargs dict node -> its config call
+
+    # -- pre-pass ---------------------------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self.links = TrainerLinks(self, node)
+        calls = calls_in(node)
+        self.used_names = {n.value for n in _names_in(node)}
+        for call in calls:
+            if not qualified_under(self.names(call.func), ("transformers", "trl"), HF_CONFIGS):
+                continue
+            argument = keyword(call, "model_init_kwargs")
+            if argument is None or literal_value(argument.value) is None:
+                continue
+            target = self._dict_behind(argument.value, call)
+            if target is not None:
+                self.init_kwargs[target] = call
+            else:
+                self.refused(
+                    call,
+                    _message(f"{code_of(call.func)}(model_init_kwargs=...)", None),
+                    f"model_init_kwargs comes from `{code_of(argument.value)}`; set attn_implementation where "
+                    "that dict is built",
+                )
+
+    def _dict_behind(self, value: cst.BaseExpression, call: cst.Call) -> cst.CSTNode | None:
+        """The dict literal (or ``dict(...)`` call) that ``model_init_kwargs=value`` passes, if it is visible."""
+        if _is_dict(value, self.names):
+            return value
+        scope = self.links.scope(call)
+        if not isinstance(value, cst.Name) or scope is None:
+            return None
+        local, _ = self.links.bindings(value.value, scope)
+        if len(local) == 1 and local[0].value is not None and _is_dict(local[0].value, self.names):
+            return local[0].value
+        return None
+
+    # -- decisions --------------------------------------------------------------------------------------
+    def _is_picker(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and (
+            any(n.rpartition(".")[2] == PICKER for n in self.names(node.func))
+            or (isinstance(node.func, cst.Name) and node.func.value == PICKER)
+        )
+
+    def _fallback(self, current: cst.BaseExpression | None) -> tuple[str | None, str | None]:
+        """``(fallback, None)`` when the picker should replace ``current``; ``(None, reason)`` to refuse;
+        ``(None, None)`` to leave it as it is."""
+        if current is None or literal_value(current) is None:
+            return "None", None
+        if self._is_picker(current):
+            return None, None
+        literal = literal_value(current)
+        if literal in REPLACEABLE:
+            return f'"{literal}"', None
+        if isinstance(literal, str):
+            return None, None
+        return None, (
+            f"attn_implementation is set from `{code_of(current)}`; perfbot does not guess what it holds: "
+            "choose the implementation where that value is defined"
+        )
+
+    def _is_float32(self, dtype: cst.BaseExpression) -> bool:
+        return literal_value(dtype) == "float32" or bool(self.names(dtype) & set(FLOAT32))
+
+    def _picker_call(
+        self,
+        positional: list[str],
+        dtype: cst.BaseExpression | None,
+        fallback: str,
+        source_kw: str | None = None,
+    ) -> cst.BaseExpression:
+        parts = list(positional)
+        if source_kw is not None:
+            parts.append(f"source={source_kw}")
+        if dtype is not None:
+            parts.append(f"dtype={code_of(dtype)}")
+        if fallback != '"sdpa"':
+            parts.append(f"fallback={fallback}")
+        return expr(f"{PICKER}({', '.join(parts)})")
+
+    def _fresh_name(self, base: str) -> str:
+        name, counter = base, 2
+        while name in self.used_names:
+            name, counter = f"{base}_{counter}", counter + 1
+        return name
+
+    # -- model loading calls ----------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node in self.init_kwargs:
+            return self._edit_init_kwargs(original_node, updated_node)
+        func = original_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in LOADERS):
+            return updated_node
+        classes = [
+            n.rpartition(".")[2]
+            for n in self.names(func.value)
+            if n.startswith("transformers.") and MODEL_CLASS.match(n.rpartition(".")[2])
+        ]
+        if not classes:
+            return updated_node
+        # Decide on the original node (its metadata resolves names); edit the updated one, argument by index.
+        current = keyword(original_node, "attn_implementation")
+        fallback, reason = self._fallback(current.value if current else None)
+        if reason is None and fallback is None:
+            return updated_node
+        message = _message(code_of(func), fallback)
+        hidden = star_kwargs(original_node)
+        if reason is None and hidden is not None:
+            reason = (
+                f"`**{code_of(hidden.value)}` may carry attn_implementation; set it where that dict is built"
+            )
+        dtype_arg = keyword(original_node, "dtype") or keyword(original_node, "torch_dtype")
+        dtype = dtype_arg.value if dtype_arg else None
+        if reason is None and dtype is not None and self._is_float32(dtype):
+            reason = (
+                f"the model is loaded in float32 (`{code_of(dtype)}`): FlashAttention runs in bf16/fp16 only; "
+                "load it in torch.bfloat16 (and train with bf16) to use it"
+            )
+        if reason is not None:
+            self.refused(original_node, message, reason)
+            return updated_node
+
+        call = updated_node
+        source_keyword, walrus_name = LOADERS[func.attr.value]
+        positional = [code_of(func.value)]
+        needs_source = classes[0].startswith("Auto") or dtype is None or literal_value(dtype) == "auto"
+        args = list(original_node.args)
+        source_arg = keyword(original_node, source_keyword) or (
+            args[0] if args and args[0].keyword is None and not args[0].star else None
+        )
+        if needs_source and source_arg is not None:
+            if is_plain_reference(source_arg.value):
+                positional.append(code_of(source_arg.value))
+            elif current is not None and args.index(current) < args.index(source_arg):
+                self.refused(
+                    original_node,
+                    message,
+                    f"attn_implementation comes before `{source_keyword}=`, which the picker needs to "
+                    "read the model's config: move it after",
+                )
+                return updated_node
+            else:
+                name = self._fresh_name(walrus_name)
+                self.used_names.add(name)
+                index = args.index(source_arg)
+                bound = cst.NamedExpr(
+                    target=cst.Name(name),
+                    value=call.args[index].value,
+                    lpar=[cst.LeftParen()],
+                    rpar=[cst.RightParen()],
+                )
+                edited_args = list(call.args)
+                edited_args[index] = edited_args[index].with_changes(value=bound)
+                call = call.with_changes(args=edited_args)
+                positional.append(name)
+        picker = self._picker_call(positional, dtype, fallback)
+        if current is not None:
+            call = replace_keyword(call, "attn_implementation", picker)
+        else:
+            call = add_keywords(call, [("attn_implementation", picker)])
+        self.changed(original_node, message)
+        self.edited = True
+        return call
+
+    # -- TRL model_init_kwargs --------------------------------------------------------------------------
+    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
+        if original_node not in self.init_kwargs:
+            return updated_node
+        return self._edit_init_kwargs(original_node, updated_node)
+
+    def _edit_init_kwargs(self, original: cst.CSTNode, updated: cst.Dict | cst.Call) -> cst.BaseExpression:
+        config_call = self.init_kwargs[original]
+        callee = f"{code_of(config_call.func)}(model_init_kwargs=...)"
+        entries = _entries(original)
+        if entries is None:
+            reason = "the dict unpacks `**` other settings that may set attn_implementation"
+            self.refused(original, _message(callee, None), reason)
+            return updated
+        current = entries.get("attn_implementation")
+        fallback, reason = self._fallback(current)
+        if reason is None and fallback is None:
+            return updated
+        message = _message(callee, fallback)
+        dtype = entries.get("dtype", entries.get("torch_dtype"))
+        if reason is None and dtype is None:
+            reason = (
+                f'{TRL_DTYPE_DEFAULT}, and FlashAttention runs in bf16/fp16 only: add "dtype": "bfloat16"'
+            )
+        if reason is None and self._is_float32(dtype):
+            reason = (
+                f"the model is loaded in float32 (`{code_of(dtype)}`): FlashAttention runs in bf16/fp16 only"
+            )
+        source = None
+        if reason is None:
+            source, reason = self._trained_model(original, config_call)
+        if reason is not None:
+            self.refused(original, message, reason)
+            return updated
+        picker = self._picker_call([], dtype, fallback, source_kw=source)
+        if isinstance(updated, cst.Call):
+            edited = (
+                replace_keyword(updated, "attn_implementation", picker)
+                if current is not None
+                else add_keywords(updated, [("attn_implementation", picker)])
+            )
+        elif current is not None:
+            position = [e.value for e in original.elements].index(current)
+            elements = list(updated.elements)
+            elements[position] = elements[position].with_changes(value=picker)
+            edited = updated.with_changes(elements=elements)
+        else:
+            edited = _append_element(updated, expr('"attn_implementation"'), picker)
+        self.changed(original, message)
+        self.edited = True
+        return edited
+
+    def _trained_model(self, node: cst.CSTNode, config_call: cst.Call) -> tuple[str | None, str | None]:
+        """The code of the model a config's trainer loads, readable where ``node`` runs; or why not."""
+        trainers = self.links.trainers_receiving(config_call)
+        models = {code_of(m): m for t in trainers if (m := self.links.model_argument(t)) is not None}
+        if len(models) != 1:
+            return None, (
+                "no single trainer call in this module takes this config, so the picker cannot see which "
+                "model it loads (to check it supports FlashAttention); set attn_implementation by hand"
+            )
+        model = next(iter(models.values()))
+        scope = self.links.scope(node)
+        problem = self.links.unbound_at(model, self.line(node), self.line(trainers[0]), scope)
+        if problem is not None:
+            return (
+                None,
+                f"the picker needs the model this config loads where the dict is built, but {problem}",
+            )
+        return code_of(model), None
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.edited:
+            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
+            relative = 1 if target.startswith(".") else 0
+            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), PICKER, relative=relative)
+        return updated_node
+
+
+def _message(callee: str, fallback: str | None) -> str:
+    otherwise = {None: "", "None": ", else transformers' default"}.get(fallback, f", else {fallback}")
+    return f"{callee}: attn_implementation picked at run time (FlashAttention 3/2 where it runs{otherwise})"
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    names: list[cst.Name] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            names.append(name)
+
+    node.visit(Collector())
+    return names
+
+
+def _is_dict(node: cst.BaseExpression, names) -> bool:
+    """A dict display, or a call of the builtin ``dict`` with keywords."""
+    return isinstance(node, cst.Dict) or (
+        isinstance(node, cst.Call)
+        and "builtins.dict" in names(node.func)
+        and all(a.keyword for a in node.args)
+    )
+
+
+def _entries(node: cst.Dict | cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """String key -> value of a dict display or ``dict(...)`` call; ``None`` when it unpacks ``**`` others."""
+    if isinstance(node, cst.Call):
+        return {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+    entries = {}
+    for element in node.elements:
+        if isinstance(element, cst.StarredDictElement):
+            return None
+        key = literal_value(element.key)
+        if isinstance(key, str):
+            entries[key] = element.value
+    return entries
+
+
+def _append_element(node: cst.Dict, key: cst.BaseExpression, value: cst.BaseExpression) -> cst.Dict:
+    """The dict with ``key: value`` appended, in its own layout (one entry per line, comments kept)."""
+    new = cst.DictElement(
+        key=key,
+        value=value,
+        whitespace_before_colon=cst.SimpleWhitespace(""),
+        whitespace_after_colon=cst.SimpleWhitespace(" "),
+    )
+    elements = list(node.elements)
+    if not elements:
+        return node.with_changes(elements=[new])
+    last = elements[-1]
+    indent = node.lbrace.whitespace_after if len(elements) == 1 else elements[-2].comma.whitespace_after
+    had_comma = isinstance(last.comma, cst.Comma)
+    if not isinstance(indent, cst.ParenthesizedWhitespace):
+        elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        elements.append(new.with_changes(comma=last.comma))
+        return node.with_changes(elements=elements)
+    closing = node.rbrace.whitespace_before
+    first_line = (
+        closing.first_line if isinstance(closing, cst.ParenthesizedWhitespace) else cst.TrailingWhitespace()
+    )
+    elements[-1] = last.with_changes(
+        comma=cst.Comma(whitespace_after=indent.with_changes(first_line=first_line, empty_lines=[]))
+    )
+    elements.append(new.with_changes(comma=cst.Comma() if had_comma else cst.MaybeSentinel.DEFAULT))
+    if isinstance(closing, cst.ParenthesizedWhitespace):
+        closing = closing.with_changes(first_line=cst.TrailingWhitespace())
+    return node.with_changes(elements=elements, rbrace=node.rbrace.with_changes(whitespace_before=closing))
+
+
+class FlashAttention(Optimization):
+    """FlashAttention 3/2 picked at run time where it can run; the repository's own choice everywhere else."""
+
+    id = "fa2"
+    title = "pick FlashAttention at run time where it can run"
+    tier = 1
+    expected = "+5-20% SFT tokens/s, more at long sequences"
+    summary = "attn_implementation picked at run time: FlashAttention 3/2 when installed, supported and bf16"
+    scope = "model"
+    keywords = (
+        "flash_attention_2",
+        "flash attention",
+        "flashattention",
+        "flash-attn",
+        "fa2",
+        "attn_implementation",
+    )
+
+    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
+        return run_codemod(lambda context, p: _PickAttention(context, p, ctx), source, path)
+
+    examples = (
+        Example(
+            "sdpa_to_picker",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.bfloat16)
+""",
+            after="""\
+import torch
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=pick_attention_implementation(AutoModelForCausalLM, path, dtype=torch.bfloat16), dtype=torch.bfloat16)
+""",
+        ),
+        Example(
+            "aliased_auto_class_without_attn_implementation",
+            before="""\
+from transformers import AutoModelForCausalLM as AM
+
+
+def load(cfg):
+    return AM.from_pretrained(cfg.model_path, dtype="auto")
+""",
+            after="""\
+from transformers import AutoModelForCausalLM as AM
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(cfg):
+    return AM.from_pretrained(cfg.model_path, dtype="auto", attn_implementation=pick_attention_implementation(AM, cfg.model_path, dtype="auto", fallback=None))
+""",
+        ),
+        Example(
+            "module_import_multiline_eager_with_comments",
+            before="""\
+import torch
+import transformers
+
+
+def load(size):
+    model = transformers.Qwen2ForCausalLM.from_pretrained(
+        download(size),  # fetched once, cached
+        attn_implementation="eager",  # was needed for output_attentions
+        torch_dtype=torch.bfloat16,
+    )
+    return model
+""",
+            after="""\
+import torch
+import transformers
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(size):
+    model = transformers.Qwen2ForCausalLM.from_pretrained(
+        download(size),  # fetched once, cached
+        attn_implementation=pick_attention_implementation(transformers.Qwen2ForCausalLM, dtype=torch.bfloat16, fallback="eager"),  # was needed for output_attentions
+        torch_dtype=torch.bfloat16,
+    )
+    return model
+""",
+        ),
+        Example(
+            "auto_class_checkpoint_from_a_call_is_bound_once",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load_model(size, dtype=None):
+    model = AutoModelForCausalLM.from_pretrained(
+        ensure_model(size),
+        attn_implementation="sdpa",
+        dtype=dtype or torch.bfloat16,
+    )
+    return model
+""",
+            after="""\
+import torch
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def load_model(size, dtype=None):
+    model = AutoModelForCausalLM.from_pretrained(
+        (checkpoint := ensure_model(size)),
+        attn_implementation=pick_attention_implementation(AutoModelForCausalLM, checkpoint, dtype=dtype or torch.bfloat16),
+        dtype=dtype or torch.bfloat16,
+    )
+    return model
+""",
+        ),
+        Example(
+            "from_config_in_a_package",
+            path="pkg/encoder.py",
+            files={"pkg/__init__.py": ""},
+            before="""\
+from transformers import AutoModel
+
+
+def encoder(config):
+    return AutoModel.from_config(config)
+""",
+            after="""\
+from transformers import AutoModel
+from ._perfbot_attention import pick_attention_implementation
+
+
+def encoder(config):
+    return AutoModel.from_config(config, attn_implementation=pick_attention_implementation(AutoModel, config, fallback=None))
+""",
+        ),
+        Example(
+            "trl_model_init_kwargs_dict",
+            before="""\
+import torch
+import trl
+
+
+def train(data):
+    model_init_kwargs = {
+        "dtype": torch.bfloat16,  # half precision
+    }
+    args = trl.SFTConfig(output_dir="out", model_init_kwargs=model_init_kwargs)
+    trainer = trl.SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=args, train_dataset=data)
+    trainer.train()
+""",
+            after="""\
+import torch
+import trl
+from _perfbot_attention import pick_attention_implementation
+
+
+def train(data):
+    model_init_kwargs = {
+        "dtype": torch.bfloat16,  # half precision
+        "attn_implementation": pick_attention_implementation(source="Qwen/Qwen2.5-0.5B", dtype=torch.bfloat16, fallback=None),
+    }
+    args = trl.SFTConfig(output_dir="out", model_init_kwargs=model_init_kwargs)
+    trainer = trl.SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=args, train_dataset=data)
+    trainer.train()
+""",
+        ),
+        Example(
+            "trl_model_init_kwargs_dict_call",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+
+def train(model_id, data):
+    args = DPOConfig(output_dir="out", model_init_kwargs=dict(dtype="bfloat16", attn_implementation="sdpa"))
+    DPOTrainer(model=model_id, args=args, train_dataset=data).train()
+""",
+            after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_attention import pick_attention_implementation
+
+
+def train(model_id, data):
+    args = DPOConfig(output_dir="out", model_init_kwargs=dict(dtype="bfloat16", attn_implementation=pick_attention_implementation(source=model_id, dtype="bfloat16")))
+    DPOTrainer(model=model_id, args=args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "already_flash_attention",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path, small):
+    if small:
+        return AutoModelForCausalLM.from_pretrained(path, attn_implementation="flash_attention_2", dtype=torch.bfloat16)
+    return AutoModelForCausalLM.from_pretrained(
+        path, attn_implementation="kernels-community/vllm-flash-attn3", dtype=torch.bfloat16
+    )
+""",
+        ),
+        Example(
+            "tokenizers_and_configs_untouched",
+            before="""\
+from transformers import AutoConfig, AutoTokenizer
+
+
+def load(path):
+    return AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
+""",
+        ),
+        Example(
+            "refuses_float32",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
+""",
+            refusal="FlashAttention runs in bf16/fp16 only",
+        ),
+        Example(
+            "refuses_attn_implementation_expression",
+            before="""\
+from transformers import AutoModelForCausalLM
+
+
+def load(path, cfg):
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=cfg["attention"])
+""",
+            refusal='set from `cfg["attention"]`',
+        ),
+        Example(
+            "refuses_hidden_kwargs",
+            before="""\
+from transformers import AutoModelForCausalLM
+
+
+def load(path, **loading):
+    return AutoModelForCausalLM.from_pretrained(path, **loading)
+""",
+            refusal="`**loading` may carry attn_implementation",
+        ),
+        Example(
+            "refuses_model_init_kwargs_without_dtype",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+
+def train(model_id, data):
+    args = DPOConfig(output_dir="out", model_init_kwargs={"attn_implementation": "sdpa"})
+    DPOTrainer(model=model_id, args=args, train_dataset=data).train()
+""",
+            refusal="TRL loads the model in float32",
+        ),
+        Example(
+            "refuses_model_init_kwargs_model_bound_later",
+            before="""\
+import trl
+
+
+def train(cfg, data):
+    args = trl.SFTConfig(output_dir="out", model_init_kwargs={"dtype": "bfloat16"})
+    model_id = cfg.model
+    trl.SFTTrainer(model=model_id, args=args, train_dataset=data).train()
+""",
+            refusal="`model_id` is assigned after this line",
+        ),
+    )

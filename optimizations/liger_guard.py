@@ -1,0 +1,360 @@
+"""Liger-Kernel, guarded: ``use_liger_kernel`` on a config only where Liger's fused kernels help.
+
+Targets ``TrainingArguments``-family configs (``transformers``, ``trl``). The flag becomes
+``use_liger_kernel=liger_kernel_usable(model)``, a vendored run-time check
+(``optimizations/runtime/liger.py``, copied beside the file as ``_perfbot_liger.py``) that is true only when
+``liger_kernel`` imports, a GPU is present, Liger has kernels for the model type and the model carries no
+PEFT adapter, so the patched program runs unchanged where Liger is missing. ``model`` is the model the
+trainer that takes this config trains, so it must be bound, with its final value, where the config is built.
+
+What the seed learnt (tier-1 plan, commits b8dd473 and 2745dd9): Liger's kernels do not compose with PEFT's
+LoRA layers (the LoRA SFT run got 2x slower), and Liger was turned off beside DPO's precomputed reference
+log-probs. So configs whose trainer gets a LoRA model (``peft_config=``, or a model wrapped by
+``get_peft_model`` here, directly or through a function of this module) are refused with that reason, as is a
+DPO config with ``precompute_ref_log_probs=True``. TRL 1.x applies only Liger's layer kernels (RMSNorm, RoPE,
+SwiGLU) and keeps its own fused LM-head loss, and has deprecated the flag in favour of Hub kernels: the win is
+on full fine-tunes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+
+from optimizations.codemod import (
+    OptimizationCodemod,
+    add_keywords,
+    code_of,
+    expr,
+    keyword,
+    literal_value,
+    qualified_under,
+    replace_keyword,
+    run_codemod,
+    star_kwargs,
+)
+from optimizations.dataloader_workers import HF_CONFIGS
+from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
+
+HELPER = "liger_kernel_usable"
+RUNTIME_MODULE = "liger"
+LORA_SLOWDOWN = (
+    "Liger's kernels do not compose with PEFT's LoRA layers (a LoRA SFT run took 2x as long with them); "
+    "keep use_liger_kernel off on LoRA runs"
+)
+PRECOMPUTE_CLASH = (
+    "DPO precomputes the reference log-probs here (precompute_ref_log_probs=True), and Liger had to be turned "
+    "off beside them when this plan was first carried out: keep one of the two"
+)
+EXPLICITLY_OFF = (
+    "use_liger_kernel=False is set explicitly and perfbot keeps that choice; replace it with the run-time "
+    "check if Liger should be used where it helps"
+)
+
+
+class _GuardLiger(OptimizationCodemod):
+    optimization_id = "liger_guard"
+    METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+
+    def __init__(self, context, path, ctx: RepoContext):
+        super().__init__(context, path)
+        self.ctx = ctx
+        self.edited = False
+        self.links: TrainerLinks | None = None
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.links = TrainerLinks(self, node)
+
+    def _is_helper(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and (
+            any(n.rpartition(".")[2] == HELPER for n in self.names(node.func))
+            or (isinstance(node.func, cst.Name) and node.func.value == HELPER)
+        )
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if not qualified_under(self.names(original_node.func), ("transformers", "trl"), HF_CONFIGS):
+            return updated_node
+        current = keyword(original_node, "use_liger_kernel")
+        if current is not None and self._is_helper(current.value):
+            return updated_node
+        message = (
+            f"{code_of(original_node.func)}(...): use_liger_kernel where Liger helps (checked at run time)"
+        )
+        model, precompute, reason = self._guard_inputs(original_node, current)
+        if reason is not None:
+            self.refused(original_node, message, reason)
+            return updated_node
+        arguments = model if precompute is None else f"{model}, precompute_ref_log_probs={precompute}"
+        guard = expr(f"{HELPER}({arguments})")
+        if current is not None:
+            call = replace_keyword(updated_node, "use_liger_kernel", guard)
+        else:
+            call = add_keywords(updated_node, [("use_liger_kernel", guard)])
+        self.changed(original_node, message)
+        self.edited = True
+        return call
+
+    def _guard_inputs(self, call: cst.Call, current: cst.Arg | None) -> tuple[str, str | None, str | None]:
+        """``(model code, precompute code or None, None)`` for the guard, or ``("", None, reason)`` to refuse."""
+        setting = None if current is None else literal_value(current.value)
+        if current is not None and setting not in (True, False):
+            return (
+                "",
+                None,
+                f"use_liger_kernel comes from `{code_of(current.value)}`; guard it where that is set",
+            )
+        hidden = star_kwargs(call)
+        if hidden is not None:
+            return (
+                "",
+                None,
+                f"settings are passed through `**{code_of(hidden.value)}`; add it where that is built",
+            )
+        model, reason = self._trained_model(call)
+        precompute = keyword(call, "precompute_ref_log_probs")
+        precompute_value = None if precompute is None else literal_value(precompute.value)
+        if reason is None and precompute_value is True:
+            reason = PRECOMPUTE_CLASH
+        if reason is None and setting is False:
+            reason = EXPLICITLY_OFF
+        if reason is not None:
+            return "", None, reason
+        precompute_code = (
+            code_of(precompute.value) if precompute is not None and precompute_value is ... else None
+        )
+        return model, precompute_code, None
+
+    def _trained_model(self, call: cst.Call) -> tuple[str, str | None]:
+        """The code of the model the config's trainer trains, readable at the config call; or why not."""
+        trainers = self.links.trainers_receiving(call)
+        if not trainers:
+            return "", (
+                "no trainer call in this module takes this config as args=, so the guard cannot see the model; "
+                "build the config where the model and trainer are, or set use_liger_kernel by hand for full "
+                "fine-tunes only"
+            )
+        for trainer in trainers:
+            peft = keyword(trainer, "peft_config")
+            if peft is not None and literal_value(peft.value) is not None:
+                adapter = f"peft_config={code_of(peft.value)}"
+                return "", f"the trainer adds a LoRA adapter ({adapter}): {LORA_SLOWDOWN}"
+            if keyword(trainer, "model_init") is not None:
+                return "", "the trainer builds its model with model_init, which the guard cannot see"
+        models = {code_of(m): m for t in trainers if (m := self.links.model_argument(t)) is not None}
+        if len(models) != 1:
+            return (
+                "",
+                "the trainers that take this config train different models; set use_liger_kernel by hand",
+            )
+        model = next(iter(models.values()))
+        scope = self.links.scope(call)
+        wrapped = self.links.peft_wrap(model, scope)
+        if wrapped is not None:
+            return "", f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
+        problem = self.links.unbound_at(model, self.line(call), self.line(trainers[0]), scope)
+        if problem is not None:
+            return "", f"the guard needs the trained model where the config is built, but {problem}"
+        return code_of(model), None
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.edited:
+            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
+            relative = 1 if target.startswith(".") else 0
+            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), HELPER, relative=relative)
+        return updated_node
+
+
+class LigerGuard(Optimization):
+    """Liger-Kernel's fused Triton kernels, switched on at run time only where they help (never on LoRA)."""
+
+    id = "liger_guard"
+    title = "use Liger-Kernel where it helps, checked at run time"
+    tier = 1
+    expected = "+10-20% full fine-tune throughput"
+    summary = "use_liger_kernel guarded by a run-time check: liger installed, supported model, no LoRA, no DPO precompute"
+    scope = "train"
+    keywords = ("use_liger_kernel", "liger")
+
+    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
+        return run_codemod(lambda context, p: _GuardLiger(context, p, ctx), source, path)
+
+    examples = (
+        Example(
+            "full_fine_tune",
+            before="""\
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+
+def train(path, data):
+    model = AutoModelForCausalLM.from_pretrained(path)
+    args = SFTConfig(output_dir="out", bf16=True)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+""",
+            after="""\
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(path, data):
+    model = AutoModelForCausalLM.from_pretrained(path)
+    args = SFTConfig(output_dir="out", bf16=True, use_liger_kernel=liger_kernel_usable(model))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+""",
+        ),
+        Example(
+            "module_import_inline_config_hub_model",
+            before="""\
+import trl
+
+
+def train(data):
+    trainer = trl.SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=trl.SFTConfig(output_dir="out"), train_dataset=data)
+    trainer.train()
+""",
+            after="""\
+import trl
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(data):
+    trainer = trl.SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=trl.SFTConfig(output_dir="out", use_liger_kernel=liger_kernel_usable("Qwen/Qwen2.5-0.5B")), train_dataset=data)
+    trainer.train()
+""",
+        ),
+        Example(
+            "aliased_multiline_unguarded_flag_with_comments",
+            before="""\
+import transformers as hf
+
+
+def train(model, data, cfg):
+    args = hf.TrainingArguments(
+        output_dir=cfg.out,  # checkpoints
+        use_liger_kernel=True,  # fused kernels
+        bf16=True
+    )
+    return hf.Trainer(model, args, train_dataset=data).train()
+""",
+            after="""\
+import transformers as hf
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(model, data, cfg):
+    args = hf.TrainingArguments(
+        output_dir=cfg.out,  # checkpoints
+        use_liger_kernel=liger_kernel_usable(model),  # fused kernels
+        bf16=True
+    )
+    return hf.Trainer(model, args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "dpo_precompute_from_settings",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+
+def train(model, data, dpo):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=dpo["precompute"])
+    DPOTrainer(model=model, args=config, train_dataset=data).train()
+""",
+            after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(model, data, dpo):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=dpo["precompute"], use_liger_kernel=liger_kernel_usable(model, precompute_ref_log_probs=dpo["precompute"]))
+    DPOTrainer(model=model, args=config, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "already_guarded",
+            before="""\
+from _perfbot_liger import liger_kernel_usable
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data):
+    args = SFTConfig(output_dir="out", use_liger_kernel=liger_kernel_usable(model))
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "refuses_model_wrapped_by_get_peft_model",
+            before="""\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+
+def load(path):
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+
+
+def train(path, data):
+    model = load(path)
+    args = SFTConfig(output_dir="out", use_liger_kernel=True)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+            refusal="the model is a LoRA model (line 12: `load(...)`, which wraps it with `get_peft_model`)",
+        ),
+        Example(
+            "refuses_trainer_peft_config",
+            before="""\
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data):
+    lora = LoraConfig(r=16, target_modules=["q_proj", "v_proj"])
+    args = SFTConfig(output_dir="out")
+    SFTTrainer(model=model, args=args, train_dataset=data, peft_config=lora).train()
+""",
+            refusal="took 2x as long",
+        ),
+        Example(
+            "refuses_dpo_precompute",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+
+def train(model, data):
+    args = DPOConfig(output_dir="out", precompute_ref_log_probs=True)
+    DPOTrainer(model=model, args=args, train_dataset=data).train()
+""",
+            refusal="precompute_ref_log_probs=True",
+        ),
+        Example(
+            "refuses_model_built_after_config",
+            before="""\
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+
+def train(path, data):
+    args = SFTConfig(output_dir="out")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+            refusal="`model` is assigned after this line (line 7)",
+        ),
+        Example(
+            "refuses_config_without_trainer",
+            before="""\
+from trl import SFTConfig
+
+
+def make_args(out):
+    return SFTConfig(output_dir=out)
+""",
+            refusal="no trainer call in this module takes this config",
+        ),
+    )

@@ -1,0 +1,230 @@
+"""Which trainer receives a ``TrainingArguments``-family config, what model it trains, and where names are bound.
+
+A transform that adds a run-time check to a config call (``use_liger_kernel=liger_kernel_usable(model)``,
+an attention picker in ``model_init_kwargs``) needs the model the config will train, evaluated where the
+config is built. These queries follow libcst's scope analysis: the config's binding to the trainer call that
+takes it as ``args``, the trainer's ``model`` argument, and that model's own bindings (where it is assigned,
+whether it is reassigned before the trainer sees it, whether a PEFT adapter wraps it). Codemods that use them
+list :data:`LINK_METADATA` among their metadata dependencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import GlobalScope, ParentNodeProvider, Scope, ScopeProvider
+
+from optimizations.codemod import OptimizationCodemod, code_of, keyword, qualified_under
+
+LINK_METADATA = (ScopeProvider, ParentNodeProvider)
+
+# Position of ``args`` among a trainer's positional parameters, where callers pass it positionally.
+ARGS_POSITION = {"Trainer": 1, "Seq2SeqTrainer": 1, "SFTTrainer": 1, "RewardTrainer": 1, "DPOTrainer": 2}
+# peft callables that return a model with adapter layers in it.
+PEFT_WRAPPERS = ("get_peft_model", "inject_adapter_in_model", "from_pretrained")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where a name is bound: the line, and the assigned value (``None`` for a parameter, import, loop target)."""
+
+    line: int
+    value: cst.BaseExpression | None
+
+
+def root_name(node: cst.BaseExpression) -> cst.Name | None:
+    """The name an attribute/subscript chain starts from (``cfg`` in ``cfg.model["path"]``)."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def is_plain_reference(node: cst.BaseExpression) -> bool:
+    """A string, a name, or attributes/literal subscripts of one: safe to evaluate a second time."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    if isinstance(node, cst.Subscript):
+        return is_plain_reference(node.value) and all(
+            isinstance(element.slice, cst.Index)
+            and isinstance(element.slice.value, (cst.SimpleString, cst.Integer, cst.Name))
+            for element in node.slice
+        )
+    if isinstance(node, cst.Attribute):
+        return is_plain_reference(node.value)
+    return isinstance(node, cst.Name)
+
+
+class TrainerLinks:
+    """Scope queries over one module, through the metadata of the codemod that is transforming it."""
+
+    def __init__(self, codemod: OptimizationCodemod, module: cst.Module):
+        self.codemod = codemod
+        self.peft_functions = self._peft_wrapping_functions(module)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The node that holds ``node`` in the module being transformed."""
+        return self.codemod.get_metadata(ParentNodeProvider, node, None)
+
+    def scope(self, node: cst.CSTNode) -> Scope | None:
+        """The scope (module, function, class, comprehension) ``node`` is evaluated in."""
+        return self.codemod.get_metadata(ScopeProvider, node, None)
+
+    # -- config -> trainer ------------------------------------------------------------------------------
+    def trainers_receiving(self, config_call: cst.Call) -> list[cst.Call]:
+        """The trainer calls that take ``config_call``'s result as ``args``: inline, or through its variable."""
+        parent = self.parent(config_call)
+        if isinstance(parent, cst.Arg):
+            trainer = self.parent(parent)
+            return [trainer] if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, parent) else []
+        target = self.assigned_name(config_call)
+        scope = self.scope(config_call)
+        if target is None or scope is None:
+            return []
+        trainers = []
+        for assignment in scope.assignments[target.value]:
+            if assignment.node is not target:
+                continue
+            for reference in assignment.references:
+                arg = self.parent(reference.node)
+                trainer = self.parent(arg) if isinstance(arg, cst.Arg) else None
+                if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, arg):
+                    trainers.append(trainer)
+        return trainers
+
+    def assigned_name(self, value: cst.BaseExpression) -> cst.Name | None:
+        """``name`` when ``value`` is the whole right-hand side of ``name = value`` (or ``name: T = value``)."""
+        statement = self.parent(value)
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0].target
+        elif isinstance(statement, cst.AnnAssign):
+            target = statement.target
+        else:
+            return None
+        return target if isinstance(target, cst.Name) else None
+
+    def _trainer_class(self, call: cst.Call) -> str | None:
+        for name in self.codemod.names(call.func):
+            head, _, last = name.rpartition(".")
+            if last.endswith("Trainer") and head.split(".")[0] in ("transformers", "trl"):
+                return last
+        return None
+
+    def _takes_as_args(self, call: cst.Call, arg: cst.Arg) -> bool:
+        trainer = self._trainer_class(call)
+        if trainer is None or arg.star:
+            return False
+        if arg.keyword is not None:
+            return arg.keyword.value == "args"
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        return ARGS_POSITION.get(trainer) == positional.index(arg)
+
+    @staticmethod
+    def model_argument(trainer: cst.Call) -> cst.BaseExpression | None:
+        """The trainer's ``model`` argument (keyword or first positional)."""
+        model = keyword(trainer, "model")
+        if model is not None:
+            return model.value
+        first = trainer.args[0] if trainer.args else None
+        return first.value if first is not None and first.keyword is None and not first.star else None
+
+    # -- bindings ---------------------------------------------------------------------------------------
+    def bindings(self, name: str, scope: Scope) -> tuple[list[Binding], bool]:
+        """The bindings of ``name`` in ``scope`` itself, and whether an enclosing scope binds it instead."""
+        local = [
+            Binding(self.codemod.line(a.node), self._assigned_value(a.node))
+            for a in scope.assignments[name]
+            if a.scope is scope and isinstance(a.node, cst.CSTNode)
+        ]
+        outer = scope.parent
+        enclosing = False
+        while not local and outer is not None:
+            if any(a.scope is outer for a in outer.assignments[name]):
+                enclosing = True
+                break
+            outer = None if isinstance(outer, GlobalScope) else outer.parent
+        return local, enclosing
+
+    def _assigned_value(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """The right-hand side that binds ``node`` (a target name), through tuple unpacking."""
+        current = self.parent(node)
+        while isinstance(current, (cst.Element, cst.Tuple, cst.List, cst.AssignTarget, cst.StarredElement)):
+            current = self.parent(current)
+        if isinstance(current, (cst.Assign, cst.AnnAssign)):
+            return current.value
+        return None
+
+    def unbound_at(self, expression: cst.BaseExpression, line: int, until: int, scope: Scope) -> str | None:
+        """Why ``expression`` cannot be evaluated at ``line`` to the value it has at ``until``; ``None`` if it can.
+
+        It can when it is a string, or its root name is bound in an enclosing scope, or bound in ``scope``
+        before ``line`` and not rebound from ``line`` to ``until``.
+        """
+        if isinstance(expression, (cst.SimpleString, cst.ConcatenatedString)):
+            return None
+        name = root_name(expression)
+        if name is None or not is_plain_reference(expression):
+            return f"`{code_of(expression)}` is built inside the trainer call"
+        local, enclosing = self.bindings(name.value, scope)
+        if not local:
+            return None if enclosing else f"`{name.value}` is not bound in this module"
+        if not any(b.line < line for b in local):
+            return f"`{name.value}` is assigned after this line (line {min(b.line for b in local)})"
+        rebound = [b.line for b in local if line <= b.line <= until]
+        if rebound:
+            return f"`{name.value}` is reassigned at line {rebound[0]}, after this line"
+        return None
+
+    # -- PEFT ---------------------------------------------------------------------------------------------
+    def peft_wrap(self, expression: cst.BaseExpression, scope: Scope) -> str | None:
+        """The code that wraps the model ``expression`` names with a PEFT adapter in this module, if any."""
+        name = root_name(expression)
+        if name is None:
+            return None
+        for binding in self.bindings(name.value, scope)[0]:
+            if binding.value is not None:
+                found = self._peft_call_in(binding.value)
+                if found is not None:
+                    return f"line {binding.line}: {found}"
+        return None
+
+    def _peft_call_in(self, node: cst.CSTNode) -> str | None:
+        """A call in ``node`` that adds a PEFT adapter: a peft wrapper, or a function here that calls one."""
+        for call in calls_in(node):
+            if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
+                return f"`{code_of(call.func)}(...)`"
+            if isinstance(call.func, cst.Name) and call.func.value in self.peft_functions:
+                return f"`{call.func.value}(...)`, which wraps it with {self.peft_functions[call.func.value]}"
+        return None
+
+    def _peft_wrapping_functions(self, module: cst.Module) -> dict[str, str]:
+        """Module-level functions that call a peft wrapper, directly or through each other."""
+        functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+        wrapping: dict[str, str] = {}
+        changed = True
+        while changed:
+            changed = False
+            for name, function in functions.items():
+                if name in wrapping:
+                    continue
+                for call in calls_in(function.body):
+                    if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
+                        wrapping[name] = f"`{code_of(call.func)}`"
+                    elif isinstance(call.func, cst.Name) and call.func.value in wrapping:
+                        wrapping[name] = wrapping[call.func.value]
+                    if name in wrapping:
+                        changed = True
+                        break
+        return wrapping
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside ``node``, outermost first."""
+    calls: list[cst.Call] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            calls.append(call)
+
+    node.visit(Collector())
+    return calls
