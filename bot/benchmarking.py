@@ -28,9 +28,10 @@ def bench_spec(root: Path, args: argparse.Namespace) -> BenchSpec:
         raise BadInput(f"bad benchmark option: {exc}") from exc
 
 
-def results_path(root: Path, branch: str) -> Path:
-    """Where a branch's results JSON is kept: ``.bot/results/<branch>.json`` (ignored by git)."""
-    return root / ".bot" / "results" / f"{branch.replace('/', '-')}.json"
+def results_path(root: Path, branch: str, name: str = "") -> Path:
+    """Where a branch's results JSON is kept: ``.bot/results/<branch>[-name].json`` (ignored by git)."""
+    stem = branch.replace("/", "-") + (f"-{name}" if name else "")
+    return root / ".bot" / "results" / f"{stem}.json"
 
 
 def benchmark(
@@ -39,13 +40,20 @@ def benchmark(
     revisions: list[str],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     on_run=None,
+    name: str = "",
 ) -> tuple[Results, Path]:
     """Run the matrix locally (one job per visible GPU), save the JSON, write a git note on each commit."""
     runner = LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
     results = run_bench(workspace.repo, spec, revisions, runner, thresholds=thresholds, progress=on_run)
-    path = results.save(results_path(workspace.root, workspace.branch))
+    path = results.save(results_path(workspace.root, workspace.branch, name))
     write_notes(workspace.repo, results)
     return results, path
+
+
+def revisions_to_measure(workspace: Workspace, baseline: str) -> list[str]:
+    """The baseline, every bot commit after it, and the head when it is neither (a revert, say)."""
+    revisions = [baseline, *(c.sha for c in workspace.bot_commits(baseline))]
+    return revisions if workspace.head in revisions else [*revisions, workspace.head]
 
 
 def bench_and_report(
@@ -62,7 +70,6 @@ def bench_and_report(
 
     spec = bench_spec(workspace.root, args)
     thresholds = Thresholds(loss_tolerance=plan.loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance)
-    revisions = [progress.baseline, *(c.sha for c in workspace.bot_commits(progress.baseline))]
 
     def on_run(done: int, total: int, record: RunRecord) -> None:
         progress.headline = (
@@ -71,35 +78,60 @@ def bench_and_report(
         progress.bench = {"done": done, "total": total}
         tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url))
 
-    results, path = benchmark(workspace, spec, revisions, thresholds, on_run)
+    def rebench(revisions: list[str]) -> Results:
+        progress.headline = "Re-measuring the head after dropping regressions"
+        return benchmark(workspace, spec, revisions, thresholds, on_run, name="after-drop")[0]
+
+    results, path = benchmark(
+        workspace, spec, revisions_to_measure(workspace, progress.baseline), thresholds, on_run
+    )
     progress.bench = {
         "results": str(path),
         "runs": len(results.runs),
         "failed_runs": len(results.failed_runs),
     }
-    publish_reports(tracker, issue, plan, progress, results, workspace, commit_url=commit_url)
+    publish_reports(
+        tracker,
+        issue,
+        plan,
+        progress,
+        results,
+        workspace,
+        commit_url=commit_url,
+        drop=args.drop_regressions,
+        rebench=rebench,
+        results_path=str(path),
+    )
     return results
 
 
 def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
-    """``bot bench [REV...]``: the given revisions, or the baseline and every bot commit of the branch."""
+    """``bot bench [REV...]``: the given revisions, or the baseline and every bot commit of the branch.
+
+    From a ``/bot bench`` comment (``tracker`` given) the results, verdict and note comments are updated too.
+    """
     workspace = Workspace(args.repo)
     workspace.check_ready()
     spec = bench_spec(workspace.root, args)
-    revisions = [workspace.repo.commit(r).hexsha for r in args.revs] if args.revs else None
-    if revisions is None:
-        baseline = workspace.baseline()
-        revisions = [baseline, *(c.sha for c in workspace.bot_commits(baseline))]
+    if args.revs:
+        revisions = [workspace.repo.commit(r).hexsha for r in args.revs]
+    else:
+        revisions = revisions_to_measure(workspace, workspace.baseline())
     results, path = benchmark(workspace, spec, revisions)
     issue = getattr(args, "issue", None)
     if tracker is not None and issue is not None:
-        from bot.report import publish_results
+        from bot.report import publish_reports
 
-        publish_results(
+        issue = int(issue) if str(issue).isdigit() else issue
+        publish_reports(
             tracker,
-            int(issue) if str(issue).isdigit() else issue,
+            issue,
+            None,
+            None,
             results,
-            getattr(tracker, "commit_url", None),
+            workspace,
+            commit_url=getattr(tracker, "commit_url", None),
+            results_path=str(path),
         )
     print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
     for workload, commits in results.summary.items():

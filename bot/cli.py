@@ -14,6 +14,8 @@ from pathlib import Path
 
 from bot.errors import BadInput, BotError
 from bot.plan import Plan, PlanError, parse_plan
+from bot.regressions import add_drop_regressions_argument
+from bot.review import add_review_arguments
 from optimizations.registry import registry
 
 
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--issue", metavar="N", help="read the plan from this issue")
     apply.add_argument("--repo", default=".", help="target repository (default: .)")
     _bench_options(apply)
+    add_drop_regressions_argument(apply)
     apply.add_argument("--bench", action="store_true", help="benchmark the baseline and every commit")
     apply.add_argument(
         "--no-push",
@@ -67,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("revs", nargs="*", metavar="REV")
     bench.add_argument("--repo", default=".", help="target repository (default: .)")
     _bench_options(bench)
+    add_drop_regressions_argument(bench)
+
+    review = commands.add_parser("review", help="the reviewer verdict for a commit range")
+    add_review_arguments(review)
 
     commands.add_parser("status", help="where the current run stands (its progress comment)")
     commands.add_parser("help", help="show the commands")
@@ -240,6 +247,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench(args)
 
 
+def cmd_review(args: argparse.Namespace) -> int:
+    from bot.review import cmd_review as review
+
+    return review(args)
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     from bot.scan import render_plan, scan
 
@@ -303,6 +316,7 @@ COMMANDS = {
     "scan": cmd_scan,
     "apply": cmd_apply,
     "bench": cmd_bench,
+    "review": cmd_review,
     "handle-event": cmd_handle_event,
     "serve": cmd_serve,
     "init": cmd_init,

@@ -36,6 +36,6 @@ def run_comment_command(request: CommandRequest) -> int:
     if args.command == "review":
         from bot.review import cmd_review
 
-        args.issue = str(request.issue)
+        args.issue, args.post = str(request.issue), True
         return cmd_review(args, tracker=request.tracker)
     raise ValueError(f"no runner for /bot {args.command}")

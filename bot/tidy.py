@@ -25,7 +25,12 @@ def uses_ruff(root: Path) -> bool:
 
 def _ruff(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ruff", *args], cwd=root, input=stdin, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "ruff", *args],
+        cwd=root,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 

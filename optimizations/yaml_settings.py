@@ -1,0 +1,88 @@
+"""Reading and setting one key in YAML config files without disturbing the rest of the file.
+
+PyYAML composes the document into nodes that know where they start and end in the text; a value is changed by
+replacing exactly that span, so comments, key order, quoting and indentation stay as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+# How each YAML 1.1 boolean spelling is turned on, in the same case style.
+_TURNED_ON = {
+    "false": "true",
+    "False": "True",
+    "FALSE": "TRUE",
+    "no": "yes",
+    "No": "Yes",
+    "NO": "YES",
+    "off": "on",
+    "Off": "On",
+    "OFF": "ON",
+}
+
+
+@dataclass(frozen=True)
+class YamlSetting:
+    """One ``key: value`` of a mapping in a YAML file, the mapping's other keys and values, and its position."""
+
+    path: str
+    line: int
+    key: str
+    value: object
+    text: str  # the value as written
+    start: int
+    end: int
+    siblings: dict[str, object]  # every scalar key of the mapping holding the setting -> its value
+
+
+def settings(path: str, text: str, key: str) -> list[YamlSetting]:
+    """Every scalar ``key:`` in any mapping of the file's documents; none when the file is not plain YAML."""
+    try:
+        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return []
+    found: list[YamlSetting] = []
+    pending = [d for d in documents if d is not None]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend(node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        siblings = {
+            k.value: _scalar(v)
+            for k, v in node.value
+            if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+        }
+        for name, value in node.value:
+            pending.append(value)
+            if isinstance(name, yaml.ScalarNode) and name.value == key and isinstance(value, yaml.ScalarNode):
+                start, end = value.start_mark.index, value.end_mark.index
+                found.append(
+                    YamlSetting(
+                        path,
+                        value.start_mark.line + 1,
+                        key,
+                        _scalar(value),
+                        text[start:end],
+                        start,
+                        end,
+                        siblings,
+                    )
+                )
+    return sorted(found, key=lambda s: s.start)
+
+
+def _scalar(node: yaml.ScalarNode) -> object:
+    """The Python value PyYAML's safe loader gives a scalar node."""
+    return yaml.SafeLoader("").construct_object(node, deep=True)
+
+
+def turn_on(text: str, setting: YamlSetting) -> str | None:
+    """The file with a false boolean ``setting`` switched to true in its own spelling; ``None`` if it is not one."""
+    if setting.value is not False or setting.text not in _TURNED_ON:
+        return None
+    return text[: setting.start] + _TURNED_ON[setting.text] + text[setting.end :]
