@@ -7,12 +7,8 @@ The data is synthetic and seeded, and the math is deterministic, so the per-step
 (``step=N loss=X``) are comparable from one commit to the next.
 """
 
-import os
-
-# cuBLAS needs a fixed workspace to be deterministic; it must be set before CUDA initialises.
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
 import argparse
+import os
 import time
 
 import numpy as np
@@ -110,6 +106,8 @@ def parse_args():
 def main():
     args = parse_args()
     size = SIZES[args.size]
+    # cuBLAS needs a fixed workspace to be deterministic; set it before the first CUDA matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = False
@@ -146,7 +144,7 @@ def main():
         losses.append(loss.item())
         if step % args.log_every == 0:
             elapsed = time.perf_counter() - started
-            print(f"[train] step {step}/{args.max_steps} loss {losses[-1]:.4f} ({elapsed:.1f}s)", flush=True)
+            print(f"[train] step {step}/{args.max_steps} loss {losses[-1]:.4f} ({elapsed:.3f}s)", flush=True)
 
     print(f"[train] {len(losses)} steps in {time.perf_counter() - started:.1f}s")
     for step, value in enumerate(losses):

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `bot apply --tier 1 --bench` on a fresh git copy of the example repository, at a chosen size, on this
+# machine's GPUs; the results JSON and the four comments are copied to $OUT (default: ./bench-out).
+# Usage: benchmarks/example_on_gpu.sh SIZE [bot apply options...]
+#   e.g. benchmarks/example_on_gpu.sh gpu --workload sft --repeats 3 --steps 30
+set -euo pipefail
+size=${1:?size: tiny or gpu}
+shift
+perfbot=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$PWD/bench-out}
+work=$(mktemp -d)/example-trainer
+export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PERFBOT_EXAMPLE_CACHE=${PERFBOT_EXAMPLE_CACHE:-/tmp/perfbot-example-cache}
+mkdir -p "$out"
+cp -r "$perfbot/examples/trainer_repo" "$work"
+cd "$work"
+git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
+status=0
+python3 -m bot.cli apply --tier 1 --bench --size "$size" "$@" || status=$?
+cp .bot/results/*.json "$out/" 2>/dev/null || true
+for kind in progress results reviewer-verdict note; do
+    cp ".bot/issues/plan/$kind.md" "$out/$kind.md" 2>/dev/null || true
+done
+git log --format='%h %s' main..HEAD
+exit $status

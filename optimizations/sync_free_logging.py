@@ -1,0 +1,380 @@
+"""Sync-free loss logging: stop reading the loss on the host every step of a hand-written training loop.
+
+``loss.item()`` / ``float(loss)`` waits for the GPU to finish the step, so the host cannot queue the next
+one while the GPU runs. Three per-step shapes are rewritten so the value stays on the device and the host
+reads it only where the loop logs (inside its existing logging ``if``) and after the loop:
+
+- ``running += loss.item()`` → ``running += loss.detach().double()``; reads of ``running`` become
+  ``float(running)``. The float64 sum on the device is the same IEEE arithmetic as the Python float sum.
+- ``value = loss.item()`` → ``value = loss.detach()``; reads become ``float(value)``.
+- ``history.append(loss.item())`` (``history`` a list built in the function) → ``history.append(loss.detach())``,
+  ``float(history[i])`` in the logging block, and ``history = [float(v) for v in history]`` after the loop.
+
+The logged and returned numbers are exactly the ones the loop printed before. A read the rewrite cannot keep
+exact (used every step, inside a closure, a list the function did not build) is refused with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from optimizations.codemod import code_of, literal_value, run_codemod
+from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.training_loops import (
+    LOOPS,
+    NESTED_SCOPES,
+    PlannedCodemod,
+    float_of,
+    is_method_call,
+    loss_names,
+    training_loops,
+    walk,
+)
+
+# Methods that keep a tensor's value (on the host or the device) and may sit between the loss and `.item()`.
+PASS_THROUGH = ("detach", "cpu", "float")
+
+
+@dataclass
+class _Plan:
+    """Edits for one host read, committed only when every check passes."""
+
+    replacements: dict[cst.CSTNode, object] = field(default_factory=dict)
+    after_loop: list[tuple[str, cst.BaseStatement]] = field(default_factory=list)
+
+
+class _Refused(Exception):
+    """A check failed; the message is the reason."""
+
+
+class _SyncFree(PlannedCodemod):
+    optimization_id = "sync_free_logging"
+
+    def plan(self, module: cst.Module) -> None:
+        self.materialized: set[tuple[int, str]] = set()
+        for loop in training_loops(module):
+            losses = loss_names(loop)
+            for node in walk(loop.body, NESTED_SCOPES + LOOPS):
+                loss = self._host_read_of_loss(node, losses)
+                if loss is None or self.in_logging_block(node, loop):
+                    continue
+                self._plan_read(loop, node, loss)
+
+    def _host_read_of_loss(self, node: cst.CSTNode, losses: set[str]) -> cst.Name | None:
+        """The loss name when ``node`` is ``<loss>[.detach()/.cpu()/.float()].item()`` or ``float(<loss>...)``."""
+        if is_method_call(node, "item") and not node.args:
+            inner = node.func.value
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Name)
+            and node.func.value == "float"
+            and len(node.args) == 1
+            and "builtins.float" in self.names(node.func)
+        ):
+            inner = node.args[0].value
+        else:
+            return None
+        while is_method_call(inner, *PASS_THROUGH) and not inner.args:
+            inner = inner.func.value
+        return inner if isinstance(inner, cst.Name) and inner.value in losses else None
+
+    def _plan_read(self, loop, read: cst.Call, loss: cst.Name) -> None:
+        message = f"`{code_of(read)}` every step → kept on the device, read where the loop logs"
+        holder = self.parent(read)
+        try:
+            if isinstance(holder, cst.AugAssign) and isinstance(holder.operator, cst.AddAssign):
+                if not isinstance(holder.target, cst.Name):
+                    raise _Refused(f"the sum goes into `{code_of(holder.target)}`, not a local variable")
+                plan = self._accumulator(loop, holder.target.value, holder)
+                plan.replacements[read] = _detached(loss, "double")
+            elif isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+                target = holder.targets[0].target
+                if not isinstance(target, cst.Name):
+                    raise _Refused(f"the value goes into `{code_of(target)}`, not a local variable")
+                plan = self._value(loop, target.value, holder)
+                plan.replacements[read] = _detached(loss)
+            elif self._appended_to(read) is not None:
+                plan = self._history(loop, self._appended_to(read))
+                plan.replacements[read] = _detached(loss)
+            else:
+                raise _Refused(
+                    "it is read on the host every step, outside the loop's logging condition; "
+                    "move it under the `if` that logs"
+                )
+        except _Refused as refusal:
+            self.refused(read, message, str(refusal))
+            return
+        self.replacements.update(plan.replacements)
+        for list_name, statement in plan.after_loop:
+            key = (id(loop), list_name)
+            if key not in self.materialized:
+                self.materialized.add(key)
+                self.inserted_after.setdefault(loop, []).append(statement)
+        self.changed(read, message)
+
+    def _appended_to(self, node: cst.CSTNode) -> str | None:
+        """``L`` when ``node`` is the only argument of an ``L.append(...)`` statement."""
+        arg = self.parent(node)
+        call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        if (
+            is_method_call(call, "append")
+            and len(call.args) == 1
+            and isinstance(call.func.value, cst.Name)
+            and isinstance(self.parent(call), cst.Expr)
+        ):
+            return call.func.value.value
+        return None
+
+    # -- the three shapes -----------------------------------------------------------------------------------
+    def _accumulator(self, loop, name: str, own: cst.AugAssign) -> _Plan:
+        body = self.enclosing_body(loop)
+        reads, writes, nested = self.reads_and_writes(body, name)
+        self._no_closures(name, nested)
+        if all(write is own for write in writes):
+            raise _Refused(f"`{name}` is not started from a number in this function")
+        for write in writes:
+            if write is own:
+                continue
+            if not (isinstance(write, cst.Assign) and isinstance(literal_value(write.value), (int, float))):
+                raise _Refused(
+                    f"`{name}` is also set from something other than a number (line {self.line(write)})"
+                )
+        return self._wrap_reads(loop, name, reads, float_of)
+
+    def _value(self, loop, name: str, own: cst.Assign) -> _Plan:
+        body = self.enclosing_body(loop)
+        reads, _writes, nested = self.reads_and_writes(body, name)
+        self._no_closures(name, nested)
+        per_step = [
+            read for read in reads if self.within(read, loop) and not self.in_logging_block(read, loop)
+        ]
+        appended_to = {self._appended_to(read) for read in per_step}
+        if None in appended_to:
+            line = self.line(next(r for r in per_step if self._appended_to(r) is None))
+            raise _Refused(f"`{name}` is read every step at line {line}, outside the logging condition")
+        plan = self._wrap_reads(loop, name, [r for r in reads if r not in per_step], float_of)
+        for list_name in appended_to:
+            history = self._history(loop, list_name)
+            plan.replacements.update(history.replacements)
+            plan.after_loop.extend(history.after_loop)
+        return plan
+
+    def _history(self, loop, name: str) -> _Plan:
+        body = self.enclosing_body(loop)
+        reads, writes, nested = self.reads_and_writes(body, name)
+        self._no_closures(name, nested)
+        if not writes:
+            raise _Refused(f"`{name}` is not a list this function builds")
+        for write in writes:
+            empty = isinstance(write, cst.Assign) and (
+                isinstance(write.value, cst.List)
+                and not write.value.elements
+                or isinstance(write.value, cst.Call)
+                and code_of(write.value) == "list()"
+            )
+            if not empty:
+                raise _Refused(f"`{name}` is not a list this function builds empty (line {self.line(write)})")
+        if any(isinstance(n, (cst.Return, cst.Yield)) for n in walk(loop.body)):
+            raise _Refused(f"the loop can return or yield before `{name}` is read back from the device")
+        plan = _Plan()
+        for read in reads:
+            usage = self.parent(read)
+            if not self.within(read, loop):
+                continue  # after the loop, the list holds floats again
+            if isinstance(usage, cst.Attribute) and usage.attr.value == "append":
+                continue
+            if isinstance(usage, cst.Arg) and code_of(self.parent(usage).func) == "len":
+                continue
+            if isinstance(usage, cst.Subscript) and self.in_logging_block(read, loop):
+                plan.replacements[usage] = float_of
+                continue
+            raise _Refused(
+                f"`{name}` is read at line {self.line(read)} inside the loop in a way that needs floats "
+                "every step"
+            )
+        materialize = cst.parse_statement(f"{name} = [float(value) for value in {name}]\n")
+        plan.after_loop.append((name, materialize))
+        return plan
+
+    def _wrap_reads(self, loop, name: str, reads: list[cst.Name], wrap) -> _Plan:
+        plan = _Plan()
+        for read in reads:
+            if self.within(read, loop) and not self.in_logging_block(read, loop):
+                raise _Refused(
+                    f"`{name}` is read every step at line {self.line(read)}, outside the logging condition"
+                )
+            plan.replacements[read] = wrap
+        return plan
+
+    def _no_closures(self, name: str, nested: list[cst.Name]) -> None:
+        if nested:
+            raise _Refused(
+                f"`{name}` is used inside a nested function or lambda (line {self.line(nested[0])})"
+            )
+
+
+def _detached(loss: cst.Name, cast: str | None = None):
+    """A replacement building ``<loss>.detach()`` (and ``.<cast>()``)."""
+    code = f"{loss.value}.detach()" + (f".{cast}()" if cast else "")
+    return lambda _updated: cst.parse_expression(code)
+
+
+class SyncFreeLogging(Optimization):
+    """The loss stays on the device; the host reads it only when the loop logs, so steps queue back to back."""
+
+    id = "sync_free_logging"
+    title = "sync-free loss logging in hand-written loops"
+    tier = 2
+    expected = "-5-30% step time where the GPU waits on the host"
+    summary = "per-step loss.item()/float(loss) → device-side value, read only at the logging condition"
+    scope = "train"
+    keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
+
+    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
+        return run_codemod(lambda context, p: _SyncFree(context, p, ctx), source, path)
+
+    examples = (
+        Example(
+            "running_loss_accumulator",
+            before="""\
+def train(model, loader, optimizer, log_every):
+    running_loss = 0.0
+    for step, batch in enumerate(loader):
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+        if step % log_every == 0:
+            print(f"step {step} loss {running_loss / log_every:.4f}")
+            running_loss = 0.0
+    return running_loss
+""",
+            after="""\
+def train(model, loader, optimizer, log_every):
+    running_loss = 0.0
+    for step, batch in enumerate(loader):
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach().double()
+        if step % log_every == 0:
+            print(f"step {step} loss {float(running_loss) / log_every:.4f}")
+            running_loss = 0.0
+    return float(running_loss)
+""",
+        ),
+        Example(
+            "history_list_scaled_loss_multiline_log",
+            before="""\
+import logging as log_lib
+
+logger = log_lib.getLogger(__name__)
+
+
+def train(model, loader, optimizer, scaler, log_every=10):
+    history = []
+    for step, (inputs, labels) in enumerate(loader):
+        loss = model(inputs, labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        history.append(float(loss.detach()))  # one value per step
+        if step % log_every == 0:
+            logger.info(
+                "step %d loss %.4f",  # the latest step
+                step,
+                history[-1],
+            )
+    return sum(history) / len(history)
+""",
+            after="""\
+import logging as log_lib
+
+logger = log_lib.getLogger(__name__)
+
+
+def train(model, loader, optimizer, scaler, log_every=10):
+    history = []
+    for step, (inputs, labels) in enumerate(loader):
+        loss = model(inputs, labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        history.append(loss.detach())  # one value per step
+        if step % log_every == 0:
+            logger.info(
+                "step %d loss %.4f",  # the latest step
+                step,
+                float(history[-1]),
+            )
+    history = [float(value) for value in history]
+    return sum(history) / len(history)
+""",
+        ),
+        Example(
+            "last_value_read_at_the_end",
+            before="""\
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        last = loss.item()
+    print(f"final loss {last:.3f}")
+""",
+            after="""\
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        last = loss.detach()
+    print(f"final loss {float(last):.3f}")
+""",
+        ),
+        Example(
+            "already_reads_only_when_logging",
+            before="""\
+def train(model, loader, optimizer, log_every):
+    for step, batch in enumerate(loader):
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        if step % log_every == 0:
+            print(step, loss.item())
+""",
+        ),
+        Example(
+            "refuses_progress_bar_every_step",
+            before="""\
+from tqdm import tqdm
+
+
+def train(model, loader, optimizer):
+    progress = tqdm(loader)
+    for batch in progress:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        progress.set_postfix(loss=loss.item())
+""",
+            refusal="every step, outside the loop's logging condition",
+        ),
+        Example(
+            "refuses_value_used_every_step",
+            before="""\
+import math
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise RuntimeError("loss diverged")
+        optimizer.step()
+""",
+            refusal="is read every step",
+        ),
+    )

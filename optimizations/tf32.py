@@ -1,0 +1,280 @@
+"""TF32: float32 matmuls and convolutions on tensor cores, and cuDNN autotuning, set once at start-up.
+
+In a file with a hand-written training loop, the function that holds the loop starts with
+``enable_tf32()`` (vendored as ``_perfbot_gpu_flags.py``): ``fp32_precision = "tf32"`` for cuBLAS matmuls and
+cuDNN where this torch has that API, the legacy ``allow_tf32`` flags otherwise (never both: recent torch
+raises when a program mixes them), and ``cudnn.benchmark = True`` -- left off (``cudnn_benchmark=False``)
+when the file asks for deterministic algorithms. ``TrainingArguments``-family configs get
+``tf32=True if is_torch_tf32_available() else None`` (transformers raises on ``tf32=True`` without an
+Ampere-or-newer GPU).
+
+TF32 keeps float32's range with a 10-bit mantissa in the products: a numerics change, so losses move in
+the last digits. A file that already sets TF32 (any API) is left alone; one that switches it off is refused.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+
+from optimizations.codemod import (
+    add_keywords,
+    code_of,
+    expr,
+    import_end,
+    keyword,
+    literal_value,
+    qualified_under,
+    run_codemod,
+    star_kwargs,
+)
+from optimizations.dataloader_workers import HF_CONFIGS
+from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.training_loops import PlannedCodemod, training_loops, walk
+
+RUNTIME_MODULE = "gpu_flags"
+ENABLE = "enable_tf32"
+HF_CHECK = ("transformers.utils", "is_torch_tf32_available")
+# Settings that decide TF32, by qualified name, and the values that turn it on.
+TF32_SETTINGS = {
+    "torch.backends.cuda.matmul.allow_tf32": (True,),
+    "torch.backends.cudnn.allow_tf32": (True,),
+    "torch.backends.cuda.matmul.fp32_precision": ("tf32",),
+    "torch.backends.cudnn.conv.fp32_precision": ("tf32",),
+    "torch.backends.cudnn.fp32_precision": ("tf32",),
+    "torch.backends.fp32_precision": ("tf32",),
+    "torch.set_float32_matmul_precision": ("high", "medium"),
+}
+# Settings that ask for reproducible kernels, by qualified name, and the values that do.
+DETERMINISM = {
+    "torch.use_deterministic_algorithms": (True,),
+    "torch.backends.cudnn.deterministic": (True,),
+    "torch.backends.cudnn.benchmark": (False,),
+}
+
+
+class _Tf32(PlannedCodemod):
+    optimization_id = "tf32"
+
+    def plan(self, module: cst.Module) -> None:
+        settings = dict(self._settings(module, TF32_SETTINGS))
+        vendored = f"_perfbot_{RUNTIME_MODULE}.{ENABLE}"
+        if any(
+            any(name.endswith(vendored) for name in self.names(node.func))
+            for node in walk(module, ())
+            if isinstance(node, cst.Call)
+        ):
+            return  # enable_tf32() is already called
+        deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
+        for node in walk(module, ()):
+            if isinstance(node, cst.Call) and qualified_under(
+                self.names(node.func), ("transformers", "trl"), HF_CONFIGS
+            ):
+                self._plan_trainer_config(node)
+        functions: list[cst.CSTNode] = []
+        for loop in training_loops(module):
+            owner = self.enclosing_body(loop)
+            if all(owner is not seen for seen in functions):
+                functions.append(owner)
+        for owner in functions:
+            self._plan_startup(module, owner, settings, deterministic)
+
+    def _settings(self, module: cst.Module, table: dict, only_matching: bool = False):
+        """``(node, matches)`` for each assignment to, or call of, a setting in ``table``."""
+        for node in walk(module, ()):
+            if isinstance(node, cst.Assign):
+                targets, value = [t.target for t in node.targets], node.value
+            elif isinstance(node, cst.Call) and node.args:
+                targets, value = [node.func], node.args[0].value
+            else:
+                continue
+            for target in targets:
+                for name in self.names(target) & table.keys():
+                    matches = literal_value(value) in table[name]
+                    if matches or not only_matching:
+                        yield node, matches
+
+    def _plan_startup(
+        self, module: cst.Module, owner: cst.CSTNode, settings: dict, deterministic: bool
+    ) -> None:
+        where = "the module" if isinstance(owner, cst.Module) else f"{owner.name.value}()"
+        message = f"TF32 matmuls/convolutions set at the start of {where}" + (
+            " (cuDNN autotuning left off: the file asks for deterministic algorithms)"
+            if deterministic
+            else " with cuDNN autotuning"
+        )
+        if settings:
+            if any(settings.values()):
+                return  # TF32 is already on
+            off = next(iter(settings))
+            self.refused(
+                owner, message, f"TF32 is switched off explicitly at line {self.line(off)} (`{code_of(off)}`)"
+            )
+            return
+        call = f"{ENABLE}(cudnn_benchmark=False)" if deterministic else f"{ENABLE}()"
+        statement = cst.parse_statement(f"{call}\n")
+        if isinstance(owner, cst.Module):
+            index = import_end(module)
+            if index >= len(module.body):
+                return
+            self.inserted_before.setdefault(module.body[index], []).append(
+                statement.with_changes(leading_lines=[cst.EmptyLine()])
+            )
+        else:
+            first = owner.body.body[0]
+            if _is_docstring(first):
+                self.inserted_after.setdefault(first, []).append(statement)
+            else:
+                self.inserted_before.setdefault(first, []).append(statement)
+        self.runtime_imports.add((RUNTIME_MODULE, ENABLE))
+        self.changed(owner, message)
+
+    def _plan_trainer_config(self, call: cst.Call) -> None:
+        if keyword(call, "tf32") is not None:
+            return  # the author chose
+        callee = code_of(call.func)
+        message = f"{callee}(...): tf32=True where the GPU supports it"
+        hidden = star_kwargs(call)
+        if hidden is not None:
+            self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")
+            return
+        check = expr(f"True if {HF_CHECK[1]}() else None")
+        self.replacements[call] = lambda updated: add_keywords(updated, [("tf32", check)])
+        AddImportsVisitor.add_needed_import(self.context, *HF_CHECK)
+        self.changed(call, message)
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+class Tf32(Optimization):
+    """Float32 matmuls and convolutions on tensor cores (TF32); cuDNN picks the fastest convolution kernels."""
+
+    id = "tf32"
+    title = "TF32 matmuls/convolutions and cuDNN autotuning"
+    tier = 2
+    expected = "up to 2-3x float32 matmul throughput on Ampere+; changes float32 rounding"
+    summary = "enable_tf32() at start-up (fp32_precision API or legacy flags, never both); Trainer: tf32=True"
+    scope = "train"
+    keywords = ("tf32", "tensorfloat", "allow_tf32", "fp32_precision", "cudnn.benchmark")
+
+    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
+        return run_codemod(lambda context, p: _Tf32(context, p, ctx), source, path)
+
+    examples = (
+        Example(
+            "training_function",
+            before="""\
+import torch
+
+
+def main():
+    \"\"\"Train.\"\"\"
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+""",
+            after="""\
+import torch
+from _perfbot_gpu_flags import enable_tf32
+
+
+def main():
+    \"\"\"Train.\"\"\"
+    enable_tf32()
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "aliased_torch_deterministic",
+            before="""\
+import torch as th
+
+
+def train(model, loader, optimizer):
+    th.use_deterministic_algorithms(True)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+            after="""\
+import torch as th
+from _perfbot_gpu_flags import enable_tf32
+
+
+def train(model, loader, optimizer):
+    enable_tf32(cudnn_benchmark=False)
+    th.use_deterministic_algorithms(True)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "trainer_config_multiline",
+            before="""\
+from trl import SFTConfig
+
+
+def build(out):
+    return SFTConfig(
+        output_dir=out,  # checkpoints
+        bf16=True,
+    )
+""",
+            after="""\
+from trl import SFTConfig
+from transformers.utils import is_torch_tf32_available
+
+
+def build(out):
+    return SFTConfig(
+        output_dir=out,  # checkpoints
+        bf16=True,
+        tf32=True if is_torch_tf32_available() else None,
+    )
+""",
+        ),
+        Example(
+            "already_sets_legacy_flags",
+            before="""\
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = True
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "refuses_tf32_switched_off",
+            before="""\
+import torch
+
+
+def train(model, loader, optimizer):
+    torch.set_float32_matmul_precision("highest")
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+            refusal="switched off explicitly",
+        ),
+    )

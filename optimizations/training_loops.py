@@ -1,0 +1,260 @@
+"""Hand-written PyTorch training loops as the host-stall transforms (prefetcher, sync-free logging, fused
+AdamW, TF32) see them, and the codemod base they share.
+
+A *training loop* is the innermost ``for``/``while`` loop whose own body (outside nested functions, classes
+and loops) calls ``.backward()``. Its *loss names* are the names ``.backward()`` is called on
+(``loss.backward()``, ``(loss / accumulation).backward()``, ``scaler.scale(loss).backward()``). A *logging
+block* is the body of an ``if`` in the loop that prints or logs: a host read there costs one sync per logged
+step, not one per step.
+
+:class:`PlannedCodemod` walks the whole module first (``plan``), with qualified names, positions and
+parents at hand, and records its edits by original node: replacements, statements to insert before or after
+a statement, statements to drop, runtime helpers to vendor and import. The transform pass then applies them.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Iterator
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from optimizations.codemod import OptimizationCodemod, code_of
+from optimizations.registry import RepoContext
+
+NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+LOOPS = (cst.For, cst.While)
+LOG_METHODS = frozenset(
+    {
+        "info",
+        "debug",
+        "warning",
+        "error",
+        "log",
+        "log_dict",
+        "log_metric",
+        "log_metrics",
+        "add_scalar",
+        "add_scalars",
+        "write",
+        "set_postfix",
+        "set_postfix_str",
+        "set_description",
+    }
+)
+
+
+def walk(node: cst.CSTNode, stop: tuple[type, ...] = NESTED_SCOPES) -> Iterator[cst.CSTNode]:
+    """``node``'s descendants in source order; nodes of a ``stop`` type are yielded but not entered."""
+    for child in node.children:
+        yield child
+        if not isinstance(child, stop):
+            yield from walk(child, stop)
+
+
+def is_method_call(node: cst.CSTNode, *methods: str) -> bool:
+    """``<receiver>.<method>(...)`` for one of ``methods``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in methods
+    )
+
+
+def backward_calls(loop: cst.For | cst.While) -> list[cst.Call]:
+    """The ``.backward()`` calls of the loop's own body (not of nested loops or functions)."""
+    return [n for n in walk(loop.body, NESTED_SCOPES + LOOPS) if is_method_call(n, "backward")]
+
+
+def training_loops(module: cst.Module) -> list[cst.For | cst.While]:
+    """Every innermost loop that calls ``.backward()`` in its own body, in source order."""
+    return [n for n in walk(module, ()) if isinstance(n, LOOPS) and backward_calls(n)]
+
+
+def loss_names(loop: cst.For | cst.While) -> set[str]:
+    """The names the loop calls ``.backward()`` on, through scaling and arithmetic."""
+    names: set[str] = set()
+    for call in backward_calls(loop):
+        receiver = call.func.value
+        while True:
+            if isinstance(receiver, cst.Name):
+                names.add(receiver.value)
+                break
+            if isinstance(receiver, cst.BinaryOperation):
+                receiver = receiver.left
+            elif is_method_call(receiver, "scale") and receiver.args:
+                receiver = receiver.args[0].value
+            else:
+                break
+    return names
+
+
+def is_log_call(node: cst.CSTNode) -> bool:
+    """``print(...)`` or a logger/tracker/progress-bar method (``logger.info``, ``wandb.log``, ``writer.add_scalar``)."""
+    if not isinstance(node, cst.Call):
+        return False
+    if isinstance(node.func, cst.Name):
+        return node.func.value == "print"
+    return isinstance(node.func, cst.Attribute) and node.func.attr.value in LOG_METHODS
+
+
+def is_logging_block(node: cst.If) -> bool:
+    """An ``if`` whose body prints or logs."""
+    return any(is_log_call(n) for n in walk(node.body))
+
+
+def name_reads_and_writes(
+    body: cst.CSTNode, name: str, parent: Callable[[cst.CSTNode], cst.CSTNode | None]
+) -> tuple[list[cst.Name], list[cst.CSTNode], list[cst.Name]]:
+    """Uses of variable ``name`` in ``body`` (outside nested scopes): reads, writes (the Assign/AugAssign
+    statement parts, or the binding node for any other kind of binding), and uses inside nested scopes."""
+    reads: list[cst.Name] = []
+    writes: list[cst.CSTNode] = []
+    nested: list[cst.Name] = []
+    for node in walk(body, ()):
+        if not isinstance(node, cst.Name) or node.value != name:
+            continue
+        up = parent(node)
+        if (
+            isinstance(up, cst.Attribute)
+            and up.attr is node
+            or isinstance(up, cst.Arg)
+            and up.keyword is node
+        ):
+            continue
+        if _inside_nested_scope(node, body, parent):
+            nested.append(node)
+            continue
+        binding = _binding_of(node, parent)
+        if binding is not None:
+            writes.append(parent(binding) if isinstance(binding, cst.AssignTarget) else binding)
+        else:
+            reads.append(node)
+    return reads, writes, nested
+
+
+def _binding_of(name: cst.Name, parent) -> cst.CSTNode | None:
+    """The node that binds ``name`` when it is an assignment/loop/import/``del`` target (unpacking included)."""
+    node: cst.CSTNode = name
+    up = parent(node)
+    while isinstance(up, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        node, up = up, parent(up)
+    if isinstance(up, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+        return up if up.target is node else None
+    if isinstance(up, (cst.AsName, cst.NameItem, cst.Del, cst.ImportAlias)):
+        return up
+    if isinstance(up, (cst.Param, cst.FunctionDef, cst.ClassDef)):
+        return up if up.name is node else None
+    return None
+
+
+def _inside_nested_scope(node: cst.CSTNode, body: cst.CSTNode, parent) -> bool:
+    current = parent(node)
+    while current is not None and current is not body:
+        if isinstance(current, NESTED_SCOPES):
+            return True
+        current = parent(current)
+    return False
+
+
+def float_of(node: cst.BaseExpression) -> cst.Call:
+    """``float(<node>)``."""
+    return cst.Call(func=cst.Name("float"), args=[cst.Arg(node)])
+
+
+class PlannedCodemod(OptimizationCodemod):
+    """A codemod that plans every edit over the whole module first, then applies them in one pass."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+
+    def __init__(self, context: CodemodContext, path: str, ctx: RepoContext):
+        super().__init__(context, path)
+        self.ctx = ctx
+        self.replacements: dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = {}
+        self.inserted_before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self.inserted_after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self.dropped: set[cst.CSTNode] = set()
+        self.runtime_imports: set[tuple[str, str]] = set()
+
+    @abstractmethod
+    def plan(self, module: cst.Module) -> None:
+        """Record the edits (and the sites) for this module."""
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        self.imported_modules = {
+            code_of(alias.name)
+            for node in walk(tree, NESTED_SCOPES)
+            if isinstance(node, cst.Import)
+            for alias in node.names
+            if alias.asname is None
+        }
+        self.plan(tree)
+        for runtime_module, name in sorted(self.runtime_imports):
+            target = self.ctx.vendor(runtime_module, self.path)
+            relative = 1 if target.startswith(".") else 0
+            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
+        return tree.visit(self)
+
+    def on_leave(self, original_node, updated_node):
+        updated = super().on_leave(original_node, updated_node)
+        if original_node in self.dropped:
+            return cst.RemoveFromParent()
+        if original_node in self.replacements:
+            updated = self.replacements[original_node](updated)
+        before = self.inserted_before.get(original_node, [])
+        after = self.inserted_after.get(original_node, [])
+        if before or after:
+            return cst.FlattenSentinel([*before, updated, *after])
+        return updated
+
+    # -- planning helpers ---------------------------------------------------------------------------------
+    def need_module(self, module: str) -> None:
+        """``import <module>``, unless the file already has it (libcst only looks at the leading imports)."""
+        if module not in self.imported_modules:
+            AddImportsVisitor.add_needed_import(self.context, module)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement, directly in a block or the module, that contains ``node``."""
+        for ancestor in (node, *self.ancestors(node)):
+            if isinstance(ancestor, cst.BaseStatement) and isinstance(
+                self.parent(ancestor), (cst.IndentedBlock, cst.Module)
+            ):
+                return ancestor
+        return None
+
+    def enclosing_body(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The function definition (or the module) whose code contains ``node``."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                return ancestor
+        raise ValueError("node outside any module")
+
+    def within(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return any(ancestor is container for ancestor in self.ancestors(node))
+
+    def in_logging_block(self, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
+        """Whether ``node`` runs only when the loop logs: inside the body of a logging ``if`` of the loop."""
+        for ancestor in self.ancestors(node):
+            if ancestor is loop:
+                return False
+            if isinstance(ancestor, cst.IndentedBlock):
+                owner = self.parent(ancestor)
+                if isinstance(owner, cst.If) and owner.body is ancestor and is_logging_block(owner):
+                    return True
+        return False
+
+    def reads_and_writes(self, scope_body: cst.CSTNode, name: str):
+        """:func:`name_reads_and_writes` with this module's parent links."""
+        return name_reads_and_writes(scope_body, name, self.parent)
