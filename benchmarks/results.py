@@ -195,7 +195,7 @@ def run_bench(
     commits = describe_commits(repo, revisions)
     jobs = plan_jobs(spec, [commit.sha for commit in commits])
     started_at = _now()
-    runs = runner.run(jobs, progress)
+    runs = [run for run in runner.run(jobs, progress) if run.repeat >= 0]  # warm-up rounds are not measured
     return build_results(
         repo,
         spec,

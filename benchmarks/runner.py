@@ -64,6 +64,11 @@ class BenchJob:
         """A short unique name for files of this job."""
         return f"{self.commit[:12]}-{self.workload.name}-r{self.repeat}"
 
+    @property
+    def warmup(self) -> bool:
+        """A job of a discarded warm-up round (negative repeat index)."""
+        return self.repeat < 0
+
 
 @dataclass
 class RunRecord:
@@ -118,12 +123,19 @@ def plan_jobs(spec: BenchSpec, commits: Sequence[str]) -> list[BenchJob]:
     """Every commit × workload × repeat, repeats interleaved across commits (A B C … A B C …).
 
     Round ``r`` runs each workload that has at least ``r + 1`` repeats once at every commit, baseline first,
-    so slow drift of the machine (heat, clocks, other tenants) hits every commit alike.
+    so slow drift of the machine (heat, clocks, other tenants) hits every commit alike. The spec's warm-up
+    rounds come first, with negative repeat indices, and are not measured.
     """
     if not commits:
         raise ValueError("no commits to benchmark")
     rounds = max(workload.repeats for workload in spec.workloads.values())
-    return [
+    warmup = [
+        BenchJob(commit=sha, workload=workload, repeat=-1 - k, size=spec.size, seed=spec.seed)
+        for k in range(spec.warmup_rounds)
+        for workload in spec.workloads.values()
+        for sha in commits
+    ]
+    return warmup + [
         BenchJob(commit=sha, workload=workload, repeat=repeat, size=spec.size, seed=spec.seed)
         for repeat in range(rounds)
         for workload in spec.workloads.values()

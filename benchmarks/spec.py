@@ -75,6 +75,9 @@ class BenchSpec:
     workloads: Mapping[str, Workload]
     size: str = DEFAULT_SIZE
     seed: int = DEFAULT_SEED
+    # Whole rounds run before the measured ones and discarded: a machine that has been idle (GPU clocks, a VM
+    # growing its memory on first touch) runs its first round slower, whatever the commit.
+    warmup_rounds: int = 0
     source: Path | None = field(default=None, compare=False)
 
     @classmethod
@@ -98,13 +101,16 @@ class BenchSpec:
         path = Path(path)
         size = _typed(table, "size", str, DEFAULT_SIZE, path, "tool.bot")
         seed = _typed(table, "seed", int, DEFAULT_SEED, path, "tool.bot")
+        warmup_rounds = _typed(table, "warmup_rounds", int, 0, path, "tool.bot")
+        if warmup_rounds < 0:
+            raise BenchSpecError(path, "tool.bot.warmup_rounds", "must be 0 or more")
         raw = table.get("workloads")
         if not isinstance(raw, dict) or not raw:
             raise BenchSpecError(
                 path, WORKLOADS_KEY, "missing or empty; add at least one [tool.bot.workloads.<name>]"
             )
         workloads = {name: _workload(name, body, path) for name, body in raw.items()}
-        return cls(workloads=workloads, size=size, seed=seed, source=path)
+        return cls(workloads=workloads, size=size, seed=seed, warmup_rounds=warmup_rounds, source=path)
 
     def override(
         self,
@@ -114,6 +120,7 @@ class BenchSpec:
         repeats: int | None = None,
         warmup_steps: int | None = None,
         seed: int | None = None,
+        warmup_rounds: int | None = None,
     ) -> BenchSpec:
         """A copy with command-line overrides applied; ``workloads`` keeps only the named ones, in that order."""
         where = self.source or Path("pyproject.toml")
@@ -141,6 +148,7 @@ class BenchSpec:
             workloads=selected,
             size=self.size if size is None else size,
             seed=self.seed if seed is None else seed,
+            warmup_rounds=self.warmup_rounds if warmup_rounds is None else max(0, warmup_rounds),
         )
 
 

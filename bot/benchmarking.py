@@ -21,7 +21,13 @@ def bench_spec(root: Path, args: argparse.Namespace) -> BenchSpec:
     """The target's ``[tool.bot]`` bench spec with the command line's overrides; bad settings are bad input."""
     try:
         spec = load_spec(root)
-        return spec.override(workloads=args.workload, size=args.size, steps=args.steps, repeats=args.repeats)
+        return spec.override(
+            workloads=args.workload,
+            size=args.size,
+            steps=args.steps,
+            repeats=args.repeats,
+            warmup_rounds=args.warmup_rounds,
+        )
     except BenchSpecError as exc:
         raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
     except (KeyError, ValueError) as exc:
@@ -134,10 +140,10 @@ def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
             results_path=str(path),
         )
     print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
-    for workload, commits in results.summary.items():
+    for workload, summary in results.summary.items():
         print(f"\n{workload}:")
         for commit in results.commits:
-            entry = commits.get(commit.sha, {})
+            entry = summary["commits"].get(commit.sha, {})
             median = entry.get("median")
             cumulative = (entry.get("cumulative") or {}).get("ratio")
             shown = f"{median:,.1f}" if median is not None else "not measured"

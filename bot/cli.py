@@ -101,6 +101,7 @@ def _bench_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
     parser.add_argument("--steps", type=int, help="override steps per run")
     parser.add_argument("--repeats", type=int, help="override repeats per commit")
+    parser.add_argument("--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)")
 
 
 # -- commands --------------------------------------------------------------------------------------------

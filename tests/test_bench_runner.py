@@ -296,3 +296,23 @@ def test_notes_are_written_where_git_has_no_identity(tmp_path, monkeypatch):
     )
     write_notes(repo, results)
     assert read_note(repo, sha) == "w: tokens_per_s 123.4 [123.4, 123.4] n=1 | baseline"
+
+
+def test_warmup_rounds_run_first_and_are_not_measured():
+    from benchmarks.runner import plan_jobs
+    from benchmarks.spec import BenchSpec, Workload
+
+    spec = BenchSpec({"w": Workload("w", "python x.py", steps=4, repeats=2)}, warmup_rounds=1)
+    jobs = plan_jobs(spec, ["a", "b"])
+    assert [(j.commit, j.repeat, j.warmup) for j in jobs] == [
+        ("a", -1, True), ("b", -1, True), ("a", 0, False), ("b", 0, False), ("a", 1, False), ("b", 1, False)
+    ]
+
+
+def test_warmup_round_runs_but_is_left_out_of_the_results(target, tmp_path):
+    repo, shas, order_log = target
+    spec = load_spec(repo.working_tree_dir).override(workloads=["train"], repeats=1, warmup_rounds=1)
+    runner = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=[], launch=_direct)
+    results = run_bench(repo, spec, shas[:2], runner)
+    assert order_log.read_text().split("\n")[:-1] == ["A train 7", "B train 7", "A train 7", "B train 7"]
+    assert sorted((r.commit, r.repeat) for r in results.runs) == sorted((sha, 0) for sha in shas[:2])
