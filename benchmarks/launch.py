@@ -4,12 +4,16 @@ Usage::
 
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python train.py [ARGS...]
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python -m package.train [ARGS...]
+    python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- torchrun --nproc-per-node 2 train.py [ARGS...]
 
 The program runs in this interpreter (``runpy``, with ``sys.argv`` and ``sys.path[0]`` set as ``python`` would
 set them), so the :class:`benchmarks.metrics.Meter` hooks see its training loop. Every ``transformers.Trainer``
 it creates (TRL's trainers included) gets a callback that ends steps at ``on_step_end`` and reads the tokenizer's
 pad id, and its ``evaluate``/``predict`` calls are left out of the measurement. Hand-written loops are measured
 through the global hooks alone (see :mod:`benchmarks.metrics`).
+
+A ``torchrun`` or ``accelerate launch`` command is run through its launcher with this wrapper on every rank, and
+the ranks' records are merged into one (:mod:`benchmarks.distributed`).
 
 The JSON (schema ``perfbot.run/v1``) is written atomically, also when the program fails: ``status`` is ``ok``,
 ``crashed`` (an exception or a non-zero exit, with ``error``) or ``oom`` (out of memory). The exit status is the
@@ -28,6 +32,7 @@ import math
 import os
 import re
 import runpy
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -39,6 +44,14 @@ from typing import Any
 
 import torch
 
+from benchmarks.distributed import (
+    DistributedLaunch,
+    LauncherError,
+    aggregate_ranks,
+    parse_launcher,
+    rank_path,
+    read_rank_records,
+)
 from benchmarks.environment import collect_environment, peak_tflops
 from benchmarks.metrics import PHASES, Meter
 
@@ -81,8 +94,8 @@ def parse_command(command: Sequence[str]) -> PythonProgram:
     if not (_PYTHON_EXECUTABLE.fullmatch(os.path.basename(executable)) or executable == sys.executable):
         raise CommandError(
             f"{executable!r} is not a Python interpreter. benchmarks.launch runs the training program inside its "
-            "own interpreter so its hooks see the loop: give `python script.py ...` or `python -m module ...` "
-            "(launchers such as accelerate or torchrun are not supported; run the script with python directly)."
+            "own interpreter so its hooks see the loop: give `python script.py ...`, `python -m module ...`, "
+            "`torchrun [OPTIONS] script.py ...` or `accelerate launch [OPTIONS] script.py ...`."
         )
     while rest and rest[0] in _IGNORED_INTERPRETER_FLAGS:
         rest = rest[1:]
@@ -297,8 +310,30 @@ def format_summary(record: dict[str, Any]) -> str:
         facts.append(f"peak_mem={record['peak_memory_bytes'] / 2**30:.2f}GiB")
     if record["mfu"] is not None:
         facts.append(f"MFU={record['mfu'] * 100:.1f}%")
+    if record.get("world_size"):
+        facts.append(f"world_size={record['world_size']}")
+    wait = record.get("allreduce_wait") or {}
+    if wait.get("median_ms") is not None:
+        facts.append(f"allreduce_wait={wait['median_ms']:.2f}ms/step (rank 0)")
     lines.append("  ".join(facts))
     return "\n".join(lines)
+
+
+def run_distributed(launch: DistributedLaunch, out: str, warmup_steps: int, command: Sequence[str]) -> int:
+    """Run a launcher with this wrapper on every rank, then merge the ranks' records into ``out``."""
+    for stale in read_rank_records(out):
+        with contextlib.suppress(OSError):
+            os.unlink(rank_path(out, stale["rank"]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = subprocess.run(launch.argv(out, warmup_steps), stdin=subprocess.DEVNULL).returncode
+    record = aggregate_ranks(read_rank_records(out), command, code)
+    if record is None:
+        error = f"no rank wrote metrics (the launcher exited with status {code})"
+        record = build_record(Meter(), warmup_steps, "crashed", error, command)
+    write_json_atomic(out, record)
+    print(format_summary(record), file=sys.stderr)
+    return code if code != 0 or record["status"] == "ok" else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -317,19 +352,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1,
         help="leading steps left out of timings and throughput (default 1)",
     )
+    parser.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="one rank of a distributed run: write FILE.rank<RANK> with the rank and world size in it",
+    )
     options = parser.parse_args(argv[:split])
     command = argv[split + 1 :]
     if options.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0")
     try:
-        program = parse_command(command)
-    except CommandError as error:
+        launch = parse_launcher(command)
+        program = parse_command(command) if launch is None else None
+    except (CommandError, LauncherError) as error:
         print(f"benchmarks.launch: {error}", file=sys.stderr)
         return 2
+    if launch is not None:
+        return run_distributed(launch, options.out, options.warmup_steps, command)
     meter = Meter()
     status, error, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, error, command)
-    write_json_atomic(options.out, record)
+    out = options.out
+    if options.per_rank:
+        rank = int(os.environ.get("RANK", "0"))
+        record.update(rank=rank, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+        out = rank_path(out, rank)
+    write_json_atomic(out, record)
     sys.stdout.flush()
     print(format_summary(record), file=sys.stderr)
     return code

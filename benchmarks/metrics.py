@@ -21,6 +21,13 @@ Phases partition each step, so their shares add up to 1:
 - ``optimizer``: from the first optimizer step call to the end of the step (scheduler and ``zero_grad`` included
   when the step end is explicit).
 
+In a distributed run (``torch.distributed`` initialised with more than one rank) the end of each backward is also
+split: a hook on the loss queues an autograd final callback at the start of the backward, which runs once every
+gradient has been computed and before DDP's own end-of-backward callback waits for the gradient all-reduce.
+The time from that point to the return of ``backward`` is reported as ``allreduce_wait``: the part of DDP's
+gradient all-reduce (plus copying the reduced buckets back into ``.grad``) that backward compute did not hide.
+It is part of the ``backward`` phase, not a phase of its own.
+
 On CUDA every boundary records a CUDA event on the current stream (no synchronisation inside the loop; events,
 losses and token counts are resolved once, after the run), so the phases are GPU-timeline durations and
 ``data_wait`` is the GPU time between the step end and the first forward: idle waiting for the host to deliver the
@@ -210,10 +217,20 @@ def _elapsed_ms(start: _Mark, end: _Mark) -> float:
 class _Step:
     """What one training step recorded; resolved into numbers after the run."""
 
-    __slots__ = ("segments", "tokens", "samples", "losses", "stepped", "given_tokens", "given_samples")
+    __slots__ = (
+        "segments",
+        "comm_waits",
+        "tokens",
+        "samples",
+        "losses",
+        "stepped",
+        "given_tokens",
+        "given_samples",
+    )
 
     def __init__(self) -> None:
         self.segments: list[tuple[int, _Mark, _Mark]] = []
+        self.comm_waits: list[tuple[_Mark, _Mark]] = []
         self.tokens: list[int | torch.Tensor] = []
         self.samples: list[int | torch.Tensor] = []
         self.losses: list[torch.Tensor] = []
@@ -251,6 +268,8 @@ class Meter:
         self._in_backward = False
         self._module_depth = 0
         self._optimizer_depth = 0
+        self._distributed = False
+        self._grads_computed: _Mark | None = None
         self._outer_call_timed = False
         self._outer_call_counts = False
         self._state = _IDLE
@@ -390,15 +409,27 @@ class Meter:
                 return backward(tensors, grad_tensors, *args, **kwargs)
             if grad_tensors is None and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
                 self._step.losses.append(tensors.detach().clone())
+            self._grads_computed = None
+            if self._distributed and isinstance(tensors, torch.Tensor) and tensors.grad_fn is not None:
+                tensors.register_hook(self._on_backward_start)
             self._in_backward = True
             try:
                 result = backward(tensors, grad_tensors, *args, **kwargs)
             finally:
                 self._in_backward = False
             self._boundary(_BACKWARD_END)
+            if self._grads_computed is not None:
+                self._step.comm_waits.append((self._grads_computed, self._last))
             return result
 
         return measured_backward
+
+    def _on_backward_start(self, grad: torch.Tensor) -> None:
+        """Loss hook: queue :meth:`_on_gradients_computed` ahead of DDP's end-of-backward callback."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._on_gradients_computed)
+
+    def _on_gradients_computed(self) -> None:
+        self._grads_computed = _Mark(self._cuda)
 
     # -- bookkeeping --------------------------------------------------------------------------------------------
 
@@ -411,6 +442,10 @@ class Meter:
 
     def _start(self, model: torch.nn.Module) -> None:
         self._started = True
+        distributed = torch.distributed
+        self._distributed = (
+            distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1
+        )
         self._model = model
         first = next(model.parameters(), None)
         self._cuda = first is not None and first.is_cuda
@@ -472,6 +507,16 @@ class Meter:
                 "p95_ms": stats["p95"],
                 "share": sum(values) / 1000.0 / seconds if seconds > 0 else None,
             }
+        allreduce_wait = None
+        if self._distributed:
+            waits = [sum(_elapsed_ms(start, end) for start, end in steps[i].comm_waits) for i in measured]
+            stats = summarize(waits)
+            allreduce_wait = {
+                "mean_ms": stats["mean"],
+                "median_ms": stats["median"],
+                "p95_ms": stats["p95"],
+                "share": sum(waits) / 1000.0 / seconds if seconds > 0 else None,
+            }
         wall_s = 0.0
         if measured:
             window = [segment for i in measured for segment in steps[i].segments]
@@ -506,6 +551,7 @@ class Meter:
             "data_wait_host": {
                 f"{key}_ms": value for key, value in summarize([host_wait_ms[i] for i in measured]).items()
             },
+            "allreduce_wait": allreduce_wait,
             "timing": "cuda_events" if self._cuda else "host_clock",
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self._device) if self._cuda else None,
             "loss": loss_curve,

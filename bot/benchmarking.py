@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.results import Results, run_bench, write_notes
-from benchmarks.runner import LocalRunner, RunRecord
+from benchmarks.runner import LocalRunner, Runner, RunRecord
 from benchmarks.spec import BenchSpec, BenchSpecError, load_spec
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
 from bot.errors import BadInput
@@ -40,6 +40,23 @@ def results_path(root: Path, branch: str, name: str = "") -> Path:
     return root / ".bot" / "results" / f"{stem}.json"
 
 
+def make_runner(args: argparse.Namespace, workspace: Workspace) -> Runner:
+    """The runner ``--runner`` names: ``local`` (this machine's GPUs) or ``ray`` (the cluster at ``--address``;
+    without it ``$RAY_ADDRESS``, else a Ray started for the run)."""
+    runner, address = getattr(args, "runner", "local"), getattr(args, "address", None)
+    if runner != "ray":
+        if address is not None:
+            raise BadInput("--address names a Ray cluster; use it with --runner ray")
+        return LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
+    from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray
+
+    try:
+        import_ray()
+    except RayUnavailable as exc:
+        raise BadInput(str(exc)) from exc
+    return RayRunner(workspace.repo, address)
+
+
 def benchmark(
     workspace: Workspace,
     spec: BenchSpec,
@@ -47,9 +64,10 @@ def benchmark(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     on_run=None,
     name: str = "",
+    runner: Runner | None = None,
 ) -> tuple[Results, Path]:
-    """Run the matrix locally (one job per visible GPU), save the JSON, write a git note on each commit."""
-    runner = LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
+    """Run the matrix (locally unless ``runner`` is given), save the JSON, write a git note on each commit."""
+    runner = runner or LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
     results = run_bench(workspace.repo, spec, revisions, runner, thresholds=thresholds, progress=on_run)
     path = results.save(results_path(workspace.root, workspace.branch, name))
     write_notes(workspace.repo, results)
@@ -75,6 +93,7 @@ def bench_and_report(
     from bot.report import publish_reports
 
     spec = bench_spec(workspace.root, args)
+    runner = make_runner(args, workspace)
     thresholds = Thresholds(loss_tolerance=plan.loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance)
 
     def on_run(done: int, total: int, record: RunRecord) -> None:
@@ -86,10 +105,10 @@ def bench_and_report(
 
     def rebench(revisions: list[str]) -> Results:
         progress.headline = "Re-measuring the head after dropping regressions"
-        return benchmark(workspace, spec, revisions, thresholds, on_run, name="after-drop")[0]
+        return benchmark(workspace, spec, revisions, thresholds, on_run, name="after-drop", runner=runner)[0]
 
     results, path = benchmark(
-        workspace, spec, revisions_to_measure(workspace, progress.baseline), thresholds, on_run
+        workspace, spec, revisions_to_measure(workspace, progress.baseline), thresholds, on_run, runner=runner
     )
     progress.bench = {
         "results": str(path),
@@ -123,7 +142,7 @@ def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
         revisions = [workspace.repo.commit(r).hexsha for r in args.revs]
     else:
         revisions = revisions_to_measure(workspace, workspace.baseline())
-    results, path = benchmark(workspace, spec, revisions)
+    results, path = benchmark(workspace, spec, revisions, runner=make_runner(args, workspace))
     issue = getattr(args, "issue", None)
     if tracker is not None and issue is not None:
         from bot.report import publish_reports

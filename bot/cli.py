@@ -94,14 +94,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runner", choices=("local",), default="local", help="where benchmarks run")
+    parser.add_argument(
+        "--runner",
+        choices=("local", "ray"),
+        default="local",
+        help="where benchmarks run: this machine's GPUs, or one Ray task per run on a Ray cluster",
+    )
+    parser.add_argument(
+        "--address",
+        help="with --runner ray: the cluster (host:port or ray://host:port; default $RAY_ADDRESS)",
+    )
     parser.add_argument(
         "--workload", action="append", metavar="NAME", help="only these workloads (repeatable)"
     )
     parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
     parser.add_argument("--steps", type=int, help="override steps per run")
     parser.add_argument("--repeats", type=int, help="override repeats per commit")
-    parser.add_argument("--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)")
+    parser.add_argument(
+        "--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)"
+    )
 
 
 # -- commands --------------------------------------------------------------------------------------------

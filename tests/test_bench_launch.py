@@ -229,7 +229,7 @@ def test_out_of_memory_is_reported_as_oom(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_non_python_commands_are_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "metrics.json"
-    assert main(["--out", str(out), "--", "accelerate", "launch", "train.py"]) == 2
+    assert main(["--out", str(out), "--", "bash", "train.sh"]) == 2
     assert "not a Python interpreter" in capsys.readouterr().err
     assert not out.exists()
     assert parse_command(["python3", "-u", "-m", "pkg.train", "--lr", "1"]) == PythonProgram(
