@@ -243,7 +243,9 @@ def parse_module(source: str, path: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise TransformError(f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {advice}") from exc
+        raise TransformError(
+            f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {advice}"
+        ) from exc
 
 
 @cache

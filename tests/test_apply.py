@@ -15,7 +15,7 @@ from bot.progress import Progress
 from bot.tracker import PROGRESS
 from optimizations.registry import FileResult, Optimization, TransformError, registry
 
-TRAIN = '''\
+TRAIN = """\
 from trl import SFTConfig
 
 
@@ -24,7 +24,7 @@ def build(out):
         output_dir=out,  # checkpoints
         packing=False,
     )
-'''
+"""
 
 PLAN = """\
 Performance fixes (apply unconditionally; pure speedups)
@@ -48,8 +48,16 @@ def make_repo(path: Path, files: dict[str, str]) -> git.Repo:
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
     repo.git.add("-A")
-    repo.git.commit("-qm", "base", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    repo.git.commit(
+        "-qm",
+        "base",
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     return repo
 
 
@@ -71,7 +79,10 @@ def test_apply_commits_once_and_resumes(target, capsys):
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
     assert repo.active_branch.name == "bot/plan-tier-1"
     [commit] = list(repo.iter_commits(f"{base}..HEAD"))
-    assert commit.summary == "perf(data): dataloader workers with pinned memory and persistent workers (+10-30% GPU util)"
+    assert (
+        commit.summary
+        == "perf(data): dataloader workers with pinned memory and persistent workers (+10-30% GPU util)"
+    )
     assert "Bot-Optimization: dataloader_workers\nBot-Plan-Item: C\nBot-Issue: plan" in commit.message
     assert commit.author.name == "perfbot"
     assert set(commit.stats.files) == {"train.py"}
@@ -82,7 +93,10 @@ def test_apply_commits_once_and_resumes(target, capsys):
     assert comment.startswith(PROGRESS)
     progress = Progress.from_comment(comment)
     assert progress.baseline == base and progress.head == commit.hexsha
-    assert {r.optimization: r.status for r in progress.rows} == {"dataloader_workers": "landed", "": "needs_human"}
+    assert {r.optimization: r.status for r in progress.rows} == {
+        "dataloader_workers": "landed",
+        "": "needs_human",
+    }
     assert "H: beta 0.1 → 5.0" in comment and "needs a human" in comment
 
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
@@ -105,8 +119,16 @@ def test_unparseable_target_file_is_refused(target, capsys):
     root, repo = target
     (root / "broken.py").write_text("def f(:\n    pass\n")
     repo.git.add("broken.py")
-    repo.git.commit("-qm", "broken", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                                          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    repo.git.commit(
+        "-qm",
+        "broken",
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     before = state(repo)
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
     err = capsys.readouterr().err
@@ -157,9 +179,7 @@ def test_failing_transform_leaves_no_commit_and_the_run_goes_on(target, monkeypa
     root, repo = target
     known = {"explodes": _Explodes(), **registry()}
     monkeypatch.setattr(apply_module, "registry", lambda: known)
-    plan = parse_plan(
-        "## Tier 1\n\n- opt:explodes\n- opt:dataloader_workers\n", known.values(), "plan"
-    )
+    plan = parse_plan("## Tier 1\n\n- opt:explodes\n- opt:dataloader_workers\n", known.values(), "plan")
     base = repo.head.commit.hexsha
     result = apply_module.run_apply(root, plan, 1, LocalTracker(root), "t")
     assert result.exit_code == 1

@@ -305,7 +305,12 @@ def test_warmup_rounds_run_first_and_are_not_measured():
     spec = BenchSpec({"w": Workload("w", "python x.py", steps=4, repeats=2)}, warmup_rounds=1)
     jobs = plan_jobs(spec, ["a", "b"])
     assert [(j.commit, j.repeat, j.warmup) for j in jobs] == [
-        ("a", -1, True), ("b", -1, True), ("a", 0, False), ("b", 0, False), ("a", 1, False), ("b", 1, False)
+        ("a", -1, True),
+        ("b", -1, True),
+        ("a", 0, False),
+        ("b", 0, False),
+        ("a", 1, False),
+        ("b", 1, False),
     ]
 
 

@@ -44,5 +44,7 @@ def test_example_is_idempotent(optimization, example, tmp_path):
 
 def test_every_optimization_has_examples_of_each_kind():
     for optimization in registry().values():
-        kinds = {("changes" if e.after else "refuses" if e.refusal else "unchanged") for e in optimization.examples}
+        kinds = {
+            ("changes" if e.after else "refuses" if e.refusal else "unchanged") for e in optimization.examples
+        }
         assert kinds == {"changes", "refuses", "unchanged"}, optimization.id

@@ -28,8 +28,16 @@ def setup(github_server, bare_remote, tmp_path, monkeypatch):
     shutil.copytree(EXAMPLE, checkout, ignore=shutil.ignore_patterns("__pycache__", "outputs", ".cache"))
     repo = git.Repo.init(checkout, initial_branch="main")
     repo.git.add("-A")
-    repo.git.commit("-qm", "example trainer", env={"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "d@d",
-                                                  "GIT_COMMITTER_NAME": "dev", "GIT_COMMITTER_EMAIL": "d@d"})
+    repo.git.commit(
+        "-qm",
+        "example trainer",
+        env={
+            "GIT_AUTHOR_NAME": "dev",
+            "GIT_AUTHOR_EMAIL": "d@d",
+            "GIT_COMMITTER_NAME": "dev",
+            "GIT_COMMITTER_EMAIL": "d@d",
+        },
+    )
     repo.git.push(str(bare_remote), "main")
     github_server.add_user(TOKEN, "perfbot")
     for login in ("wes", "rob"):
@@ -45,8 +53,12 @@ def trigger(api, tmp_path, author: str, line: str) -> tuple[int, dict]:
     event = {
         "action": "created",
         "issue": {"number": ISSUE},
-        "comment": {"id": comment["id"], "body": line, "html_url": "https://github.example/c",
-                    "user": {"login": author, "type": "User"}},
+        "comment": {
+            "id": comment["id"],
+            "body": line,
+            "html_url": "https://github.example/c",
+            "user": {"login": author, "type": "User"},
+        },
         "repository": {"full_name": REPO},
     }
     path = tmp_path / "event.json"
