@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     review = commands.add_parser("review", help="the reviewer verdict for a commit range")
     add_review_arguments(review)
 
-    commands.add_parser("status", help="where the current run stands (its progress comment)")
+    status = commands.add_parser("status", help="where the current run stands (its progress comment)")
+    status.add_argument("--repo", default=".", help="target repository, on a bot/* branch (default: .)")
     commands.add_parser("help", help="show the commands")
 
     event = commands.add_parser("handle-event", help="GitHub Actions entry: act on an issue_comment event")
@@ -317,6 +318,29 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import re
+
+    from bot.tracker import PROGRESS
+    from bot.workspace import Workspace
+
+    workspace = Workspace(args.repo)
+    match = re.fullmatch(
+        r"bot/(.+)-tier-\d+", workspace.branch if not workspace.repo.head.is_detached else ""
+    )
+    if match is None:
+        raise BadInput(
+            "not on a bot/<issue>-tier-<n> branch; check out the work branch of the run to ask about"
+        )
+    issue: int | str = int(match.group(1)) if match.group(1).isdigit() else match.group(1)
+    mine = [c for c in tracker_for(workspace.root).comments(issue) if c.has_marker(PROGRESS)]
+    if not mine:
+        print(f"no progress comment for {issue} yet")
+        return 0
+    print(mine[-1].body)
+    return 0
+
+
 def cmd_help(args: argparse.Namespace) -> int:
     build_parser().print_help()
     return 0
@@ -329,6 +353,7 @@ COMMANDS = {
     "apply": cmd_apply,
     "bench": cmd_bench,
     "review": cmd_review,
+    "status": cmd_status,
     "handle-event": cmd_handle_event,
     "serve": cmd_serve,
     "init": cmd_init,

@@ -188,3 +188,14 @@ def test_failing_transform_leaves_no_commit_and_the_run_goes_on(target, monkeypa
     assert rows["dataloader_workers"].status == "landed"
     assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1
     assert not repo.is_dirty(untracked_files=True) and not (root / "new_file.py").exists()
+
+
+def test_status_prints_the_progress_comment_of_the_work_branch(target, capsys):
+    root, repo = target
+    assert main(["status", "--repo", str(root)]) == 2  # on main: not a work branch
+    assert "bot/<issue>-tier-<n>" in capsys.readouterr().err
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["status", "--repo", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("<!-- bot:progress v1 -->") and "dataloader_workers" in out
