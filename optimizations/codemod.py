@@ -9,13 +9,35 @@ where they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from optimizations.registry import FileResult, Site, parse_module
+
+NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def walk(node: cst.CSTNode, stop: tuple[type, ...] = NESTED_SCOPES) -> Iterator[cst.CSTNode]:
+    """``node``'s descendants in source order; nodes of a ``stop`` type are yielded but not entered."""
+    for child in node.children:
+        yield child
+        if not isinstance(child, stop):
+            yield from walk(child, stop)
+
+
+def imported_modules(module: cst.Module) -> set[str]:
+    """Modules the file imports plainly (``import x.y``, not aliased) outside functions and classes."""
+    return {
+        code_of(alias.name)
+        for node in walk(module)
+        if isinstance(node, cst.Import)
+        for alias in node.names
+        if alias.asname is None
+    }
 
 
 def expr(code: str) -> cst.BaseExpression:
@@ -153,7 +175,11 @@ def _with_indent(
 
 
 def import_end(module: cst.Module) -> int:
-    """Index in ``module.body`` just past the leading docstring, ``__future__`` and import block."""
+    """Index in ``module.body`` just past the docstring and the last import before the first definition.
+
+    Imports may follow other statements (``sys.path.insert(...)`` first, say): code placed here must come
+    after all of them, or the names it uses would not be bound yet.
+    """
     index = 0
     for position, statement in enumerate(module.body):
         if isinstance(statement, cst.SimpleStatementLine) and all(
@@ -166,7 +192,7 @@ def import_end(module: cst.Module) -> int:
             index = position + 1
         elif isinstance(statement, cst.If) and _only_imports(statement.body):
             index = position + 1
-        else:
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             break
     return index
 
@@ -223,6 +249,20 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         super().__init__(context)
         self.path = path
         self.sites: list[Site] = []
+        self.imported_modules: set[str] = set()
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        self.imported_modules = imported_modules(tree)
+        return super().transform_module_impl(tree)
+
+    def need_module(self, module: str) -> None:
+        """``import <module>``, unless the file already has it anywhere at module level.
+
+        libcst's ``AddImportsVisitor`` only looks at the leading import block, so a file whose imports follow
+        another statement (``sys.path.insert(...)``) would get a second ``import`` from it.
+        """
+        if module not in self.imported_modules:
+            AddImportsVisitor.add_needed_import(self.context, module)
 
     def names(self, node: cst.CSTNode) -> set[str]:
         """Fully qualified names a node (a call's callee, say) may refer to."""

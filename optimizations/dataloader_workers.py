@@ -9,7 +9,6 @@ Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -189,7 +188,7 @@ class _AddWorkers(OptimizationCodemod):
         missing = [(k, expr(v)) for k, v in settings.items() if keyword(call, k) is None]
         call = add_keywords(call, missing)
         if settings is TORCH_SETTINGS:
-            AddImportsVisitor.add_needed_import(self.context, "torch")
+            self.need_module("torch")
         self.changed(original_node, message)
         self.edited = True
         return call
@@ -197,7 +196,7 @@ class _AddWorkers(OptimizationCodemod):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.edited or defines(updated_node, WORKERS):
             return updated_node
-        AddImportsVisitor.add_needed_import(self.context, "os")
+        self.need_module("os")
         definition = cst.parse_statement(WORKERS_DEFINITION)
         definition = definition.with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(WORKERS_COMMENT))]
@@ -296,6 +295,35 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 def loader(ds):
     return DL(ds, batch_size=8, shuffle=True, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+        ),
+        Example(
+            "imports_after_a_statement",
+            before="""\
+import sys
+
+sys.path.insert(0, ".")
+import torch
+from torch.utils.data import DataLoader
+
+
+def loader(ds):
+    return DataLoader(ds, batch_size=8)
+""",
+            after="""\
+import sys
+import os
+
+sys.path.insert(0, ".")
+import torch
+from torch.utils.data import DataLoader
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def loader(ds):
+    return DataLoader(ds, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
 """,
         ),
         Example(

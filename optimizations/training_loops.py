@@ -22,10 +22,9 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from optimizations.codemod import OptimizationCodemod, code_of
+from optimizations.codemod import NESTED_SCOPES, OptimizationCodemod, imported_modules, walk
 from optimizations.registry import RepoContext
 
-NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 LOOPS = (cst.For, cst.While)
 LOG_METHODS = frozenset(
     {
@@ -45,14 +44,6 @@ LOG_METHODS = frozenset(
         "set_description",
     }
 )
-
-
-def walk(node: cst.CSTNode, stop: tuple[type, ...] = NESTED_SCOPES) -> Iterator[cst.CSTNode]:
-    """``node``'s descendants in source order; nodes of a ``stop`` type are yielded but not entered."""
-    for child in node.children:
-        yield child
-        if not isinstance(child, stop):
-            yield from walk(child, stop)
 
 
 def is_method_call(node: cst.CSTNode, *methods: str) -> bool:
@@ -184,13 +175,7 @@ class PlannedCodemod(OptimizationCodemod):
         """Record the edits (and the sites) for this module."""
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        self.imported_modules = {
-            code_of(alias.name)
-            for node in walk(tree, NESTED_SCOPES)
-            if isinstance(node, cst.Import)
-            for alias in node.names
-            if alias.asname is None
-        }
+        self.imported_modules = imported_modules(tree)
         self.plan(tree)
         for runtime_module, name in sorted(self.runtime_imports):
             target = self.ctx.vendor(runtime_module, self.path)
@@ -211,11 +196,6 @@ class PlannedCodemod(OptimizationCodemod):
         return updated
 
     # -- planning helpers ---------------------------------------------------------------------------------
-    def need_module(self, module: str) -> None:
-        """``import <module>``, unless the file already has it (libcst only looks at the leading imports)."""
-        if module not in self.imported_modules:
-            AddImportsVisitor.add_needed_import(self.context, module)
-
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 
