@@ -26,17 +26,38 @@ trainer up front.
 
 Config-driven like packing (``dpo.get("precompute_ref_log_probs", True)``, a dataclass field, recipe YAMLs; see
 :mod:`optimizations.config_switch`), so a run short of memory turns it off in its config.
+
+Several processes: TRL writes the log-probs to an Arrow file from the main process and reads it on every rank, at
+a path taken from the dataset's cache files; a dataset built in memory has none, each rank then looks in a
+temporary directory of its own, and every rank but the main one fails (``FileNotFoundError`` under ``torchrun``).
+So where the setting is turned on, the ``train_dataset=``/``eval_dataset=`` of each ``DPOTrainer`` in the same
+module is handed through ``with_shared_cache`` (``optimizations/runtime/dpo_cache.py``, vendored beside the file),
+which gives an in-memory dataset files that all ranks share and leaves any other dataset as it is. A trainer in
+another module than its config is not wrapped: a multi-GPU run with an in-memory dataset wraps it by hand.
 """
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
 
-from optimizations.codemod import code_of, expr, keyword, literal_value, run_codemod
+from optimizations.codemod import (
+    OptimizationCodemod,
+    code_of,
+    expr,
+    keyword,
+    literal_value,
+    qualified_under,
+    replace_keyword,
+    run_codemod,
+)
 from optimizations.config_switch import SettingSwitch
 from optimizations.registry import Example, FileResult, Optimization, RepoContext
 
 DEFAULT_BATCH_SIZE = 8  # TrainingArguments.per_device_train_batch_size
+RUNTIME_MODULE = "dpo_cache"
+SHARED_CACHE = "with_shared_cache"
+DATASET_KEYWORDS = ("train_dataset", "eval_dataset")
 # Liger settings that keep precompute off, and why.
 LIGER_SETTINGS = {
     "use_liger_loss": "the Liger DPO loss computes the reference log-probs itself",
@@ -106,6 +127,52 @@ class _Precompute(SettingSwitch):
         return None
 
 
+class _SharedCache(OptimizationCodemod):
+    """Hands the datasets of every ``DPOTrainer(...)`` in the module through ``with_shared_cache``."""
+
+    optimization_id = "dpo_precompute"
+
+    def __init__(self, context, path, ctx: RepoContext):
+        super().__init__(context, path)
+        self.ctx = ctx
+        self.wrapped = False
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if not qualified_under(self.names(original_node.func), ("trl",), ("DPOTrainer",)):
+            return updated_node
+        call = updated_node
+        for name in DATASET_KEYWORDS:
+            given = keyword(call, name)
+            if given is None or literal_value(given.value) is None or _shared(given.value):
+                continue
+            call = replace_keyword(
+                call, name, cst.Call(func=cst.Name(SHARED_CACHE), args=[cst.Arg(given.value)])
+            )
+            self.changed(
+                original_node,
+                f"{code_of(original_node.func)}({name}={SHARED_CACHE}({code_of(given.value)})): one cache file "
+                "for the reference log-probs on every rank",
+            )
+            self.wrapped = True
+        return call
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.wrapped:
+            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
+            relative = 1 if target.startswith(".") else 0
+            AddImportsVisitor.add_needed_import(
+                self.context, target.lstrip("."), SHARED_CACHE, relative=relative
+            )
+        return updated_node
+
+
+def _shared(value: cst.BaseExpression) -> bool:
+    """True for ``with_shared_cache(...)``: a dataset handed through already."""
+    return (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == SHARED_CACHE
+    )
+
+
 class DpoPrecompute(Optimization):
     """Reference log-probs computed once before DPO training; each step skips the reference forward pass."""
 
@@ -125,7 +192,11 @@ class DpoPrecompute(Optimization):
     )
 
     def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, name: _Precompute(context, name, ctx), source, path)
+        switched = run_codemod(lambda context, name: _Precompute(context, name, ctx), source, path)
+        if not any(site.applicable for site in switched.sites):
+            return switched
+        shared = run_codemod(lambda context, name: _SharedCache(context, name, ctx), switched.source, path)
+        return FileResult(shared.source, switched.sites + shared.sites)
 
     examples = (
         Example(
@@ -223,6 +294,42 @@ def build(settings: DpoSettings):
         precompute_ref_log_probs=settings.precompute_ref_log_probs,
         precompute_ref_batch_size=2 * settings.batch_size,
     )
+""",
+        ),
+        Example(
+            "trainer_datasets_shared_across_ranks",
+            before="""\
+from datasets import Dataset
+from trl import DPOConfig, DPOTrainer
+
+
+def train(model, tokenizer, rows, eval_rows):
+    args = DPOConfig(output_dir="out", per_device_train_batch_size=2)
+    trainer = DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(eval_rows),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+""",
+            after="""\
+from datasets import Dataset
+from trl import DPOConfig, DPOTrainer
+from _perfbot_dpo_cache import with_shared_cache
+
+
+def train(model, tokenizer, rows, eval_rows):
+    args = DPOConfig(output_dir="out", per_device_train_batch_size=2, precompute_ref_log_probs=True, precompute_ref_batch_size=4)
+    trainer = DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=with_shared_cache(Dataset.from_list(rows)),
+        eval_dataset=with_shared_cache(Dataset.from_list(eval_rows)),
+        processing_class=tokenizer,
+    )
+    trainer.train()
 """,
         ),
         Example(
