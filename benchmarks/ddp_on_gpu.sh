@@ -117,7 +117,7 @@ for run in .bot/bench/bench-*/runs/*/; do
     mkdir -p "$dest"
     cp "$run/metrics.json" "$dest/" 2>/dev/null || true
     tail -n 40 "$run/log.txt" > "$dest/log.txt" 2>/dev/null || true
-    grep -h "DDP static graph" "$run/log.txt" 2>/dev/null | sort | uniq -c > "$dest/ddp_check.txt" || true
+    grep -ho "DDP static graph.*" "$run/log.txt" 2>/dev/null | sort | uniq -c > "$dest/ddp_check.txt" || true
     [[ -s $dest/ddp_check.txt ]] || rm -f "$dest/ddp_check.txt"
 done
 tar -czf "$out/runs.tar.gz" -C "$tmp/archive" runs

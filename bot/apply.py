@@ -156,6 +156,9 @@ def run_apply(
             workspace.discard()
             row.status, row.note = "failed", f"{type(exc).__name__}: {exc}"
             continue
+        except BaseException:  # Ctrl-C mid-edit: stop, with the tree as the last commit left it
+            workspace.discard()
+            raise
         if change is None:
             refused = [s for s in optimization.find(workspace.root, exclude, focus) if not s.applicable]
             row.status = "not_applicable"
@@ -174,7 +177,11 @@ def run_apply(
                 TRAILER_ISSUE: str(issue),
             },
         )
-        row.commit = workspace.commit(change.files, message)
+        try:
+            row.commit = workspace.commit(change.files, message)
+        except BaseException:  # a commit cut short leaves nothing staged
+            workspace.discard()
+            raise
         row.status = "landed"
         row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:

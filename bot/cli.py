@@ -346,6 +346,8 @@ def cmd_help(args: argparse.Namespace) -> int:
     return 0
 
 
+INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+
 COMMANDS = {
     "list": cmd_list,
     "plan": cmd_plan,
@@ -376,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except BotError as exc:
         print(f"bot: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("bot: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import git
 import pytest
+from git_repos import commit_all, make_repo
 
 from bot import apply as apply_module
+from bot import cli as cli_module
 from bot.cli import main
 from bot.local_tracker import LocalTracker
 from bot.plan import parse_plan
@@ -40,25 +42,6 @@ Behavioral changes (flag separately; need user approval)
 |---|---|---|---|
 | H | configs/dpo.yaml:6 | beta 0.1 → 5.0 | May destabilize |
 """
-
-
-def make_repo(path: Path, files: dict[str, str]) -> git.Repo:
-    repo = git.Repo.init(path, initial_branch="main")
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-    repo.git.add("-A")
-    repo.git.commit(
-        "-qm",
-        "base",
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-        },
-    )
-    return repo
 
 
 @pytest.fixture
@@ -118,17 +101,7 @@ def test_dirty_tree_is_refused_and_nothing_changes(target, capsys):
 def test_unparseable_target_file_is_refused(target, capsys):
     root, repo = target
     (root / "broken.py").write_text("def f(:\n    pass\n")
-    repo.git.add("broken.py")
-    repo.git.commit(
-        "-qm",
-        "broken",
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-        },
-    )
+    commit_all(repo, "broken")
     before = state(repo)
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
     err = capsys.readouterr().err
@@ -187,6 +160,31 @@ def test_failing_transform_leaves_no_commit_and_the_run_goes_on(target, monkeypa
     assert rows["explodes"].status == "failed" and "boom" in rows["explodes"].note
     assert rows["dataloader_workers"].status == "landed"
     assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1
+    assert not repo.is_dirty(untracked_files=True) and not (root / "new_file.py").exists()
+
+
+class _Interrupted(_Explodes):
+    id = "interrupted"
+    summary = "stopped by Ctrl-C after editing a file"
+    keywords = ("interrupt",)
+
+    def apply(self, root, exclude=(), focus=()):
+        (Path(root) / "train.py").write_text("half-applied")
+        (Path(root) / "new_file.py").write_text("")
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_mid_transform_stops_with_a_clean_tree_and_exit_130(target, monkeypatch, capsys):
+    root, repo = target
+    known = {**registry(), "interrupted": _Interrupted()}
+    for module in (apply_module, cli_module):
+        monkeypatch.setattr(module, "registry", lambda: known)
+    plan = root / "plan.md"
+    plan.write_text("## Tier 1\n\n- opt:dataloader_workers\n- opt:interrupted\n")
+    commit_all(repo, "plan")
+    assert main(["apply", "--tier", "1", "--repo", str(root), "--plan", str(plan)]) == 130
+    assert capsys.readouterr().err.strip().endswith("bot: interrupted")
+    assert repo.head.commit.message.startswith("perf(")  # the item before the interrupt stays committed
     assert not repo.is_dirty(untracked_files=True) and not (root / "new_file.py").exists()
 
 

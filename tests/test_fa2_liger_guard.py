@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from git_repos import copy_example
 
 from optimizations.registry import get, runtime_source
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trainer_repo"
 
 
 @pytest.fixture
 def repo(tmp_path):
-    target = tmp_path / "repo"
-    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("outputs", "__pycache__", ".bot"))
-    return target
+    return copy_example(tmp_path / "repo")
 
 
 def test_fa2_sites_on_the_example(repo):

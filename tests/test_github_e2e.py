@@ -4,11 +4,10 @@ the example repository and its plan, and the real runner."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import git
 import pytest
+from git_repos import committed_example
 
 from bot.comment_runner import run_comment_command
 from bot.progress import Progress
@@ -18,26 +17,13 @@ from bot.workspace import Workspace
 REPO = "acme/trainer"
 ISSUE = 12
 TOKEN = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trainer_repo"
 ENV_NAMES = {"GITHUB_EVENT_NAME": "issue_comment", "PERFBOT_TOKEN": TOKEN}
 
 
 @pytest.fixture
 def setup(github_server, bare_remote, tmp_path, monkeypatch):
     checkout = tmp_path / "checkout"
-    shutil.copytree(EXAMPLE, checkout, ignore=shutil.ignore_patterns("__pycache__", "outputs", ".cache"))
-    repo = git.Repo.init(checkout, initial_branch="main")
-    repo.git.add("-A")
-    repo.git.commit(
-        "-qm",
-        "example trainer",
-        env={
-            "GIT_AUTHOR_NAME": "dev",
-            "GIT_AUTHOR_EMAIL": "d@d",
-            "GIT_COMMITTER_NAME": "dev",
-            "GIT_COMMITTER_EMAIL": "d@d",
-        },
-    )
+    repo = committed_example(checkout)
     repo.git.push(str(bare_remote), "main")
     github_server.add_user(TOKEN, "perfbot")
     for login in ("wes", "rob"):

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from git_repos import EXAMPLE_IGNORE, copy_example
 
 from optimizations.registry import VENDORED_PREFIX, get, runtime_source
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trainer_repo"
 CHAIN = ("prefetcher", "sync_free_logging", "fused_adamw", "tf32")
 LOOPS = ("train_vision.py", "train_loop.py")
 LOSS_LINE = re.compile(r"^step=(\d+) loss=(\S+)$", re.MULTILINE)
@@ -50,9 +49,8 @@ def _loop(repo: Path, cache: Path) -> list[tuple[str, str]]:
 def test_chain_keeps_both_loops_training_to_the_same_losses(tmp_path):
     baseline = tmp_path / "baseline"
     repo = tmp_path / "repo"
-    ignore = shutil.ignore_patterns("__pycache__", "outputs", ".*")
-    shutil.copytree(EXAMPLE, baseline, ignore=ignore)
-    shutil.copytree(EXAMPLE, repo, ignore=ignore)
+    for copy in (baseline, repo):
+        copy_example(copy, ignore=(*EXAMPLE_IGNORE, ".*"))  # no dot files (.gitignore, tool caches) either
     cache = tmp_path / "cache"
     expected_vision = _vision(baseline, cache)
 

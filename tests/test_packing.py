@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import git
+import git_repos
 import pytest
 
 from bot.plan import parse_plan
@@ -44,17 +44,8 @@ RECIPE = (
 
 
 def make_repo(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    repo = git.Repo.init(root)
-    repo.git.add("-A")
-    repo.git.commit("-qm", "base", env={"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a"} | _committer())
+    git_repos.make_repo(root, files, branch=None)
     return root
-
-
-def _committer() -> dict[str, str]:
-    return {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
 
 
 def test_config_driven_packing_switches_on_the_yaml_the_call_reads(tmp_path):

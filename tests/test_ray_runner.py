@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-import git
 import pytest
+from git_repos import IDENTITY, committed_example, make_repo
 
 ray = pytest.importorskip(
     "ray", reason="the Ray runner needs the optional `ray` extra: pip install 'perfbot[ray]'"
@@ -30,13 +29,6 @@ from bot.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trainer_repo"
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "dev",
-    "GIT_AUTHOR_EMAIL": "d@d",
-    "GIT_COMMITTER_NAME": "dev",
-    "GIT_COMMITTER_EMAIL": "d@d",
-}
 
 # A workload that, on its first attempt, writes the pid of the Ray worker running it (its parent: the launch
 # wrapper runs the program in-process, started by the worker) and waits for that worker to die; on the retry it
@@ -122,10 +114,7 @@ def ray_head(env):
 def tier1(tmp_path_factory, env):
     """A git copy of the example repository after `bot apply --tier 1`: (repo, baseline + bot commits)."""
     root = tmp_path_factory.mktemp("ray-tier1") / "example"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("__pycache__", "outputs", ".bot"))
-    repo = git.Repo.init(root, initial_branch="main")
-    repo.git.add("-A")
-    repo.git.commit("-qm", "example trainer", env=IDENTITY)
+    repo = committed_example(root)
     baseline = repo.head.commit.hexsha
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
     bot = [c.hexsha for c in reversed(list(repo.iter_commits(f"{baseline}..HEAD")))]
@@ -171,12 +160,7 @@ def test_tier1_matrix_on_ray_matches_the_local_runner(ray_head, tier1, env, monk
 
 
 def test_a_killed_worker_is_retried(ray_head, tmp_path):
-    root = tmp_path / "sleeper"
-    root.mkdir()
-    (root / "sleeper.py").write_text(SLEEPER)
-    repo = git.Repo.init(root)
-    repo.git.add("-A")
-    repo.git.commit("-qm", "sleeper", env=IDENTITY)
+    repo = make_repo(tmp_path / "sleeper", {"sleeper.py": SLEEPER}, "sleeper", branch=None)
     state = tmp_path / "state"
     workload = Workload(
         "sleeper", f"python sleeper.py {state}", steps=1, warmup_steps=0, repeats=1, timeout_s=120
@@ -216,10 +200,7 @@ def test_a_task_failing_twice_is_recorded_not_dropped(ray_head, tier1):
 
 
 def test_the_bundle_carries_commits_on_no_branch(tmp_path):
-    repo = git.Repo.init(tmp_path / "repo")
-    (tmp_path / "repo" / "a.txt").write_text("a")
-    repo.git.add("-A")
-    repo.git.commit("-qm", "a", env=IDENTITY)
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a"}, "a", branch=None)
     first = repo.head.commit.hexsha
     (tmp_path / "repo" / "a.txt").write_text("b")
     repo.git.commit("-qam", "b", env=IDENTITY)

@@ -9,8 +9,8 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-import git
 import pytest
+from git_repos import make_repo
 from markdown_it import MarkdownIt
 
 from benchmarks.results import CommitInfo, Results
@@ -44,12 +44,6 @@ from bot.security import scan_added_lines, scan_python
 from bot.tracker import COMMENT_LIMIT, NOTE, PROGRESS, RESULTS, VERDICT
 from bot.workspace import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, Workspace, commit_message
 
-ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
 PYPROJECT = (
     '[project]\nname = "target"\n\n[tool.ruff]\nline-length = 100\n\n[tool.ruff.lint]\nselect = ["E", "F"]\n'
 )
@@ -66,13 +60,7 @@ HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 def target(tmp_path):
     """A target repository on its bot branch: baseline plus commits C, D and E (one file each)."""
     root = tmp_path / "target"
-    root.mkdir()
-    repo = git.Repo.init(root, initial_branch="main")
-    for name, text in {"pyproject.toml": PYPROJECT, "train.py": TRAIN, "configs/dpo.yaml": CONFIG}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    repo.git.add("-A")
-    repo.git.commit("-qm", "base", env=ENV)
+    make_repo(root, {"pyproject.toml": PYPROJECT, "train.py": TRAIN, "configs/dpo.yaml": CONFIG})
     workspace = Workspace(root)
     base = workspace.start("bot/6-tier-1")
     shas = [
@@ -514,11 +502,7 @@ def test_no_credential_where_there_is_none(line):
 
 def test_sixty_commits_by_three_workloads_fit_and_keep_their_tables(tmp_path):
     root = tmp_path / "big"
-    root.mkdir()
-    repo = git.Repo.init(root, initial_branch="main")
-    (root / "pyproject.toml").write_text(PYPROJECT)
-    repo.git.add("-A")
-    repo.git.commit("-qm", "base", env=ENV)
+    make_repo(root, {"pyproject.toml": PYPROJECT})
     workspace = Workspace(root)
     base = workspace.start("bot/big-tier-1")
     keys = [f"K{i}" for i in range(60)]

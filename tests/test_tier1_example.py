@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import git
 import pytest
+from git_repos import committed_example
 
 from bot.cli import main
 from bot.plan import parse_plan
@@ -22,25 +22,7 @@ from optimizations.registry import registry
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trainer_repo"
 TIER1 = ["fa2", "packing", "dataloader_workers", "dpo_precompute"]
-
-
-def fresh_copy(destination: Path) -> git.Repo:
-    shutil.copytree(EXAMPLE, destination, ignore=shutil.ignore_patterns("__pycache__", "outputs", ".bot"))
-    repo = git.Repo.init(destination, initial_branch="main")
-    repo.git.add("-A")
-    repo.git.commit(
-        "-qm",
-        "example trainer",
-        env={
-            "GIT_AUTHOR_NAME": "dev",
-            "GIT_AUTHOR_EMAIL": "d@d",
-            "GIT_COMMITTER_NAME": "dev",
-            "GIT_COMMITTER_EMAIL": "d@d",
-        },
-    )
-    return repo
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +39,7 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def applied(tmp_path_factory, env):
     root = tmp_path_factory.mktemp("tier1") / "example"
-    repo = fresh_copy(root)
+    repo = committed_example(root)
     baseline = repo.head.commit.hexsha
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
     return root, repo, baseline
@@ -107,7 +89,7 @@ def test_every_commit_is_ruff_clean_and_still_trains(applied, env):
 
 def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
     root = tmp_path / "example"
-    fresh_copy(root)
+    committed_example(root)
     findings = scan(root)
     text = render_plan(root, findings)
     plan = parse_plan(text, registry().values(), "scan")
@@ -124,7 +106,7 @@ def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
 
 def test_apply_with_bench_records_every_commit_workload_and_repeat(tmp_path, env, monkeypatch):
     root = tmp_path / "example"
-    fresh_copy(root)
+    committed_example(root)
     monkeypatch.setenv("PERFBOT_EXAMPLE_CACHE", env["PERFBOT_EXAMPLE_CACHE"])
     code = main(
         [
