@@ -16,7 +16,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from optimizations.registry import FileResult, Site, parse_module
+from optimizations.registry import FileResult, RepoContext, Site, parse_module
 
 NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -263,6 +263,12 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         """
         if module not in self.imported_modules:
             AddImportsVisitor.add_needed_import(self.context, module)
+
+    def import_runtime(self, repo: RepoContext, runtime_module: str, name: str) -> None:
+        """Vendor ``optimizations/runtime/<runtime_module>.py`` beside this file and import ``name`` from it."""
+        target = repo.vendor(runtime_module, self.path)
+        relative = 1 if target.startswith(".") else 0
+        AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
 
     def names(self, node: cst.CSTNode) -> set[str]:
         """Fully qualified names a node (a call's callee, say) may refer to."""

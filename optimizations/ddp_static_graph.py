@@ -26,7 +26,6 @@ under an ``if`` in its ``forward`` (parameters reached on some batches only: one
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -262,12 +261,8 @@ class _StaticGraph(OptimizationCodemod):
                     f"from optimizations/runtime/{RUNTIME_MODULE}.py",
                 )
         if self.helpers:
-            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
-            relative = 1 if target.startswith(".") else 0
             for helper in sorted(self.helpers):
-                AddImportsVisitor.add_needed_import(
-                    self.context, target.lstrip("."), helper, relative=relative
-                )
+                self.import_runtime(self.ctx, RUNTIME_MODULE, helper)
         return updated_node
 
 

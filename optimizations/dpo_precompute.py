@@ -39,7 +39,6 @@ another module than its config is not wrapped: a multi-GPU run with an in-memory
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -158,11 +157,7 @@ class _SharedCache(OptimizationCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.wrapped:
-            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
-            relative = 1 if target.startswith(".") else 0
-            AddImportsVisitor.add_needed_import(
-                self.context, target.lstrip("."), SHARED_CACHE, relative=relative
-            )
+            self.import_runtime(self.ctx, RUNTIME_MODULE, SHARED_CACHE)
         return updated_node
 
 

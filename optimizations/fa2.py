@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -301,9 +300,7 @@ class _PickAttention(OptimizationCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.edited:
-            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
-            relative = 1 if target.startswith(".") else 0
-            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), PICKER, relative=relative)
+            self.import_runtime(self.ctx, RUNTIME_MODULE, PICKER)
         return updated_node
 
 

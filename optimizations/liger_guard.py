@@ -19,7 +19,6 @@ on full fine-tunes.
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -159,9 +158,7 @@ class _GuardLiger(OptimizationCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.edited:
-            target = self.ctx.vendor(RUNTIME_MODULE, self.path)
-            relative = 1 if target.startswith(".") else 0
-            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), HELPER, relative=relative)
+            self.import_runtime(self.ctx, RUNTIME_MODULE, HELPER)
         return updated_node
 
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from optimizations.codemod import NESTED_SCOPES, OptimizationCodemod, imported_modules, walk
@@ -178,9 +177,7 @@ class PlannedCodemod(OptimizationCodemod):
         self.imported_modules = imported_modules(tree)
         self.plan(tree)
         for runtime_module, name in sorted(self.runtime_imports):
-            target = self.ctx.vendor(runtime_module, self.path)
-            relative = 1 if target.startswith(".") else 0
-            AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
+            self.import_runtime(self.ctx, runtime_module, name)
         return tree.visit(self)
 
     def on_leave(self, original_node, updated_node):
