@@ -1,0 +1,45 @@
+"""Where one optimization of a run (a row of the progress comment) stands: one enum, one label each."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ItemStatus(StrEnum):
+    """The status of a progress row; the value is what the progress state block stores."""
+
+    PENDING = "pending"
+    APPLYING = "applying"
+    LANDED = "landed"
+    RESUMED = "resumed"
+    NOT_APPLICABLE = "not_applicable"
+    FAILED = "failed"
+    NEEDS_HUMAN = "needs_human"
+    REVERTED = "reverted"
+
+    @property
+    def label(self) -> str:
+        """How the status reads in comments and on the terminal."""
+        return _LABELS[self]
+
+    @property
+    def landed(self) -> bool:
+        """A commit for it is on the branch (made by this run or an earlier one)."""
+        return self in (ItemStatus.LANDED, ItemStatus.RESUMED)
+
+    @property
+    def finished(self) -> bool:
+        """The run is done with it (whatever the outcome)."""
+        return self not in (ItemStatus.PENDING, ItemStatus.APPLYING)
+
+
+_LABELS = {
+    ItemStatus.PENDING: "⏳ pending",
+    ItemStatus.APPLYING: "🔄 applying",
+    ItemStatus.LANDED: "✅ landed",
+    ItemStatus.RESUMED: "✅ landed (earlier run)",
+    ItemStatus.NOT_APPLICABLE: "➖ not applicable",
+    ItemStatus.FAILED: "❌ failed",
+    ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
+    ItemStatus.REVERTED: "↩️ reverted (regression)",
+}
