@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.status import RunStatus
+
 RANK_SUFFIX = ".rank"
 _LAUNCHERS = {
     "torchrun": "torch.distributed.run",
@@ -161,12 +163,12 @@ def aggregate_ranks(
     if exit_code != 0:
         problems.append(f"the launcher exited with status {exit_code}")
     statuses = [record.get("status") for record in records]
-    if "oom" in statuses:
-        status = "oom"
-    elif missing or exit_code != 0 or any(s != "ok" for s in statuses):
-        status = "crashed"
+    if RunStatus.OOM in statuses:
+        status = RunStatus.OOM
+    elif missing or exit_code != 0 or any(s != RunStatus.OK for s in statuses):
+        status = RunStatus.CRASHED
     else:
-        status = "ok"
+        status = RunStatus.OK
     merged = {key: value for key, value in first.items() if key not in ("rank", "error")}
     merged["status"] = status
     if problems:

@@ -54,6 +54,7 @@ from benchmarks.distributed import (
 )
 from benchmarks.environment import collect_environment, peak_tflops
 from benchmarks.metrics import PHASES, Meter
+from benchmarks.status import RunStatus
 
 SCHEMA = "perfbot.run/v1"
 DEFAULT_OUT = "perfbot-metrics.json"
@@ -215,7 +216,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError | MemoryError) or "out of memory" in str(error).lower()
 
 
-def run_program(program: PythonProgram, meter: Meter) -> tuple[str, str | None, int]:
+def run_program(program: PythonProgram, meter: Meter) -> tuple[RunStatus, str | None, int]:
     """Run ``program`` under ``meter``; returns (status, error, exit code)."""
     try:
         with instrumented(meter):
@@ -223,21 +224,21 @@ def run_program(program: PythonProgram, meter: Meter) -> tuple[str, str | None, 
     except SystemExit as exit_:
         code = exit_.code
         if code is None or code == 0:
-            return "ok", None, 0
+            return RunStatus.OK, None, 0
         if not isinstance(code, int):  # sys.exit("message"): python prints it and exits 1
             print(code, file=sys.stderr)
-            return "crashed", f"exited with message {code!r}", 1
-        return "crashed", f"exited with status {code}", code
+            return RunStatus.CRASHED, f"exited with message {code!r}", 1
+        return RunStatus.CRASHED, f"exited with status {code}", code
     except BaseException as error:  # noqa: BLE001 - the run's outcome is recorded, whatever it was
         traceback.print_exc()
-        status = "oom" if _is_out_of_memory(error) else "crashed"
+        status = RunStatus.OOM if _is_out_of_memory(error) else RunStatus.CRASHED
         code = 130 if isinstance(error, KeyboardInterrupt) else 1
         return status, f"{type(error).__name__}: {error}", code
-    return "ok", None, 0
+    return RunStatus.OK, None, 0
 
 
 def build_record(
-    meter: Meter, warmup_steps: int, status: str, error: str | None, command: Sequence[str]
+    meter: Meter, warmup_steps: int, status: RunStatus, error: str | None, command: Sequence[str]
 ) -> dict[str, Any]:
     """The ``perfbot.run/v1`` record of a finished run."""
     env = collect_environment()
@@ -248,7 +249,7 @@ def build_record(
         measured = Meter().report(warmup_steps, peak)
         error = f"{error}; " if error else ""
         error += f"metrics could not be read back: {type(failure).__name__}: {failure}"
-        status = "crashed" if status == "ok" else status
+        status = RunStatus.CRASHED if status == RunStatus.OK else status
     record: dict[str, Any] = {"schema": SCHEMA, "status": status}
     if error is not None:
         record["error"] = error
@@ -330,10 +331,10 @@ def run_distributed(launch: DistributedLaunch, out: str, warmup_steps: int, comm
     record = aggregate_ranks(read_rank_records(out), command, code)
     if record is None:
         error = f"no rank wrote metrics (the launcher exited with status {code})"
-        record = build_record(Meter(), warmup_steps, "crashed", error, command)
+        record = build_record(Meter(), warmup_steps, RunStatus.CRASHED, error, command)
     write_json_atomic(out, record)
     print(format_summary(record), file=sys.stderr)
-    return code if code != 0 or record["status"] == "ok" else 1
+    return code if code != 0 or record["status"] == RunStatus.OK else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,7 +29,6 @@ from typing import Any
 import git
 
 from benchmarks.runner import (
-    CRASHED,
     LOG_TAIL_LINES,
     PERFBOT_ROOT,
     BenchJob,
@@ -39,6 +38,7 @@ from benchmarks.runner import (
     RunRecord,
     launch_command,
 )
+from benchmarks.status import RunStatus
 
 BUNDLE_REF_PREFIX = "refs/perfbot-bench/"
 # Ray retries a failed task this many times before its job is recorded as crashed.
@@ -209,7 +209,7 @@ class RayRunner:
             commit=job.commit,
             workload=job.workload.name,
             repeat=job.repeat,
-            status=CRASHED,
+            status=RunStatus.CRASHED,
             duration_s=round(duration, 3),
             log_tail=f"{tail}\n[perfbot] the Ray task failed {TASK_RETRIES + 1} times; recorded as crashed",
             metrics=None,

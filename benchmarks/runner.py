@@ -29,12 +29,7 @@ from typing import Any, Protocol
 import git
 
 from benchmarks.spec import BenchSpec, Workload
-
-OK = "ok"
-CRASHED = "crashed"
-OOM = "oom"
-TIMEOUT = "timeout"
-STATUSES = (OK, CRASHED, OOM, TIMEOUT)
+from benchmarks.status import RunStatus
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 LOG_TAIL_LINES = 40
@@ -77,15 +72,18 @@ class RunRecord:
     commit: str
     workload: str
     repeat: int
-    status: str
+    status: RunStatus
     duration_s: float
     log_tail: str
     metrics: dict[str, Any] | None
 
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # a results file holds the plain value
+
     @property
     def ok(self) -> bool:
         """True when the run finished and measured."""
-        return self.status == OK
+        return self.status == RunStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as stored in the results file."""
@@ -321,7 +319,7 @@ class LocalRunner:
         if timed_out:
             tail += f"\n[perfbot] timed out after {job.workload.timeout_s:g} s; process group killed"
         status = _status(returncode, timed_out, metrics, tail)
-        if status != OK and metrics is None and returncode == 0:
+        if status != RunStatus.OK and metrics is None and returncode == 0:
             tail += f"\n[perfbot] exited 0 but wrote no metrics to {metrics_path}"
         return RunRecord(
             commit=job.commit,
@@ -343,17 +341,17 @@ def _job_environment(job: BenchJob, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def _status(returncode: int | None, timed_out: bool, metrics: dict[str, Any] | None, tail: str) -> str:
+def _status(returncode: int | None, timed_out: bool, metrics: dict[str, Any] | None, tail: str) -> RunStatus:
     """Timeout wins; ok needs exit 0 and ``"status": "ok"`` in the metrics; a failure is an OOM when the run
     reported one or its log shows one, else a crash."""
     if timed_out:
-        return TIMEOUT
+        return RunStatus.TIMEOUT
     reported = metrics.get("status") if metrics else None
-    if returncode == 0 and reported == OK:
-        return OK
-    if reported == OOM or any(marker in tail for marker in OOM_MARKERS):
-        return OOM
-    return CRASHED
+    if returncode == 0 and reported == RunStatus.OK:
+        return RunStatus.OK
+    if reported == RunStatus.OOM or any(marker in tail for marker in OOM_MARKERS):
+        return RunStatus.OOM
+    return RunStatus.CRASHED
 
 
 def _read_metrics(path: Path) -> dict[str, Any] | None:

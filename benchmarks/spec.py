@@ -1,4 +1,5 @@
-"""The bench spec: which workloads to run on every commit, read from the target's ``pyproject.toml``.
+"""The bench spec: which workloads to run on every commit, built from the ``[tool.bot]`` table of the target's
+``pyproject.toml`` (the table as :func:`bot.conventions.tool_settings` reads it):
 
 ```toml
 [tool.bot]
@@ -19,7 +20,6 @@ gpus = 1
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -81,24 +81,17 @@ class BenchSpec:
     source: Path | None = field(default=None, compare=False)
 
     @classmethod
-    def from_pyproject(cls, path: Path | str) -> BenchSpec:
-        """Read ``[tool.bot]`` from a ``pyproject.toml`` file."""
-        path = Path(path)
-        if not path.is_file():
-            raise BenchSpecError(path, "tool.bot", "file not found; run `bot init` to add bench settings")
-        try:
-            document = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as error:
-            raise BenchSpecError(path, "tool.bot", f"not valid TOML: {error}") from error
-        table = document.get("tool", {}).get("bot")
-        if not isinstance(table, dict):
-            raise BenchSpecError(path, "tool.bot", "missing table; run `bot init` to add bench settings")
-        return cls.from_table(table, path)
-
-    @classmethod
     def from_table(cls, table: Mapping[str, Any], path: Path | str) -> BenchSpec:
-        """Build the spec from an already-parsed ``[tool.bot]`` table; ``path`` is only used in errors."""
+        """Build the spec from a parsed ``[tool.bot]`` table; ``path`` (its ``pyproject.toml``) names it in errors.
+
+        An empty table (no ``pyproject.toml``, or no ``[tool.bot]`` in it) is an error that says to run
+        ``bot init``.
+        """
         path = Path(path)
+        if not table:
+            raise BenchSpecError(
+                path, "tool.bot", "missing (no file or no table); run `bot init` to add bench settings"
+            )
         size = _typed(table, "size", str, DEFAULT_SIZE, path, "tool.bot")
         seed = _typed(table, "seed", int, DEFAULT_SEED, path, "tool.bot")
         warmup_rounds = _typed(table, "warmup_rounds", int, 0, path, "tool.bot")
@@ -150,12 +143,6 @@ class BenchSpec:
             seed=self.seed if seed is None else seed,
             warmup_rounds=self.warmup_rounds if warmup_rounds is None else max(0, warmup_rounds),
         )
-
-
-def load_spec(repo: Path | str) -> BenchSpec:
-    """The bench spec of a repository checkout (its ``pyproject.toml``), or of a ``pyproject.toml`` path."""
-    path = Path(repo)
-    return BenchSpec.from_pyproject(path / "pyproject.toml" if path.is_dir() else path)
 
 
 _WORKLOAD_KEYS = {

@@ -2,55 +2,31 @@
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.benchmarking import BenchOptions, bench_and_report, bench_spec
+from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
 from bot.plan import Plan
-from bot.progress import Progress, Row
+from bot.progress import Progress, Row, publish_progress
+from bot.publish import push_branch
+from bot.scope import excluded, preflight
+from bot.status import ItemStatus
 from bot.tidy import tidy
-from bot.tracker import PROGRESS, Tracker
-from bot.workspace import (
-    TRAILER_ISSUE,
-    TRAILER_ITEM,
-    TRAILER_OPTIMIZATION,
-    Workspace,
-    branch_name,
-    commit_message,
-)
-from optimizations.registry import Optimization, RepoContext, TransformError, parse_module, registry
+from bot.tracker import Tracker
+from bot.workspace import Workspace, commit_message
+from optimizations.registry import Optimization, registry
 
 
 @dataclass
 class ApplyResult:
-    """What a run did: the progress state, and the exit code the CLI returns."""
+    """What a run did: the progress state, the commits it made, the pull request, and the exit code."""
 
     progress: Progress
     exit_code: int
     commits: list[str] = field(default_factory=list)
-
-
-def bot_settings(root: Path) -> dict:
-    """The target's ``[tool.bot]`` table (empty when there is none)."""
-    path = root / "pyproject.toml"
-    if not path.exists():
-        return {}
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("bot", {})
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{path} is not valid TOML ({exc}); fix it, then re-run") from exc
-
-
-def preflight(root: Path, exclude: tuple[str, ...]) -> None:
-    """Refuse to start when a file in scope does not parse: nothing is changed, and the message names it."""
-    ctx = RepoContext(root, exclude)
-    for path in ctx.python_files():
-        try:
-            parse_module(ctx.read(path), path)
-        except TransformError as exc:
-            raise BadInput(str(exc)) from exc
+    pull_request: str | None = None
 
 
 def plan_rows(plan: Plan, tier: int, known: dict[str, Optimization]) -> list[Row]:
@@ -59,12 +35,16 @@ def plan_rows(plan: Plan, tier: int, known: dict[str, Optimization]) -> list[Row
     for item in plan.tier(tier):
         if not item.optimizations:
             rows[f"item:{item.key}"] = Row(
-                "", [item.key], item.change, "needs_human", note="no registered optimization"
+                "", [item.key], item.change, ItemStatus.NEEDS_HUMAN, note="no registered optimization"
             )
         for opt_id in item.optimizations:
             if opt_id not in known:
                 rows[f"item:{item.key}:{opt_id}"] = Row(
-                    opt_id, [item.key], item.change, "needs_human", note=f"opt:{opt_id} is not registered"
+                    opt_id,
+                    [item.key],
+                    item.change,
+                    ItemStatus.NEEDS_HUMAN,
+                    note=f"opt:{opt_id} is not registered",
                 )
             elif opt_id in rows:
                 rows[opt_id].keys.append(item.key)
@@ -100,81 +80,136 @@ def _commit_body(plan: Plan, row: Row, sites) -> str:
     return "\n".join(lines)
 
 
-def run_apply(
-    root: Path,
-    plan: Plan,
-    tier: int,
-    tracker: Tracker,
-    issue: int | str,
-    *,
-    commit_url: str | None = None,
-    after_commits: Callable[[Workspace, Progress], None] | None = None,
-) -> ApplyResult:
-    """Apply the tier's optimizations on the work branch and keep the progress comment current.
+@dataclass
+class TierRun:
+    """One tier of a plan, checked and ready to apply to a repository (nothing has been written yet)."""
 
-    ``after_commits`` runs once the commits are made (benchmarks, review); it may update ``progress``.
-    """
-    workspace = Workspace(root)
-    workspace.check_ready()
-    settings = bot_settings(workspace.root)
-    exclude = tuple(settings.get("exclude", ()))
-    preflight(workspace.root, exclude)
-    known = registry()
-    rows = plan_rows(plan, tier, known)
-    if not rows:
-        raise BadInput(
-            f"the plan has no tier-{tier} items; tiers in it: {sorted({i.tier for i in plan.items})}"
+    workspace: Workspace
+    plan: Plan
+    tier: int
+    rows: list[Row]
+    exclude: tuple[str, ...]
+    bench: BenchOptions | None = None
+
+    @classmethod
+    def prepare(cls, root: Path, plan: Plan, tier: int, bench: BenchOptions | None = None) -> TierRun:
+        """Check everything a run needs before it changes anything: a clean tree on a branch, files that
+        parse, items in the tier, and (with ``bench``) valid benchmark settings. Bad input raises."""
+        workspace = Workspace(root)
+        workspace.check_ready()
+        exclude = excluded(workspace.root)
+        preflight(workspace.root, exclude)
+        for item in plan.tier(tier):
+            hint = item.target_hint
+            if hint and not (workspace.root / hint[0]).resolve().is_relative_to(workspace.root.resolve()):
+                raise BadInput(
+                    f"plan item {item.key} points at {hint[0]}, outside the repository {workspace.root}; "
+                    "give paths relative to the repository root"
+                )
+        rows = plan_rows(plan, tier, registry())
+        if not rows:
+            raise BadInput(
+                f"the plan has no tier-{tier} items; tiers in it: {sorted({i.tier for i in plan.items})}"
+            )
+        if bench is not None:
+            bench_spec(workspace.root, bench)
+        return cls(workspace, plan, tier, rows, exclude, bench)
+
+    def run(
+        self,
+        tracker: Tracker,
+        issue: int | str,
+        *,
+        push: bool = False,
+        open_pr: bool = False,
+    ) -> ApplyResult:
+        """Apply the tier's optimizations on the work branch, one commit each, keeping the progress comment
+        current; then push, benchmark and open a pull request as asked."""
+        workspace, plan, known = self.workspace, self.plan, registry()
+        commit_url = getattr(tracker, "commit_url", None)
+        pushing = push and hasattr(tracker, "push_url")
+        baseline = workspace.start(branch_name(issue, self.tier))
+        progress = Progress(
+            tier=self.tier, issue=issue, branch=workspace.branch, baseline=baseline, rows=self.rows
         )
+        progress.behavioural = [
+            f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural
+        ]
 
-    baseline = workspace.start(branch_name(issue, tier))
-    progress = Progress(tier=tier, issue=issue, branch=workspace.branch, baseline=baseline, rows=rows)
-    progress.behavioural = [
-        f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural
-    ]
+        def publish(headline: str) -> None:
+            progress.headline = headline
+            progress.head = workspace.head
+            publish_progress(tracker, issue, progress, commit_url)
 
-    def publish(headline: str) -> None:
-        progress.headline = headline
-        progress.head = workspace.head
-        tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url))
+        done = {c.optimization: c.sha for c in workspace.bot_commits(baseline)}
+        todo = [r for r in self.rows if r.optimization in known and r.status is ItemStatus.PENDING]
+        commits = []
+        for number, row in enumerate(todo, start=1):
+            if row.optimization in done:
+                row.status, row.commit = ItemStatus.RESUMED, done[row.optimization]
+                continue
+            row.status = ItemStatus.APPLYING
+            publish(f"Applying {number}/{len(todo)}: {row.optimization}")
+            sha = self._apply_row(row, known[row.optimization], issue)
+            if sha:
+                commits.append(sha)
 
-    done = {c.optimization: c.sha for c in workspace.bot_commits(baseline)}
-    todo = [r for r in rows if r.optimization in known and r.status == "pending"]
-    commits = []
-    for number, row in enumerate(todo, start=1):
-        if row.optimization in done:
-            row.status, row.commit = "resumed", done[row.optimization]
-            continue
-        row.status = "applying"
-        publish(f"Applying {number}/{len(todo)}: {row.optimization}")
-        optimization = known[row.optimization]
-        focus = focus_files(plan, row)
+        publish("Commits done" + (", benchmarking" if self.bench else ""))
+        if pushing:
+            push_branch(workspace, tracker.push_url(), tracker.default_branch)
+        if self.bench is not None:
+            bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
+        counts = {status: sum(r.status is status for r in self.rows) for status in ItemStatus}
+        landed = counts[ItemStatus.LANDED] + counts[ItemStatus.RESUMED]
+        publish(
+            f"Done: {landed} landed, {counts[ItemStatus.FAILED]} failed, "
+            f"{counts[ItemStatus.NOT_APPLICABLE]} not applicable, {counts[ItemStatus.NEEDS_HUMAN]} need a human"
+        )
+        pull_request = None
+        if pushing and open_pr:
+            title = (
+                f"perf: tier {self.tier} of #{issue}"
+                if isinstance(issue, int)
+                else f"perf: tier {self.tier} ({issue})"
+            )
+            pull_request = tracker.open_or_update_pull_request(
+                progress.branch, title, f"Refs #{issue}\n\n" + progress.render(commit_url)
+            )
+        failed = counts[ItemStatus.FAILED] or progress.bench.get("failed_runs", 0)
+        return ApplyResult(progress, 1 if failed else 0, commits, pull_request)
+
+    def _apply_row(self, row: Row, optimization: Optimization, issue: int | str) -> str | None:
+        """Apply one optimization and commit it; the row says what happened. The sha, or None."""
+        workspace = self.workspace
+        focus = focus_files(self.plan, row)
         try:
-            change = optimization.apply(workspace.root, exclude, focus)
+            change = optimization.apply(workspace.root, self.exclude, focus)
             if change is not None:
                 tidy(workspace.root, {path: workspace.committed_text(path) for path in change.files})
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
-            row.status, row.note = "failed", f"{type(exc).__name__}: {exc}"
-            continue
+            row.status, row.note = ItemStatus.FAILED, f"{type(exc).__name__}: {exc}"
+            return None
         except BaseException:  # Ctrl-C mid-edit: stop, with the tree as the last commit left it
             workspace.discard()
             raise
         if change is None:
-            refused = [s for s in optimization.find(workspace.root, exclude, focus) if not s.applicable]
-            row.status = "not_applicable"
+            refused = [s for s in optimization.find(workspace.root, self.exclude, focus) if not s.applicable]
+            row.status = ItemStatus.NOT_APPLICABLE
             row.note = (
                 "; ".join(f"{s.path}:{s.line} {s.reason}" for s in refused) or "no site in this repository"
             )
-            continue
+            return None
         message = commit_message(
             optimization.scope,
             optimization.title,
-            _expected(plan, row, optimization),
-            _commit_body(plan, row, change.sites),
+            _expected(self.plan, row, optimization),
+            _commit_body(self.plan, row, change.sites),
             {
                 TRAILER_OPTIMIZATION: row.optimization,
                 TRAILER_ITEM: ", ".join(row.keys),
                 TRAILER_ISSUE: str(issue),
+                TRAILER_TIER: str(self.tier),
             },
         )
         try:
@@ -182,23 +217,10 @@ def run_apply(
         except BaseException:  # a commit cut short leaves nothing staged
             workspace.discard()
             raise
-        row.status = "landed"
+        row.status = ItemStatus.LANDED
         row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
             row.note += (
                 " (left alone: " + "; ".join(f"{s.path}:{s.line} {s.reason}" for s in change.refused) + ")"
             )
-        commits.append(row.commit)
-
-    publish("Commits done" + (", benchmarking" if after_commits else ""))
-    if after_commits is not None:
-        after_commits(workspace, progress)
-    failed = [r for r in rows if r.status == "failed"]
-    landed = [r for r in rows if r.status in ("landed", "resumed")]
-    summary = (
-        f"{len(landed)} landed, {len(failed)} failed, {sum(r.status == 'not_applicable' for r in rows)} not "
-    )
-    summary += f"applicable, {sum(r.status == 'needs_human' for r in rows)} need a human"
-    publish(f"Done: {summary}")
-    bench_failed = progress.bench.get("failed_runs", 0)
-    return ApplyResult(progress, 1 if failed or bench_failed else 0, commits)
+        return row.commit

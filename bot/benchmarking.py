@@ -1,32 +1,54 @@
-"""``bot bench`` and ``bot apply --bench``: run the bench matrix over the baseline and the bot's commits,
-save the results JSON and git notes, and keep the progress comment current while it runs."""
+"""The benchmark step of a run: measure the baseline and the bot's commits, save the results JSON and git
+notes, keep the progress comment current while it runs, then publish the reports."""
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.results import Results, run_bench, write_notes
+import git
+
+from benchmarks.results import Results, run_bench
 from benchmarks.runner import LocalRunner, Runner, RunRecord
-from benchmarks.spec import BenchSpec, BenchSpecError, load_spec
+from benchmarks.spec import BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
+from bot.conventions import tool_settings
 from bot.errors import BadInput
+from bot.history import describe_commits
+from bot.notes import write_notes
 from bot.plan import Plan
-from bot.progress import Progress
-from bot.tracker import PROGRESS, Tracker
+from bot.progress import Progress, publish_progress
+from bot.reporting import publish_reports
+from bot.tracker import Tracker
 from bot.workspace import Workspace
 
 
-def bench_spec(root: Path, args: argparse.Namespace) -> BenchSpec:
-    """The target's ``[tool.bot]`` bench spec with the command line's overrides; bad settings are bad input."""
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to benchmark: overrides of the ``[tool.bot]`` workloads, the runner, and what to do about
+    regressions."""
+
+    workloads: tuple[str, ...] | None = None
+    size: str | None = None
+    steps: int | None = None
+    repeats: int | None = None
+    warmup_rounds: int | None = None
+    runner: str = "local"
+    address: str | None = None
+    drop_regressions: bool = False
+
+
+def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
+    """The target's ``[tool.bot]`` bench spec with the options' overrides; bad settings are bad input."""
     try:
-        spec = load_spec(root)
+        spec = BenchSpec.from_table(tool_settings(root), Path(root) / "pyproject.toml")
         return spec.override(
-            workloads=args.workload,
-            size=args.size,
-            steps=args.steps,
-            repeats=args.repeats,
-            warmup_rounds=args.warmup_rounds,
+            workloads=list(options.workloads) if options.workloads else None,
+            size=options.size,
+            steps=options.steps,
+            repeats=options.repeats,
+            warmup_rounds=options.warmup_rounds,
         )
     except BenchSpecError as exc:
         raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
@@ -40,35 +62,37 @@ def results_path(root: Path, branch: str, name: str = "") -> Path:
     return root / ".bot" / "results" / f"{stem}.json"
 
 
-def make_runner(args: argparse.Namespace, workspace: Workspace) -> Runner:
-    """The runner ``--runner`` names: ``local`` (this machine's GPUs) or ``ray`` (the cluster at ``--address``;
+def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
+    """The runner the options name: ``local`` (this machine's GPUs) or ``ray`` (the cluster at ``address``;
     without it ``$RAY_ADDRESS``, else a Ray started for the run)."""
-    runner, address = getattr(args, "runner", "local"), getattr(args, "address", None)
-    if runner != "ray":
-        if address is not None:
+    if options.runner != "ray":
+        if options.address is not None:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")
         return LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
-    from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray
+    from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray  # Ray is an optional extra
 
     try:
         import_ray()
     except RayUnavailable as exc:
         raise BadInput(str(exc)) from exc
-    return RayRunner(workspace.repo, address)
+    return RayRunner(workspace.repo, options.address)
+
+
+OnRun = Callable[[int, int, RunRecord], None]
 
 
 def benchmark(
     workspace: Workspace,
     spec: BenchSpec,
     revisions: list[str],
+    runner: Runner,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
-    on_run=None,
+    on_run: OnRun | None = None,
     name: str = "",
-    runner: Runner | None = None,
 ) -> tuple[Results, Path]:
-    """Run the matrix (locally unless ``runner`` is given), save the JSON, write a git note on each commit."""
-    runner = runner or LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
-    results = run_bench(workspace.repo, spec, revisions, runner, thresholds=thresholds, progress=on_run)
+    """Run the matrix, save the JSON, write a git note on each commit."""
+    commits = describe_commits(workspace.repo, revisions)
+    results = run_bench(workspace.repo, spec, commits, runner, thresholds=thresholds, progress=on_run)
     path = results.save(results_path(workspace.root, workspace.branch, name))
     write_notes(workspace.repo, results)
     return results, path
@@ -81,7 +105,7 @@ def revisions_to_measure(workspace: Workspace, baseline: str) -> list[str]:
 
 
 def bench_and_report(
-    args: argparse.Namespace,
+    options: BenchOptions,
     workspace: Workspace,
     progress: Progress,
     plan: Plan,
@@ -89,11 +113,9 @@ def bench_and_report(
     issue: int | str,
     commit_url: str | None = None,
 ) -> Results:
-    """The ``--bench`` half of ``bot apply``: benchmark baseline + bot commits, then publish the reports."""
-    from bot.report import publish_reports
-
-    spec = bench_spec(workspace.root, args)
-    runner = make_runner(args, workspace)
+    """The benchmark half of ``bot apply --bench``: measure baseline + bot commits, then publish the reports."""
+    spec = bench_spec(workspace.root, options)
+    runner = make_runner(options, workspace)
     thresholds = Thresholds(loss_tolerance=plan.loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance)
 
     def on_run(done: int, total: int, record: RunRecord) -> None:
@@ -101,15 +123,14 @@ def bench_and_report(
             f"Benchmarking: {done}/{total} runs ({record.workload} @ {record.commit[:7]}: {record.status})"
         )
         progress.bench = {"done": done, "total": total}
-        tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url))
+        publish_progress(tracker, issue, progress, commit_url)
 
     def rebench(revisions: list[str]) -> Results:
         progress.headline = "Re-measuring the head after dropping regressions"
-        return benchmark(workspace, spec, revisions, thresholds, on_run, name="after-drop", runner=runner)[0]
+        return benchmark(workspace, spec, revisions, runner, thresholds, on_run, name="after-drop")[0]
 
-    results, path = benchmark(
-        workspace, spec, revisions_to_measure(workspace, progress.baseline), thresholds, on_run, runner=runner
-    )
+    revisions = revisions_to_measure(workspace, progress.baseline)
+    results, path = benchmark(workspace, spec, revisions, runner, thresholds, on_run)
     progress.bench = {
         "results": str(path),
         "runs": len(results.runs),
@@ -123,31 +144,34 @@ def bench_and_report(
         results,
         workspace,
         commit_url=commit_url,
-        drop=args.drop_regressions,
+        drop=options.drop_regressions,
         rebench=rebench,
         results_path=str(path),
     )
     return results
 
 
-def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
-    """``bot bench [REV...]``: the given revisions, or the baseline and every bot commit of the branch.
-
-    From a ``/bot bench`` comment (``tracker`` given) the results, verdict and note comments are updated too.
-    """
-    workspace = Workspace(args.repo)
+def bench_revisions(
+    workspace: Workspace,
+    options: BenchOptions,
+    revisions: list[str],
+    *,
+    tracker: Tracker | None = None,
+    issue: int | str | None = None,
+) -> tuple[Results, Path]:
+    """``bot bench``: measure ``revisions`` (default: the baseline and every bot commit of the branch); with
+    a tracker and issue, update the results, verdict and note comments too."""
     workspace.check_ready()
-    spec = bench_spec(workspace.root, args)
-    if args.revs:
-        revisions = [workspace.repo.commit(r).hexsha for r in args.revs]
+    spec = bench_spec(workspace.root, options)
+    if revisions:
+        try:
+            revisions = [workspace.repo.commit(r).hexsha for r in revisions]
+        except (git.BadName, ValueError) as error:
+            raise BadInput(f"{error}: not a commit in {workspace.root}; pass shas or branch names") from error
     else:
         revisions = revisions_to_measure(workspace, workspace.baseline())
-    results, path = benchmark(workspace, spec, revisions, runner=make_runner(args, workspace))
-    issue = getattr(args, "issue", None)
+    results, path = benchmark(workspace, spec, revisions, make_runner(options, workspace))
     if tracker is not None and issue is not None:
-        from bot.report import publish_reports
-
-        issue = int(issue) if str(issue).isdigit() else issue
         publish_reports(
             tracker,
             issue,
@@ -158,14 +182,4 @@ def cmd_bench(args: argparse.Namespace, tracker: Tracker | None = None) -> int:
             commit_url=getattr(tracker, "commit_url", None),
             results_path=str(path),
         )
-    print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
-    for workload, summary in results.summary.items():
-        print(f"\n{workload}:")
-        for commit in results.commits:
-            entry = summary["commits"].get(commit.sha, {})
-            median = entry.get("median")
-            cumulative = (entry.get("cumulative") or {}).get("ratio")
-            shown = f"{median:,.1f}" if median is not None else "not measured"
-            change = f"{cumulative - 1:+.1%} vs baseline" if cumulative else ""
-            print(f"  {commit.sha[:7]} {commit.optimization or 'baseline':<20} {shown:>14}  {change}")
-    return 1 if results.failed_runs else 0
+    return results, path

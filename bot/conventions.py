@@ -18,6 +18,7 @@ BOT_EMAIL = "perfbot@users.noreply.github.com"
 TRAILER_OPTIMIZATION = "Bot-Optimization"
 TRAILER_ITEM = "Bot-Plan-Item"
 TRAILER_ISSUE = "Bot-Issue"
+TRAILER_TIER = "Bot-Tier"
 TRAILER_REVERT_OF = "Bot-Revert-Of"
 
 NOTES_REF = "perfbot"
@@ -60,16 +61,21 @@ def issue_key(text: str) -> int | str:
     return int(text) if str(text).isdigit() else text
 
 
-def tool_settings(root: Path) -> dict[str, Any]:
-    """The target's ``[tool.bot]`` table (empty when there is no ``pyproject.toml`` or no table)."""
+def pyproject_document(root: Path) -> dict[str, Any]:
+    """The target's parsed ``pyproject.toml`` (empty when there is none); invalid TOML is bad input."""
     path = Path(root) / "pyproject.toml"
     if not path.is_file():
         return {}
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path} is not valid TOML ({exc}); fix it, then re-run") from exc
-    table = document.get("tool", {}).get("bot", {})
+
+
+def tool_settings(root: Path) -> dict[str, Any]:
+    """The target's ``[tool.bot]`` table (empty when there is no ``pyproject.toml`` or no table)."""
+    path = Path(root) / "pyproject.toml"
+    table = pyproject_document(root).get("tool", {}).get("bot", {})
     if not isinstance(table, dict):
         raise BadInput(f"{path}: [tool.bot] must be a table; fix it, then re-run")
     return table

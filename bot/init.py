@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.conventions import pyproject_document
 from bot.errors import BadInput
 from bot.render import render
 
@@ -53,6 +53,7 @@ def init_repository(
     if not root.is_dir():
         raise BadInput(f"{root} is not a directory; pass the target repository's path")
     result = InitResult()
+    has_settings = "bot" in pyproject_document(root).get("tool", {})  # a broken pyproject stops us here
 
     workflow = root / WORKFLOW
     text = render(
@@ -66,16 +67,10 @@ def init_repository(
         result.written.append(workflow)
 
     pyproject = root / PYPROJECT
-    existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else ""
-    try:
-        document = tomllib.loads(existing)
-    except tomllib.TOMLDecodeError as error:
-        raise BadInput(
-            f"{pyproject} is not valid TOML ({error}); fix it, then run `bot init` again"
-        ) from error
-    if "bot" in document.get("tool", {}):
+    if has_settings:
         result.kept.append(pyproject)
     else:
+        existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else ""
         separator = "" if not existing else ("\n" if existing.endswith("\n") else "\n\n")
         pyproject.write_text(existing + separator + TOOL_BOT_SKELETON, encoding="utf-8")
         result.written.append(pyproject)

@@ -73,10 +73,14 @@ class LocalTracker:
         else:
             comments.append(self._new(number, body, comments))
         self._save(number, comments)
-        kind = marker.removeprefix("<!-- bot:").split(" ")[0]
         if marker in MARKERS:
-            _write_atomic(self._dir(number) / f"{kind}.md", body)
+            _write_atomic(self.marker_file(number, marker), body)
         return next(c for c in comments if c.author == self.user and c.has_marker(marker))
+
+    def marker_file(self, number: int | str, marker: str) -> Path:
+        """The readable copy of the bot's comment for ``marker``: ``.bot/issues/<n>/<kind>.md``."""
+        kind = marker.removeprefix("<!-- bot:").split(" ")[0]
+        return self._dir(number) / f"{kind}.md"
 
     def reply(self, number: int | str, body: str) -> Comment:
         comments = self.comments(number)

@@ -33,6 +33,8 @@ _TIER = re.compile(r"\btier[\s-]*(\d+)\b", re.IGNORECASE)
 _EXPLICIT = re.compile(r"\bopt:([a-z0-9_]+)", re.IGNORECASE)
 _LOCATION = re.compile(r"([\w./-]+\.(?:py|ya?ml|toml|json|cfg|ini)):(\d+)")
 _PERCENT = re.compile(r"([+-]|±)?\s*(\d+(?:\.\d+)?)\s*%")
+_NO_CRASH = re.compile(r"\b(?:no|zero|without)\b.{0,20}\b(?:crash|crashes|crashing|oom|ooms|failures?)\b")
+_ALL_APPLIED = re.compile(r"\ball\b.{0,30}\b(?:applied|landed|committed)\b")
 
 
 class PlanError(ValueError):
@@ -64,14 +66,27 @@ class PlanItem:
         return self.auto_apply and not self.optimizations
 
 
+THROUGHPUT, LOSS, STABILITY, APPLIED, MANUAL = "throughput", "loss", "stability", "applied", "manual"
+
+
 @dataclass(frozen=True)
 class Criterion:
-    """A success criterion: a minimum throughput gain for a workload, or a loss tolerance."""
+    """A success criterion, with the whole sentence it came from.
+
+    ``kind``: ``throughput`` (a minimum gain for a workload), ``loss`` (a tolerance at equal tokens),
+    ``stability`` (no crashed or OOM runs), ``applied`` (every item of the tier landed), or ``manual`` (kept,
+    but not machine-checkable).
+    """
 
     text: str
-    kind: str  # "throughput" | "loss"
-    threshold: float  # fraction: 0.30 for +30%, 0.05 for ±5%
+    kind: str
+    threshold: float | None = None  # fraction: 0.30 for +30%, 0.05 for ±5%
     workload: str | None = None
+
+    @property
+    def checkable(self) -> bool:
+        """False for a criterion only a person can judge."""
+        return self.kind != MANUAL
 
 
 @dataclass
@@ -97,7 +112,7 @@ class Plan:
 
     @property
     def loss_tolerance(self) -> float | None:
-        return next((c.threshold for c in self.criteria if c.kind == "loss"), None)
+        return next((c.threshold for c in self.criteria if c.kind == LOSS), None)
 
     def to_dict(self) -> dict:
         return {
@@ -371,21 +386,30 @@ def _follow_ons(entry: str, optimizations: list[Optimization], existing: list[Pl
     ]
 
 
-def parse_criteria(text: str) -> list[Criterion]:
-    """Numbers out of a success-criteria line: ``+30% combined on SFT, +20% on DPO``, ``loss within ±5%``."""
+def parse_criteria(sentence: str) -> list[Criterion]:
+    """The checks in one success-criteria sentence, each carrying the whole sentence as its text:
+    ``+30% combined on SFT, +20% on DPO`` gives two throughput criteria, ``loss within ±5%`` a loss one, ``no
+    crashes`` a stability one, ``all changes applied`` an applied one; a sentence with none of these is kept
+    as a manual criterion."""
+    sentence = " ".join(sentence.split())
     criteria = []
-    for clause in re.split(r"[,;]|\band\b", text):
-        for match in _PERCENT.finditer(clause):
+    for clause in re.split(r"[,;]|\band\b", sentence):
+        lowered = clause.lower()
+        matches = list(_PERCENT.finditer(clause))
+        for match in matches:
             value = float(match.group(2)) / 100
-            lowered = clause.lower()
             if "loss" in lowered or match.group(1) == "±":
-                criteria.append(Criterion(clause.strip(), "loss", value))
+                criteria.append(Criterion(sentence, LOSS, value))
             elif match.group(1) == "+" or "throughput" in lowered or "faster" in lowered:
                 after = clause[match.end() :]
                 workload = re.search(r"\b(?:on|for)\s+(?:the\s+)?([A-Za-z][\w-]*)", after)
                 before = re.search(r"([A-Za-z][\w-]*)\s*(?:throughput)?\s*$", clause[: match.start()])
                 name = workload.group(1) if workload else (before.group(1) if before else None)
-                criteria.append(
-                    Criterion(clause.strip(), "throughput", value, name.lower() if name else None)
-                )
-    return criteria
+                criteria.append(Criterion(sentence, THROUGHPUT, value, name.lower() if name else None))
+        if matches:
+            continue
+        if _NO_CRASH.search(lowered):
+            criteria.append(Criterion(sentence, STABILITY))
+        elif _ALL_APPLIED.search(lowered):
+            criteria.append(Criterion(sentence, APPLIED))
+    return criteria or [Criterion(sentence, MANUAL)]

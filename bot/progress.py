@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from markdown_it import MarkdownIt
 
 from bot.render import render
-from bot.tracker import PROGRESS
-
-STATUS_LABELS = {
-    "pending": "⏳ pending",
-    "applying": "🔄 applying",
-    "landed": "✅ landed",
-    "resumed": "✅ landed (earlier run)",
-    "not_applicable": "➖ not applicable",
-    "failed": "❌ failed",
-    "needs_human": "🙋 needs a human",
-    "reverted": "↩️ reverted (regression)",
-}
+from bot.status import ItemStatus
+from bot.tracker import PROGRESS, Comment, Tracker
 
 
 @dataclass
@@ -29,13 +20,16 @@ class Row:
     optimization: str
     keys: list[str]
     change: str
-    status: str = "pending"
+    status: ItemStatus = ItemStatus.PENDING
     commit: str = ""
     note: str = ""
 
+    def __post_init__(self) -> None:
+        self.status = ItemStatus(self.status)
+
     @property
     def status_label(self) -> str:
-        return STATUS_LABELS[self.status]
+        return self.status.label
 
 
 @dataclass
@@ -61,7 +55,7 @@ class Progress:
         return [
             f"{', '.join(r.keys)}: {r.change} ({r.note})" if r.note else f"{', '.join(r.keys)}: {r.change}"
             for r in self.rows
-            if r.status == "needs_human"
+            if r.status is ItemStatus.NEEDS_HUMAN
         ]
 
     def row(self, optimization: str) -> Row:
@@ -70,21 +64,55 @@ class Progress:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, ensure_ascii=False)
 
-    def render(self, commit_url: str | None = None) -> str:
-        """The comment body, starting with the progress marker."""
+    def render(self, commit_url: str | None = None, other_tiers: Sequence[Progress] = ()) -> str:
+        """The comment body, starting with the progress marker: this tier in full, the issue's other tiers
+        folded, and a state block holding every tier (so a later run of any tier can resume)."""
+        tiers = sorted([self, *(p for p in other_tiers if p.tier != self.tier)], key=lambda p: p.tier)
+        state_json = json.dumps({"tiers": [asdict(p) for p in tiers]}, indent=1, ensure_ascii=False)
+        others = [p for p in tiers if p is not self]
         return render(
-            "progress.md.j2", marker=PROGRESS, state=self, state_json=self.to_json(), commit_url=commit_url
+            "progress.md.j2",
+            marker=PROGRESS,
+            state=self,
+            others=others,
+            state_json=state_json,
+            commit_url=commit_url,
         )
 
     @classmethod
-    def from_comment(cls, body: str) -> Progress | None:
-        """The state block of a progress comment written by :meth:`render`; ``None`` if there is none."""
+    def all_from_comment(cls, body: str) -> list[Progress]:
+        """Every tier's state in a progress comment written by :meth:`render` (empty if it has none)."""
         for token in MarkdownIt("commonmark").parse(body):
             if token.type == "fence" and token.info.strip() == "json":
                 try:
                     data = json.loads(token.content)
-                    data["rows"] = [Row(**r) for r in data.get("rows", [])]
-                    return cls(**data)
-                except (ValueError, TypeError):
-                    return None
-        return None
+                    states = data["tiers"] if "tiers" in data else [data]
+                    return [
+                        cls(**(state | {"rows": [Row(**r) for r in state.get("rows", [])]}))
+                        for state in states
+                    ]
+                except (ValueError, TypeError, KeyError):
+                    return []
+        return []
+
+    @classmethod
+    def from_comment(cls, body: str, tier: int | None = None) -> Progress | None:
+        """One tier's state in a progress comment (without ``tier``: the first); ``None`` if it has none."""
+        states = cls.all_from_comment(body)
+        return next((p for p in states if tier is None or p.tier == tier), None)
+
+
+def find_progress(tracker: Tracker, issue: int | str) -> Comment | None:
+    """The bot's progress comment on the issue (only the bot's own when the tracker knows its login)."""
+    own = getattr(tracker, "bot_login", None)
+    for comment in tracker.comments(issue):
+        if comment.has_marker(PROGRESS) and (own is None or comment.author == own):
+            return comment
+    return None
+
+
+def publish_progress(tracker: Tracker, issue: int | str, progress: Progress, commit_url: str | None) -> None:
+    """Write ``progress`` into the issue's progress comment, keeping the other tiers' states in it."""
+    existing = find_progress(tracker, issue)
+    others = Progress.all_from_comment(existing.body) if existing else []
+    tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url, others))

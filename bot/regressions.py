@@ -8,8 +8,6 @@ A commit that wins on one workload and loses on another is a trade-off for a hum
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,12 +15,13 @@ import git
 
 from benchmarks.results import Results
 from benchmarks.stats import REGRESSION, WIN
-from bot import measures
+from bot.conventions import TRAILER_ISSUE, TRAILER_REVERT_OF
+from bot.formatting import clip, effect_evidence, number, short
+from bot.history import reverted_commits
+from bot.measurements import Comparison, measurement, primary, workloads
 from bot.progress import Progress
-from bot.workspace import TRAILER_ISSUE, Workspace
-
-TRAILER_REVERT_OF = "Bot-Revert-Of"
-_REVERTS = re.compile(rf"(?:^{TRAILER_REVERT_OF}:\s*|This reverts commit )([0-9a-f]{{7,40}})", re.MULTILINE)
+from bot.status import ItemStatus
+from bot.workspace import Workspace
 
 Rebench = Callable[[list[str]], Results]
 """Benchmarks the given revisions (baseline first) and returns their results."""
@@ -37,15 +36,15 @@ class Slowdown:
     metric: str
     median: float | None
     previous_median: float | None
-    comparison: dict
+    comparison: Comparison
 
     @property
     def evidence(self) -> str:
         """``sft tokens_per_s 712 vs 1,376 at the commit before (−48.2% [−52.0%, −44.1%], p=0.0003)``."""
         return (
-            f"{self.workload} {self.metric} {measures.number(self.median)} vs "
-            f"{measures.number(self.previous_median)} at the commit before "
-            f"({measures.effect_evidence(self.comparison)})"
+            f"{self.workload} {self.metric} {number(self.median)} vs "
+            f"{number(self.previous_median)} at the commit before "
+            f"({effect_evidence(self.comparison)})"
         )
 
 
@@ -54,19 +53,18 @@ def slowdowns(results: Results) -> dict[str, list[Slowdown]]:
     found: dict[str, list[Slowdown]] = {}
     for index, info in enumerate(results.commits[1:], start=1):
         previous = results.commits[index - 1].sha
-        for workload in results.summary:
-            item = measures.entry(results, workload, info.sha)
-            marginal = item and item.get("marginal")
-            if marginal and marginal.get("verdict") == REGRESSION:
-                before = measures.entry(results, workload, previous) or {}
+        for workload in workloads(results):
+            measured = measurement(results, workload, info.sha)
+            if measured and measured.marginal and measured.marginal.verdict == REGRESSION:
+                before = measurement(results, workload, previous)
                 found.setdefault(info.sha, []).append(
                     Slowdown(
                         info.sha,
                         workload,
-                        measures.primary(results, workload),
-                        item.get("median"),
-                        before.get("median"),
-                        marginal,
+                        primary(results, workload),
+                        measured.median,
+                        before.median if before else None,
+                        measured.marginal,
                     )
                 )
     return found
@@ -74,23 +72,12 @@ def slowdowns(results: Results) -> dict[str, list[Slowdown]]:
 
 def wins(results: Results, sha: str) -> list[str]:
     """Workloads on which ``sha`` measured a significant win against the commit before it."""
-    return [
-        workload
-        for workload in results.summary
-        if ((measures.entry(results, workload, sha) or {}).get("marginal") or {}).get("verdict") == WIN
-    ]
-
-
-def reverted_commits(repo: git.Repo, rev_range: str) -> dict[str, str]:
-    """``{reverted sha: reverting sha}`` for the revert commits in ``rev_range`` (full shas)."""
-    found = {}
-    for commit in repo.iter_commits(rev_range):
-        for match in _REVERTS.finditer(commit.message):
-            try:
-                found[repo.commit(match.group(1)).hexsha] = commit.hexsha
-            except (ValueError, git.BadName):
-                continue
-    return found
+    won = []
+    for workload in workloads(results):
+        measured = measurement(results, workload, sha)
+        if measured and measured.marginal and measured.marginal.verdict == WIN:
+            won.append(workload)
+    return won
 
 
 @dataclass(frozen=True)
@@ -114,6 +101,7 @@ class DropOutcome:
 
     @property
     def reverted_by(self) -> dict[str, str]:
+        """``{reverted sha: reverting sha}`` of the reverts made."""
         return {r.commit: r.revert for r in self.reverted}
 
 
@@ -128,7 +116,7 @@ def revert_message(subject: str, sha: str, evidence: Sequence[str], results: Res
         *(f"- {line}" for line in evidence),
         "",
         f"Measured by perfbot on {results.device} (size {results.size}, seed {results.seed}, baseline "
-        f"{measures.short(results.baseline)}); the head is benchmarked again after this revert.",
+        f"{short(results.baseline)}); the head is benchmarked again after this revert.",
         "",
         f"{TRAILER_REVERT_OF}: {sha}",
     ]
@@ -156,7 +144,7 @@ def drop_regressions(
     for sha, found in reversed(list(slowdowns(results).items())):
         evidence = tuple(slowdown.evidence for slowdown in found)
         if sha in already:
-            outcome.kept.append((sha, f"already reverted in {measures.short(already[sha])}"))
+            outcome.kept.append((sha, f"already reverted in {short(already[sha])}"))
             continue
         traded = wins(results, sha)
         if traded:
@@ -168,16 +156,14 @@ def drop_regressions(
         except git.GitCommandError as error:
             workspace.discard()
             reason = (error.stderr or str(error)).strip().splitlines()
-            outcome.kept.append(
-                (sha, f"the revert conflicts with later commits ({measures.clip(reason[-1], 120)})")
-            )
+            outcome.kept.append((sha, f"the revert conflicts with later commits ({clip(reason[-1], 120)})"))
             continue
         outcome.reverted.append(Revert(sha, revert, subjects[sha], evidence))
         if progress is not None:
             for row in progress.rows:
                 if row.commit == sha:
-                    row.status = "reverted"
-                    row.note = f"reverted in {measures.short(revert)}: " + "; ".join(evidence)
+                    row.status = ItemStatus.REVERTED
+                    row.note = f"reverted in {short(revert)}: " + "; ".join(evidence)
     head_measured = workspace.head in {info.sha for info in results.commits}
     if outcome.reverted or (already and not head_measured):
         if progress is not None:
@@ -187,13 +173,3 @@ def drop_regressions(
         except Exception as error:  # the reverts stand; the comments say the head was not re-measured
             outcome.rebench_error = f"{type(error).__name__}: {error}"
     return outcome
-
-
-def add_drop_regressions_argument(parser: argparse.ArgumentParser) -> None:
-    """``--drop-regressions`` for ``bot apply --bench`` and ``bot bench``."""
-    parser.add_argument(
-        "--drop-regressions",
-        action="store_true",
-        help="revert each commit that measured a significant slowdown (a new revert commit with the evidence; "
-        "history is never rewritten), then benchmark the head again",
-    )

@@ -1,20 +1,15 @@
 """The reviewer verdict: computed from the commits, ruff and the bench results, never typed by hand.
 
 For a commit range it checks plan adherence (each plan item's status, with its commits), lints the Python
-files each commit touched with ruff (at that commit, against the same files at its parent, so only errors the
-commit introduced count), measures the diff of each commit, sweeps the added lines for credentials and risky
-code (:mod:`bot.security`), checks the plan's success criteria against the measured numbers, and lists
-measured regressions. Any new lint error or a credential → FAIL; an unmet criterion, a regression, a failed
-transform or benchmark, or risky code → CONCERNS; else PASS.
+files each commit touched (:mod:`bot.lint`: only errors the commit introduced count), measures the diff of
+each commit, sweeps the added lines for credentials and risky code (:mod:`bot.security`), checks the plan's
+success criteria against the measured numbers, and lists measured regressions. Any new lint error or a
+credential → FAIL; an unmet criterion, a regression, a failed transform or benchmark, or risky code →
+CONCERNS; else PASS.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
-import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,42 +19,29 @@ import git
 
 from benchmarks.results import Results
 from benchmarks.stats import WIN
-from bot import measures
+from bot import history, measurements
+from bot.conventions import TRAILER_REVERT_OF
 from bot.errors import BadInput
-from bot.plan import Criterion, Plan, PlanItem
+from bot.formatting import NOT_MEASURED, clip, delta, effect_evidence, memory, percent, short
+from bot.lint import PYTHON_SUFFIXES, LintError, Touched, new_lint
+from bot.plan import APPLIED, LOSS, MANUAL, STABILITY, THROUGHPUT, Criterion, Plan, PlanItem
 from bot.progress import Progress
-from bot.regressions import TRAILER_REVERT_OF, reverted_commits, slowdowns
+from bot.regressions import slowdowns
 from bot.security import SecurityHit, scan_added_lines, scan_python
-from bot.workspace import TRAILER_ITEM, TRAILER_OPTIMIZATION, Workspace
+from bot.status import ItemStatus
+from bot.workspace import Workspace
 
 PASS, CONCERNS, FAIL = "PASS", "CONCERNS", "FAIL"
 BLOCKER, MAJOR, MINOR = "blocker", "major", "minor"
 SEVERITY_ORDER = (BLOCKER, MAJOR, MINOR)
 
-LANDED = "LANDED"
-NOT_APPLICABLE = "NOT APPLICABLE"
-FAILED = "FAILED"
-NEEDS_HUMAN = "NEEDS A HUMAN"
-BEHAVIOURAL = "NOT APPLIED (behavioural)"
-BEHAVIOURAL_CHANGED = "CHANGED (behavioural, not approved)"
-REVERTED = "REVERTED (regression)"
-NOT_RUN = "NOT RUN"
-NOT_LANDED = "NOT LANDED"
-_PROGRESS_STATUS = {
-    "landed": LANDED,
-    "resumed": LANDED,
-    "not_applicable": NOT_APPLICABLE,
-    "failed": FAILED,
-    "needs_human": NEEDS_HUMAN,
-    "reverted": REVERTED,
-    "pending": NOT_RUN,
-    "applying": NOT_RUN,
-}
+# Where a plan item stands when no progress row says so (rows read as their ItemStatus label).
+BEHAVIOURAL = "⏸️ not applied (behavioural)"
+BEHAVIOURAL_CHANGED = "⚠️ changed (behavioural, not approved)"
+NOT_LANDED = "❔ not landed"
+PARTIAL = "◐ partial"
 
-MET, NOT_MET, UNMEASURED = "MET", "NOT MET", "NOT MEASURED"
-PYTHON_SUFFIXES = (".py", ".pyi")
-RUFF_CONFIGS = ("pyproject.toml", "ruff.toml", ".ruff.toml")
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+MET, NOT_MET, UNMEASURED, BY_HAND = "MET", "NOT MET", "NOT MEASURED", "CHECK BY HAND"
 LINT_EVIDENCE_LINES = 10
 
 
@@ -73,22 +55,6 @@ class Finding:
     evidence: tuple[str, ...]
     fix: str
     commit: str = ""
-
-
-@dataclass(frozen=True)
-class LintError:
-    """A ruff diagnostic a commit introduced."""
-
-    path: str
-    line: int
-    column: int
-    code: str
-    message: str
-    fixable: bool
-
-    def describe(self) -> str:
-        """``path:line:column CODE message``."""
-        return f"{self.path}:{self.line}:{self.column} {self.code} {self.message}"
 
 
 @dataclass
@@ -146,26 +112,32 @@ class Verdict:
 
     @property
     def added(self) -> int:
+        """Lines added over the range."""
         return sum(c.added for c in self.commits)
 
     @property
     def deleted(self) -> int:
+        """Lines deleted over the range."""
         return sum(c.deleted for c in self.commits)
 
     @property
     def files(self) -> list[str]:
+        """Every path a commit of the range touched, sorted."""
         return sorted({path for c in self.commits for path in c.files})
 
     @property
     def lint_new(self) -> int:
+        """ruff errors the range introduced."""
         return sum(len(c.lint) for c in self.commits)
 
     @property
     def lint_preexisting(self) -> int:
+        """ruff diagnostics the touched files had before."""
         return sum(c.preexisting_lint for c in self.commits)
 
     @property
     def security_hits(self) -> list[SecurityHit]:
+        """What the security sweep found on the added lines."""
         return [hit for c in self.commits for hit in c.security]
 
     @property
@@ -174,6 +146,7 @@ class Verdict:
         return 0 if self.outcome == PASS else 1
 
     def to_dict(self) -> dict[str, Any]:
+        """The verdict as ``bot review --json`` prints it."""
         return asdict(self) | {
             "added": self.added,
             "deleted": self.deleted,
@@ -188,235 +161,38 @@ def outcome(findings: list[Finding]) -> str:
     return FAIL if BLOCKER in severities else CONCERNS if MAJOR in severities else PASS
 
 
-# --- git --------------------------------------------------------------------------------------------------
-
-
-def _git(repo: git.Repo, *args: str, stdin: bytes | None = None) -> bytes:
-    completed = subprocess.run(
-        ["git", "-c", "core.quotePath=false", *args],
-        cwd=repo.working_tree_dir or repo.git_dir,
-        input=stdin,
-        capture_output=True,
-        check=False,
-    )
-    if completed.returncode != 0:
-        raise git.GitCommandError(["git", *args], completed.returncode, completed.stderr)
-    return completed.stdout
-
-
-def _numstat(repo: git.Repo, parent: str, sha: str) -> list[tuple[int, int, str, str | None]]:
-    """``(added, deleted, path, old path when renamed)`` per file; binary files count 0 lines."""
-    fields = _git(repo, "diff", "--numstat", "-z", "-M", parent, sha).decode("utf-8", "replace").split("\0")
-    rows, index = [], 0
-    while index < len(fields) and fields[index]:
-        added, deleted, path = fields[index].split("\t", 2)
-        old = None
-        if not path:  # a rename: the old and new paths follow as their own fields
-            old, path = fields[index + 1], fields[index + 2]
-            index += 2
-        rows.append((int(added) if added != "-" else 0, int(deleted) if deleted != "-" else 0, path, old))
-        index += 1
-    return rows
-
-
-def _hunks(
-    repo: git.Repo, parent: str, sha: str, *paths: str
-) -> dict[str, tuple[dict[int, str], list[range]]]:
-    """Per new path: the added lines ``{line: text}`` and the old-side line ranges the diff replaced."""
-    text = _git(
-        repo,
-        "diff",
-        "-U0",
-        "--no-color",
-        "--no-ext-diff",
-        "-M",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        parent,
-        sha,
-        "--",
-        *paths,
-    )
-    files: dict[str, tuple[dict[int, str], list[range]]] = {}
-    current: tuple[dict[int, str], list[range]] | None = None
-    old_path = ""
-    line_number = 0
-    for raw in text.decode("utf-8", "replace").splitlines():
-        if raw.startswith("--- "):
-            old_path = _diff_path(raw[4:])
-        elif raw.startswith("+++ "):
-            path = _diff_path(raw[4:]) or old_path
-            current = files.setdefault(path, ({}, []))
-        elif raw.startswith("@@") and current is not None:
-            old_side, new_side = raw.split(" ")[1:3]
-            start, _, count = old_side[1:].partition(",")
-            length = int(count) if count else 1
-            current[1].append(range(int(start), int(start) + length))
-            line_number = int(new_side[1:].partition(",")[0])
-        elif raw.startswith("+") and current is not None:
-            current[0][line_number] = raw[1:]
-            line_number += 1
-    return files
-
-
-def _diff_path(text: str) -> str:
-    """``b/src/x.py`` → ``src/x.py``; ``/dev/null`` → empty."""
-    text = text.strip().strip('"')
-    return "" if text == "/dev/null" else text.split("/", 1)[1] if "/" in text else text
-
-
-def _read_blobs(repo: git.Repo, specs: list[str]) -> dict[str, bytes]:
-    """``rev:path`` → content, for the specs that exist, in one ``git cat-file --batch``."""
-    if not specs:
-        return {}
-    output = _git(repo, "cat-file", "--batch", stdin="".join(f"{spec}\n" for spec in specs).encode())
-    blobs, position = {}, 0
-    for spec in specs:
-        end = output.index(b"\n", position)
-        header = output[position:end].split()
-        position = end + 1
-        if header[-1] in (b"missing", b"ambiguous"):
-            continue
-        kind, size = header[1], int(header[2])
-        if kind == b"blob":
-            blobs[spec] = output[position : position + size]
-        position += size + 1
-    return blobs
-
-
-# --- lint -------------------------------------------------------------------------------------------------
-
-
-def _ruff(root: Path, files: list[Path]) -> list[dict[str, Any]]:
-    """ruff's JSON diagnostics for ``files`` (each file governed by the config files beside it)."""
-    diagnostics = []
-    for start in range(0, len(files), 200):
-        completed = subprocess.run(
-            [sys.executable, "-m", "ruff", "check", "--no-cache", "--force-exclude", "--exit-zero"]
-            + ["--output-format", "json", *map(str, files[start : start + 200])],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if completed.returncode != 0:
-            raise RuntimeError(measures.clip(completed.stderr.strip() or "ruff exited abnormally", 300))
-        diagnostics.extend(json.loads(completed.stdout or "[]"))
-    return diagnostics
-
-
-def _config_specs(rev: str, path: str) -> list[str]:
-    parts = path.split("/")[:-1]
-    folders = ["/".join(parts[:depth]) for depth in range(len(parts) + 1)]
-    return [f"{rev}:{folder + '/' if folder else ''}{name}" for folder in folders for name in RUFF_CONFIGS]
-
-
-@dataclass(frozen=True)
-class _Touched:
-    sha: str
-    parent: str
-    path: str
-    old_path: str | None  # None: added by the commit
-
-
-def _lint(
-    repo: git.Repo, touched: list[_Touched], blobs: dict[str, bytes]
-) -> dict[tuple[str, str], list[dict]]:
-    """Diagnostics of every touched Python file at its commit and of its old version at the parent."""
-    blobs = dict(blobs)
-    configs = [spec for t in touched for rev in (t.sha, t.parent) for spec in _config_specs(rev, t.path)]
-    blobs.update(_read_blobs(repo, [spec for spec in dict.fromkeys(configs) if spec not in blobs]))
-    wanted = {(t.sha, t.path) for t in touched} | {(t.parent, t.old_path) for t in touched if t.old_path}
-    with tempfile.TemporaryDirectory(prefix="perfbot-lint-") as tmp:
-        root = Path(tmp)
-        files = []
-        for spec, content in blobs.items():
-            rev, _, path = spec.partition(":")
-            target = root / rev / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            if (rev, path) in wanted:
-                files.append(target)
-        diagnostics: dict[tuple[str, str], list[dict]] = {}
-        for item in _ruff(root, sorted(files)):
-            rev, _, path = (
-                Path(item["filename"]).resolve().relative_to(root.resolve()).as_posix().partition("/")
-            )
-            diagnostics.setdefault((rev, path), []).append(item)
-    return diagnostics
-
-
-def _new_lint(
-    at_commit: list[dict], at_parent: list[dict], path: str, added_lines: set[int]
-) -> tuple[list[LintError], int]:
-    """The diagnostics the commit introduced (by code and message), and how many were there before."""
-    before = Counter((d.get("code") or "syntax", d["message"]) for d in at_parent)
-    remaining = Counter(before)
-    ordered = sorted(at_commit, key=lambda d: d["location"]["row"] not in added_lines)  # added lines first
-    new = []
-    for item in ordered:
-        key = (item.get("code") or "syntax", item["message"])
-        if remaining[key] > 0:
-            remaining[key] -= 1
-            continue
-        location = item["location"]
-        new.append(
-            LintError(
-                path, location["row"], location["column"], key[0], item["message"], bool(item.get("fix"))
-            )
-        )
-    return sorted(new, key=lambda e: (e.line, e.column)), sum(before.values())
-
-
 # --- commits ----------------------------------------------------------------------------------------------
-
-
-def _trailer_values(repo: git.Repo, base: str, head: str) -> dict[str, dict[str, str]]:
-    """Per commit in ``base..head``: its trailers as git parses them (keys lower-cased, values comma-joined)."""
-    output = _git(repo, "log", "--format=%H%x00%(trailers:only,unfold)%x1e", f"{base}..{head}")
-    found: dict[str, dict[str, str]] = {}
-    for record in output.decode("utf-8", "replace").split("\x1e"):
-        sha, _, block = record.strip().partition("\0")
-        values: dict[str, list[str]] = {}
-        for line in block.splitlines():
-            key, _, value = line.partition(":")
-            if value.strip():
-                values.setdefault(key.strip().lower(), []).append(value.strip())
-        if sha:
-            found[sha] = {key: ", ".join(parts) for key, parts in values.items()}
-    return found
 
 
 def review_commits(repo: git.Repo, base: str, head: str) -> tuple[list[CommitReview], str]:
     """Diff size, new lint errors and security hits of every commit in ``base..head``; and a lint error text
     when ruff could not run."""
-    trailers = _trailer_values(repo, base, head)
     reviews, touched, added_by_file = [], [], {}
     for commit in repo.iter_commits(f"{base}..{head}", reverse=True):
-        parent = commit.parents[0].hexsha if commit.parents else EMPTY_TREE
-        own = trailers.get(commit.hexsha, {})
+        parent = history.parent_of(commit)
+        info = history.commit_info(commit)
         review = CommitReview(
             sha=commit.hexsha,
-            subject=str(commit.summary),
-            optimization=own.get(TRAILER_OPTIMIZATION.lower()),
-            plan_items=tuple(k.strip() for k in own.get(TRAILER_ITEM.lower(), "").split(",") if k.strip()),
-            revert_of=own.get(TRAILER_REVERT_OF.lower()),
+            subject=info.subject,
+            optimization=info.optimization,
+            plan_items=tuple(info.plan_items),
+            revert_of=history.trailer(commit, TRAILER_REVERT_OF),
         )
-        hunks = _hunks(repo, parent, commit.hexsha)
-        for added, deleted, path, old in _numstat(repo, parent, commit.hexsha):
-            review.files.append(path)
-            review.added += added
-            review.deleted += deleted
-            lines = hunks.get(path, ({}, []))[0]
-            added_by_file[(commit.hexsha, path)] = lines
-            review.security.extend(scan_added_lines(path, lines))
-            if path.endswith(PYTHON_SUFFIXES):
-                touched.append(_Touched(commit.hexsha, parent, path, old or path))
+        hunks = history.hunks(repo, parent, commit.hexsha)
+        for change in history.changed_files(repo, parent, commit.hexsha):
+            review.files.append(change.path)
+            review.added += change.added
+            review.deleted += change.deleted
+            lines = hunks[change.path].added if change.path in hunks else {}
+            added_by_file[(commit.hexsha, change.path)] = lines
+            review.security.extend(scan_added_lines(change.path, lines))
+            if change.path.endswith(PYTHON_SUFFIXES):
+                touched.append(Touched(commit.hexsha, parent, change.path, change.old_path or change.path))
         reviews.append(review)
     specs = [f"{t.sha}:{t.path}" for t in touched] + [f"{t.parent}:{t.old_path}" for t in touched]
-    blobs = _read_blobs(repo, list(dict.fromkeys(specs)))
+    blobs = history.read_blobs(repo, list(dict.fromkeys(specs)))
     touched = [  # deleted files are not linted; files the commit added have no old version
-        _Touched(t.sha, t.parent, t.path, t.old_path if f"{t.parent}:{t.old_path}" in blobs else None)
+        Touched(t.sha, t.parent, t.path, t.old_path if f"{t.parent}:{t.old_path}" in blobs else None)
         for t in touched
         if f"{t.sha}:{t.path}" in blobs
     ]
@@ -425,16 +201,10 @@ def review_commits(repo: git.Repo, base: str, head: str) -> tuple[list[CommitRev
         source = blobs[f"{t.sha}:{t.path}"].decode("utf-8", "replace")
         by_sha[t.sha].security.extend(scan_python(t.path, source, added_by_file[(t.sha, t.path)]))
     try:
-        diagnostics = _lint(repo, touched, blobs)
+        linted = new_lint(repo, touched, blobs, {key: set(lines) for key, lines in added_by_file.items()})
     except RuntimeError as error:
         return reviews, str(error)
-    for t in touched:
-        new, before = _new_lint(
-            diagnostics.get((t.sha, t.path), []),
-            diagnostics.get((t.parent, t.old_path), []) if t.old_path else [],
-            t.path,
-            set(added_by_file[(t.sha, t.path)]),
-        )
+    for t, (new, before) in linted.items():
         by_sha[t.sha].lint.extend(new)
         by_sha[t.sha].preexisting_lint += before
     return reviews, ""
@@ -455,7 +225,7 @@ def commit_findings(reviews: list[CommitReview], lint_error: str) -> list[Findin
             )
         )
     for review in reviews:
-        label = f"`{measures.short(review.sha)}` ({measures.clip(review.subject, 60)})"
+        label = f"`{short(review.sha)}` ({clip(review.subject, 60)})"
         if review.lint:
             evidence = tuple(error.describe() for error in review.lint[:LINT_EVIDENCE_LINES])
             if len(review.lint) > LINT_EVIDENCE_LINES:
@@ -540,24 +310,30 @@ def plan_adherence(
         commits = tuple(commits_by_key.get(item.key, ()))
         if item.key in rows_by_key:
             found = rows_by_key[item.key]
-            statuses = [REVERTED if row.commit in reverted else _PROGRESS_STATUS[row.status] for row in found]
+            statuses = [
+                ItemStatus.REVERTED if row.commit in reverted else ItemStatus(row.status) for row in found
+            ]
             commits = tuple(dict.fromkeys([*commits, *(row.commit for row in found if row.commit)]))
             if len(set(statuses)) == 1:
-                status = statuses[0]
+                status = statuses[0].label
             else:
-                status = "; ".join(
-                    f"{row.optimization or 'none'}: {s}" for row, s in zip(found, statuses, strict=True)
+                parts = "; ".join(
+                    f"{row.optimization or 'none'}: {s.label}" for row, s in zip(found, statuses, strict=True)
                 )
+                landed = sum(s.landed for s in statuses)
+                status = f"{PARTIAL} ({landed} of {len(statuses)} landed: {parts})" if landed else parts
+            failed = ItemStatus.FAILED in statuses
             note = "; ".join(row.note for row in found if row.note)
         elif item.needs_human:
-            status, note = NEEDS_HUMAN, "no registered optimization matches this item"
+            status, failed = ItemStatus.NEEDS_HUMAN.label, False
+            note = "no registered optimization matches this item"
         elif commits:
-            status = REVERTED if all(sha in reverted for sha in commits) else LANDED
-            note = ""
+            landed = ItemStatus.REVERTED if all(sha in reverted for sha in commits) else ItemStatus.LANDED
+            status, failed, note = landed.label, False, ""
         else:
-            status, note = NOT_LANDED, "no commit in the range names this item"
+            status, failed, note = NOT_LANDED, False, "no commit in the range names this item"
         rows.append(Adherence(item.key, item.change, status, commits, note))
-        if FAILED in status:
+        if failed:
             findings.append(
                 Finding(
                     MAJOR,
@@ -567,12 +343,12 @@ def plan_adherence(
                     "Fix the transform (or make the change by hand); `bot apply` resumes and skips what landed",
                 )
             )
-        elif status in (NEEDS_HUMAN, NOT_LANDED):
+        elif status in (ItemStatus.NEEDS_HUMAN.label, NOT_LANDED):
             findings.append(
                 Finding(
                     MINOR,
                     "adherence",
-                    f"Plan item {item.key}: {status.lower()}",
+                    f"Plan item {item.key}: {status}",
                     (item.change,),
                     "Make the change by hand, or name an optimization for it with `opt:<id>` in the plan",
                 )
@@ -586,9 +362,8 @@ def _behavioural(repo: git.Repo, base: str, head: str, item: PlanItem, findings:
     if hint is None:
         return Adherence(item.key, item.change, BEHAVIOURAL, (), item.why_not)
     path, line = hint
-    hunks = _hunks(repo, base, head, path).get(path)
-    changed = hunks is not None and any(line in replaced for replaced in hunks[1])
-    if not changed:
+    changed = history.hunks(repo, base, head, path).get(path)
+    if changed is None or not any(line in replaced for replaced in changed.replaced):
         return Adherence(item.key, item.change, BEHAVIOURAL, (), f"confirmed unchanged: {path}:{line}")
     touching = tuple(c.hexsha for c in repo.iter_commits(f"{base}..{head}", paths=path, reverse=True))
     findings.append(
@@ -597,8 +372,8 @@ def _behavioural(repo: git.Repo, base: str, head: str, item: PlanItem, findings:
             "adherence",
             f"Behavioural item {item.key} was changed without approval",
             (
-                f"{path}:{line} differs between {measures.short(base)} and {measures.short(head)}",
-                f"commits touching {path}: " + ", ".join(measures.short(sha) for sha in touching),
+                f"{path}:{line} differs between {short(base)} and {short(head)}",
+                f"commits touching {path}: " + ", ".join(short(sha) for sha in touching),
             ),
             "Revert that line: behavioural changes need the user's approval in the issue first",
         )
@@ -609,55 +384,96 @@ def _behavioural(repo: git.Repo, base: str, head: str, item: PlanItem, findings:
 # --- criteria and measured regressions --------------------------------------------------------------------
 
 
-def check_criteria(plan: Plan | None, results: Results | None) -> list[CriterionCheck]:
-    """Each success criterion of the plan against the head of ``results`` (the re-measured head if any)."""
+def check_criteria(
+    plan: Plan | None, results: Results | None, adherence: list[Adherence] = ()
+) -> list[CriterionCheck]:
+    """Each success criterion of the plan against the head of ``results`` (the re-measured head if any) and,
+    for "all changes applied", against the plan adherence."""
     checks = []
     for criterion in plan.criteria if plan else []:
-        target = (
-            f"{criterion.workload or 'every workload'} throughput ≥ +{criterion.threshold:.0%} vs baseline"
-            if criterion.kind == "throughput"
-            else f"loss within ±{criterion.threshold:.0%} of baseline (equal tokens seen)"
-        )
-        if results is None:
+        target = _target(criterion)
+        if criterion.kind == MANUAL:
+            checks.append(CriterionCheck(criterion.text, criterion.kind, target, "—", BY_HAND))
+        elif criterion.kind == APPLIED:
+            observed, status = _applied(adherence)
+            checks.append(CriterionCheck(criterion.text, criterion.kind, target, observed, status))
+        elif results is None:
             checks.append(
                 CriterionCheck(criterion.text, criterion.kind, target, "no benchmark results", UNMEASURED)
             )
-            continue
-        observed, status = (_throughput if criterion.kind == "throughput" else _loss)(criterion, results)
-        checks.append(CriterionCheck(criterion.text, criterion.kind, target, observed, status))
+        else:
+            check = {THROUGHPUT: _throughput, LOSS: _loss, STABILITY: _stability}[criterion.kind]
+            observed, status = check(criterion, results)
+            checks.append(CriterionCheck(criterion.text, criterion.kind, target, observed, status))
     return checks
 
 
+def _target(criterion: Criterion) -> str:
+    match criterion.kind:
+        case "throughput":
+            return f"{criterion.workload or 'every workload'} throughput ≥ +{criterion.threshold:.0%} vs baseline"
+        case "loss":
+            return f"loss within ±{criterion.threshold:.0%} of baseline (equal tokens seen)"
+        case "stability":
+            return "no crashed, OOM or timed-out benchmark run"
+        case "applied":
+            return "every auto-apply item of the tier landed"
+    return "not machine-checkable"
+
+
+def _applied(adherence: list[Adherence]) -> tuple[str, str]:
+    landed = {ItemStatus.LANDED.label, ItemStatus.RESUMED.label}
+    items = [a for a in adherence if a.status not in (BEHAVIOURAL, BEHAVIOURAL_CHANGED)]
+    if not items:
+        return "no plan items to check", UNMEASURED
+    missing = [f"{a.key}: {a.status}" for a in items if a.status not in landed]
+    if missing:
+        return f"{len(items) - len(missing)} of {len(items)} landed ({'; '.join(missing)})", NOT_MET
+    return f"all {len(items)} landed", MET
+
+
+def _stability(criterion: Criterion, results: Results) -> tuple[str, str]:
+    failed = results.failed_runs
+    if not results.runs:
+        return "no benchmark runs", UNMEASURED
+    if failed:
+        kinds = ", ".join(f"{n} {status}" for status, n in sorted(Counter(r.status for r in failed).items()))
+        return f"{len(failed)} of {len(results.runs)} runs failed ({kinds})", NOT_MET
+    return f"all {len(results.runs)} runs finished", MET
+
+
 def _throughput(criterion: Criterion, results: Results) -> tuple[str, str]:
-    workloads = measures.matching_workloads(results, criterion.workload)
-    if not workloads:
+    names = measurements.matching_workloads(results, criterion.workload)
+    if not names:
         return f"no workload named {criterion.workload!r} was benchmarked", UNMEASURED
     parts, statuses = [], []
-    for workload in workloads:
-        cumulative = (measures.entry(results, workload, measures.head(results)) or {}).get("cumulative")
-        metric = measures.primary(results, workload)
-        if not cumulative or cumulative.get("ratio") is None:
-            parts.append(f"{workload} {metric}: {measures.NOT_MEASURED}")
+    for workload in names:
+        measured = measurements.measurement(results, workload, measurements.head(results))
+        cumulative = measured.cumulative if measured else None
+        metric = measurements.primary(results, workload)
+        if cumulative is None or cumulative.ratio is None:
+            parts.append(f"{workload} {metric}: {NOT_MEASURED}")
             statuses.append(UNMEASURED)
             continue
-        gained = measures.gain(cumulative["ratio"], measures.higher_is_better(results, workload))
-        met = gained >= criterion.threshold - 1e-12 and cumulative["verdict"] == WIN
+        gained = measurements.gain(cumulative.ratio, measurements.higher_is_better(results, workload))
+        met = gained >= criterion.threshold - 1e-12 and cumulative.verdict == WIN
         statuses.append(MET if met else NOT_MET)
-        parts.append(f"{workload} {metric} {measures.effect_evidence(cumulative)}")
+        parts.append(f"{workload} {metric} {effect_evidence(cumulative)}")
     status = UNMEASURED if UNMEASURED in statuses else NOT_MET if NOT_MET in statuses else MET
     return "; ".join(parts), status
 
 
 def _loss(criterion: Criterion, results: Results) -> tuple[str, str]:
     parts, statuses = [], []
-    for workload in results.summary:
-        parity = (measures.entry(results, workload, measures.head(results)) or {}).get("loss")
-        if not parity:
-            parts.append(f"{workload}: {measures.NOT_MEASURED}")
+    for workload in measurements.workloads(results):
+        measured = measurements.measurement(results, workload, measurements.head(results))
+        parity = measured.loss if measured else None
+        if parity is None:
+            parts.append(f"{workload}: {NOT_MEASURED}")
             continue
-        within = abs(parity["delta"]) <= criterion.threshold + 1e-12
+        within = abs(parity.delta) <= criterion.threshold + 1e-12
         statuses.append(MET if within else NOT_MET)
-        parts.append(f"{workload} {parity['delta']:+.2%}")
+        parts.append(f"{workload} {delta(parity.delta)}")
     status = UNMEASURED if not statuses else NOT_MET if NOT_MET in statuses else MET
     return "; ".join(parts), status
 
@@ -677,6 +493,16 @@ def criteria_findings(checks: list[CriterionCheck], measured: bool) -> list[Find
                     "move the target to a later tier in the plan",
                 )
             )
+        elif check.status == BY_HAND:
+            findings.append(
+                Finding(
+                    MINOR,
+                    "criterion",
+                    f"Success criterion to check by hand: {check.text}",
+                    (check.text,),
+                    "The bot cannot measure this one; check it and say so on the issue",
+                )
+            )
         elif check.status == UNMEASURED:
             findings.append(
                 Finding(
@@ -691,23 +517,23 @@ def criteria_findings(checks: list[CriterionCheck], measured: bool) -> list[Find
 
 
 def measured_findings(
-    results: Results, loss_tolerance: float, reverted: dict[str, str], remeasured: bool = False
+    results: Results, tolerance: float, reverted: dict[str, str], remeasured: bool = False
 ) -> list[Finding]:
-    """Slowdowns, memory growth, loss outside tolerance and failed runs, per commit; minor once reverted."""
+    """Slowdowns, memory growth, loss outside ``tolerance`` and failed runs, per commit; minor once reverted."""
     findings = []
     subjects = {info.sha: info.subject for info in results.commits}
     where = " (re-measured head)" if remeasured else ""
 
     def add(sha: str, title: str, evidence: list[str], fix: str) -> None:
-        title = f"{title} at `{measures.short(sha)}` ({measures.clip(subjects[sha], 60)}){where}"
+        title = f"{title} at `{short(sha)}` ({clip(subjects[sha], 60)}){where}"
         severity = MAJOR
         if sha in reverted:
-            severity, title = MINOR, f"{title}, reverted in `{measures.short(reverted[sha])}`"
+            severity, title = MINOR, f"{title}, reverted in `{short(reverted[sha])}`"
         findings.append(Finding(severity, "regression", title, tuple(evidence), fix, sha))
 
     slow = slowdowns(results)
     for index, info in enumerate(results.commits):
-        sha = info.sha
+        sha, before = info.sha, results.commits[index - 1].sha
         if sha in slow:
             add(
                 sha,
@@ -717,27 +543,27 @@ def measured_findings(
                 "it slows the run down",
             )
         grew, lost, failed = [], [], []
-        for workload in results.summary:
-            item = measures.entry(results, workload, sha) or {}
-            peak = item.get("memory") or {}
-            if peak.get("regression"):
-                before = measures.entry(results, workload, results.commits[index - 1].sha) or {}
+        for workload in measurements.workloads(results):
+            measured = measurements.measurement(results, workload, sha)
+            if measured is None:
+                continue
+            earlier = measurements.measurement(results, workload, before)
+            if measured.memory.regression:
                 grew.append(
-                    f"{workload} peak memory {measures.memory(peak['peak_bytes'])} vs "
-                    f"{measures.memory((before.get('memory') or {}).get('peak_bytes'))} at the commit before "
-                    f"({measures.percent(peak['vs_previous'])}; threshold +{results.thresholds['memory_threshold']:.0%})"
+                    f"{workload} peak memory {memory(measured.memory.peak_bytes)} vs "
+                    f"{memory(earlier.memory.peak_bytes if earlier else None)} at the commit before "
+                    f"({percent(measured.memory.vs_previous)}; "
+                    f"threshold +{results.thresholds['memory_threshold']:.0%})"
                 )
-            parity = item.get("loss")
-            if parity and abs(parity["delta"]) > loss_tolerance:
-                previous = (measures.entry(results, workload, results.commits[index - 1].sha) or {}).get(
-                    "loss"
-                )
-                if index == 1 or not previous or abs(previous["delta"]) <= loss_tolerance:
+            parity = measured.loss
+            if parity and abs(parity.delta) > tolerance:
+                previous = earlier.loss if earlier else None
+                if index == 1 or not previous or abs(previous.delta) <= tolerance:
                     lost.append(
-                        f"{workload} loss {parity['candidate_loss']:.4g} vs baseline {parity['reference_loss']:.4g} "
-                        f"({parity['delta']:+.2%} at equal tokens seen; tolerance ±{loss_tolerance:.0%})"
+                        f"{workload} loss {parity.candidate_loss:.4g} vs baseline {parity.reference_loss:.4g} "
+                        f"({delta(parity.delta)} at equal tokens seen; tolerance ±{tolerance:.0%})"
                     )
-            for status, count in (item.get("failed") or {}).items():
+            for status, count in measured.failed.items():
                 failed.append(f"{workload}: {count} run(s) {status}")
         if grew:
             add(
@@ -782,17 +608,17 @@ def review(
     base, head = repo.commit(base).hexsha, repo.commit(head).hexsha
     reviews, lint_error = review_commits(repo, base, head)
     findings = commit_findings(reviews, lint_error)
-    reverted = reverted_commits(repo, f"{base}..{head}")
+    reverted = history.reverted_commits(repo, f"{base}..{head}")
     adherence: list[Adherence] = []
     if plan is not None:
         adherence, found = plan_adherence(repo, base, head, plan, progress, reviews, reverted, tier)
         findings += found
     measured = final_results or results
-    checks = check_criteria(plan, measured)
+    checks = check_criteria(plan, measured, adherence)
     findings += criteria_findings(checks, measured is not None)
     tolerance = plan.loss_tolerance if plan else None
     if results is not None:
-        findings += measured_findings(results, measures.loss_tolerance(results, tolerance), reverted)
+        findings += measured_findings(results, measurements.loss_tolerance(results, tolerance), reverted)
         measured_shas = {info.sha for info in results.commits}
         unmeasured = [r for r in reviews if r.optimization and r.sha not in measured_shas]
         if unmeasured:
@@ -801,24 +627,24 @@ def review(
                     MINOR,
                     "regression",
                     "Commits in the range were not benchmarked",
-                    tuple(f"`{measures.short(r.sha)}` {r.subject}" for r in unmeasured),
+                    tuple(f"`{short(r.sha)}` {r.subject}" for r in unmeasured),
                     "Run `bot bench` on the range to measure them",
                 )
             )
-    if measured is not None and measures.head(measured) != head:
+    if measured is not None and measurements.head(measured) != head:
         findings.append(
             Finding(
                 MINOR,
                 "criterion",
-                f"The numbers speak for `{measures.short(measures.head(measured))}`, not the reviewed head "
-                f"`{measures.short(head)}`",
-                (f"the last benchmarked commit is {measures.head(measured)}",),
+                f"The numbers speak for `{short(measurements.head(measured))}`, "
+                f"not the reviewed head `{short(head)}`",
+                (f"the last benchmarked commit is {measurements.head(measured)}",),
                 "Benchmark the head (`bot bench BASE HEAD`) so the criteria are judged on what ships",
             )
         )
     if final_results is not None:
         findings += measured_findings(
-            final_results, measures.loss_tolerance(final_results, tolerance), {}, remeasured=True
+            final_results, measurements.loss_tolerance(final_results, tolerance), {}, remeasured=True
         )
     findings.sort(key=lambda f: SEVERITY_ORDER.index(f.severity))
     return Verdict(
@@ -829,7 +655,7 @@ def review(
         adherence=adherence,
         criteria=checks,
         findings=findings,
-        measured_head=measures.head(measured) if measured else "",
+        measured_head=measurements.head(measured) if measured else "",
         lint_error=lint_error,
     )
 
@@ -849,7 +675,7 @@ def resolve_range(repo: git.Repo, rev_range: str | None) -> tuple[str, str]:
             left, right = rev_range.split("..", 1)
             return repo.commit(left or "HEAD").hexsha, repo.commit(right or "HEAD").hexsha
         commit = repo.commit(rev_range)
-        return (commit.parents[0].hexsha if commit.parents else EMPTY_TREE), commit.hexsha
+        return history.parent_of(commit), commit.hexsha
     except (git.BadName, ValueError) as error:
         raise BadInput(f"{rev_range}: not a commit range in {repo.working_tree_dir} ({error})") from error
 
@@ -865,74 +691,6 @@ def review_range(
     """``bot review``: the verdict on a commit range of the repository at ``repo_path``."""
     repo = Workspace(repo_path).repo
     base, head = resolve_range(repo, rev_range)
-    if base == EMPTY_TREE:
+    if base == history.EMPTY_TREE:
         raise BadInput(f"{rev_range} is a root commit; review a range that starts after it")
     return review(repo, base, head, plan=plan, progress=progress, results=results, tier=tier)
-
-
-# --- command line -----------------------------------------------------------------------------------------
-
-
-def add_review_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``bot review``."""
-    parser.add_argument(
-        "range",
-        nargs="?",
-        metavar="RANGE",
-        help="BASE..HEAD, BASE.. or one REV (default: baseline..HEAD of the current bot branch)",
-    )
-    parser.add_argument("--repo", default=".", help="target repository (default: .)")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--plan", metavar="FILE", help="plan markdown (default: PLAN.md in the repository, if any)"
-    )
-    source.add_argument("--issue", metavar="N", help="read the plan and the progress comment from this issue")
-    parser.add_argument(
-        "--results", metavar="JSON", help="results file of `bot bench`: criteria and regressions"
-    )
-    parser.add_argument(
-        "--tier", type=int, help="which tier's items to check (default: those the commits name)"
-    )
-    parser.add_argument(
-        "--post", action="store_true", help="write (or update) the verdict comment on the issue"
-    )
-
-
-def cmd_review(args: argparse.Namespace, tracker=None) -> int:
-    """``bot review``: print the verdict (markdown, or JSON with --json); exit 0 on PASS, 1 otherwise.
-
-    ``tracker``: the tracker of a ``/bot review`` comment; the command line picks its own.
-    """
-    from bot.cli import load_plan, read_plan_file, tracker_for
-    from bot.report import render_verdict
-    from bot.tracker import PROGRESS, VERDICT
-
-    root = Workspace(args.repo).root
-    tracker = tracker or tracker_for(root)
-    plan, progress, issue = None, None, None
-    if args.issue is not None:
-        issue = int(args.issue) if args.issue.isdigit() else args.issue
-        plan = load_plan(tracker.issue(issue).body, f"issue {issue}")
-        mine = [c for c in tracker.comments(issue) if c.has_marker(PROGRESS)]
-        progress = Progress.from_comment(mine[-1].body) if mine else None
-    elif args.plan or (root / "PLAN.md").is_file():
-        text, name = read_plan_file(args.plan or str(root / "PLAN.md"))
-        plan, issue = load_plan(text, name), Path(name).stem.lower()
-    results = None
-    if args.results:
-        try:
-            results = Results.load(args.results)
-        except (OSError, ValueError, KeyError) as error:
-            raise BadInput(
-                f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
-            ) from error
-    verdict = review_range(root, args.range, plan=plan, results=results, progress=progress, tier=args.tier)
-    body = render_verdict(verdict, plan=plan, progress=progress)
-    if args.post:
-        if issue is None:
-            raise BadInput("--post needs --issue N or a plan file to know where the comment goes")
-        tracker.upsert_comment(issue, VERDICT, body)
-    print(
-        json.dumps(verdict.to_dict(), indent=2, default=str) if getattr(args, "json", False) else body, end=""
-    )
-    return verdict.exit_code

@@ -6,8 +6,8 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.apply import bot_settings, preflight
 from bot.render import render
+from bot.scope import excluded, preflight
 from optimizations.registry import Optimization, Site, registry
 
 
@@ -29,7 +29,7 @@ class Finding:
 
 def scan(root: Path) -> list[Finding]:
     """Run every registered optimization's ``find`` over the repository (which must parse)."""
-    exclude = tuple(bot_settings(root).get("exclude", ()))
+    exclude = excluded(root)
     preflight(root, exclude)
     return [Finding(o, o.find(root, exclude)) for o in registry().values()]
 

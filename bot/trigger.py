@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from bot.commands import FromComment, build_parser, run
 from bot.errors import BadInput, BotError
+from bot.progress import find_progress
 from bot.redact import redact
-from bot.tracker import PROGRESS, Comment, Tracker
+from bot.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,12 @@ class CommandRequest:
 Runner = Callable[[CommandRequest], int]
 
 
+def run_request(request: CommandRequest) -> int:
+    """The runner ``bot handle-event`` and ``bot serve`` use: the command the comment asked for, answering on
+    its issue, in the checkout the bot runs in."""
+    return run(request.args, FromComment(request.tracker, request.issue))
+
+
 def command_from_event(event: dict) -> CommentCommand | None:
     """The ``/bot`` command in an ``issue_comment`` event payload, or None when the event must not trigger."""
     comment, issue = event.get("comment"), event.get("issue")
@@ -94,15 +102,6 @@ def command_from_event(event: dict) -> CommentCommand | None:
         author=user.get("login", ""),
         line=first,
     )
-
-
-def progress_comment(tracker: Tracker, issue: int | str) -> Comment | None:
-    """The bot's progress comment on the issue (only the bot's own when the tracker knows its login)."""
-    own = getattr(tracker, "bot_login", None)
-    for comment in tracker.comments(issue):
-        if comment.has_marker(PROGRESS) and (own is None or comment.author == own):
-            return comment
-    return None
 
 
 class IssueLock:
@@ -190,9 +189,8 @@ class Dispatcher:
 
     @property
     def parser(self) -> argparse.ArgumentParser:
+        """The parser commands are read with (built on first use: it loads every command)."""
         if self._parser is None:
-            from bot.cli import build_parser  # the CLI imports this module for `handle-event`/`serve`
-
             self._parser = build_parser()
         return self._parser
 
@@ -306,7 +304,7 @@ class Dispatcher:
                 return Parsed(argv, answer=f"{prefix}```\n{text}\n```", failed=failed)
 
     def _status(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
-        progress = progress_comment(tracker, command.issue)
+        progress = find_progress(tracker, command.issue)
         holder = lock.holder()
         if holder is not None:
             where = progress.url if progress else holder.get("comment_url", "")
@@ -318,7 +316,7 @@ class Dispatcher:
 
     def _busy(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
         holder = lock.holder() or {}
-        progress = progress_comment(tracker, command.issue)
+        progress = find_progress(tracker, command.issue)
         where = progress.url if progress else holder.get("comment_url", "the running command")
         return (
             f"@{command.author} a run is already in progress on this issue ({where}); "

@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
+from benchmarks.results import CommitInfo
+from bot import history
+from bot.conventions import bot_git_environment, parse_branch
 from bot.errors import BadInput
-
-BOT_NAME = "perfbot"
-BOT_EMAIL = "perfbot@users.noreply.github.com"
-TRAILER_OPTIMIZATION = "Bot-Optimization"
-TRAILER_ITEM = "Bot-Plan-Item"
-TRAILER_ISSUE = "Bot-Issue"
-
-
-@dataclass(frozen=True)
-class BotCommit:
-    """A commit on the work branch that carries the bot's trailers."""
-
-    sha: str
-    subject: str
-    optimization: str
-    plan_items: tuple[str, ...]
-
-
-def branch_name(issue: int | str, tier: int) -> str:
-    """``bot/<issue-or-plan>-tier-<n>``, with the issue part reduced to characters git accepts."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", str(issue)).strip("-.").lower() or "plan"
-    return f"bot/{slug}-tier-{tier}"
 
 
 def commit_message(scope: str, change: str, expected: str, body: str, trailers: dict[str, str]) -> str:
@@ -100,27 +79,27 @@ class Workspace:
         return self.baseline()
 
     def baseline(self) -> str:
-        """The commit the bot's commits on this branch sit on."""
+        """The commit the bot's commits on this branch sit on: the commit the work branch was built from.
+
+        On a ``bot/<issue>-tier-<n>`` branch only commits of tier ``n`` count, so a tier-2 branch built on
+        the tier-1 branch has the tier-1 head as its baseline.
+        """
+        parsed = None if self.repo.head.is_detached else parse_branch(self.branch)
+        tier = parsed[1] if parsed else None
         first = None
         for commit in self.repo.iter_commits("HEAD"):
-            if TRAILER_OPTIMIZATION in _trailers(commit.message):
-                first = commit
-            elif first is not None:
-                break
+            if not history.is_bot_commit(commit):
+                if first is not None:
+                    break
+                continue
+            if tier is not None and history.tier_of(commit) not in (None, tier):
+                break  # another tier's work: this branch was built on it
+            first = commit
         return first.parents[0].hexsha if first is not None and first.parents else self.head
 
-    def bot_commits(self, since: str | None = None) -> list[BotCommit]:
+    def bot_commits(self, since: str | None = None) -> list[CommitInfo]:
         """Bot commits after ``since`` (default: the baseline), oldest first."""
-        since = since or self.baseline()
-        commits = []
-        for commit in self.repo.iter_commits(f"{since}..HEAD", reverse=True):
-            trailers = _trailers(commit.message)
-            if TRAILER_OPTIMIZATION in trailers:
-                items = tuple(k.strip() for k in trailers.get(TRAILER_ITEM, "").split(",") if k.strip())
-                commits.append(
-                    BotCommit(commit.hexsha, commit.summary, trailers[TRAILER_OPTIMIZATION], items)
-                )
-        return commits
+        return history.bot_commits(self.repo, since or self.baseline())
 
     def committed_text(self, path: str) -> str | None:
         """A file's text at HEAD; ``None`` when HEAD does not have it."""
@@ -134,13 +113,7 @@ class Workspace:
         """Commit exactly ``paths`` as the bot; return the sha."""
         paths = sorted(paths)
         self.repo.git.add("--", *paths)
-        env = {
-            "GIT_AUTHOR_NAME": BOT_NAME,
-            "GIT_AUTHOR_EMAIL": BOT_EMAIL,
-            "GIT_COMMITTER_NAME": BOT_NAME,
-            "GIT_COMMITTER_EMAIL": BOT_EMAIL,
-        }
-        self.repo.git.commit("-q", "--no-verify", "-m", message, "--", *paths, env=env)
+        self.repo.git.commit("-q", "--no-verify", "-m", message, "--", *paths, env=bot_git_environment())
         return self.head
 
     def discard(self) -> None:
@@ -151,14 +124,5 @@ class Workspace:
     def revert(self, sha: str, message: str) -> str:
         """A new commit that reverts ``sha`` (history is never rewritten)."""
         self.repo.git.revert("--no-edit", "--no-commit", sha)
-        env = {"GIT_AUTHOR_NAME": BOT_NAME, "GIT_AUTHOR_EMAIL": BOT_EMAIL}
-        env |= {"GIT_COMMITTER_NAME": BOT_NAME, "GIT_COMMITTER_EMAIL": BOT_EMAIL}
-        self.repo.git.commit("-q", "--no-verify", "-m", message, env=env)
+        self.repo.git.commit("-q", "--no-verify", "-m", message, env=bot_git_environment())
         return self.head
-
-
-def _trailers(message: str) -> dict[str, str]:
-    """The ``Key: value`` trailers of a commit message's last paragraph."""
-    last = message.strip().split("\n\n")[-1]
-    pairs = (line.split(":", 1) for line in last.splitlines() if ":" in line)
-    return {key.strip(): value.strip() for key, value in pairs if re.fullmatch(r"[A-Za-z0-9-]+", key.strip())}

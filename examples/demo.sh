@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: a fresh git copy of the example training repository, `bot apply --tier 1` on it (offline, CPU is
-# fine), then the branch, its commits, the progress comment, and a short training run of the optimized code.
+# fine), then the branch's commits, a short training run of the optimized code, and a one-line summary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${1:-$(mktemp -d)/example-trainer}
@@ -21,9 +21,9 @@ echo
 echo "== branch $(git branch --show-current): one commit per optimization"
 git log --format='%h %s' main..HEAD
 echo
-echo "== the progress comment (.bot/issues/plan/progress.md)"
-cat .bot/issues/plan/progress.md
-echo
 echo "== the optimized SFT trainer still trains"
-python train_sft.py --size tiny --max-steps 2
+python train_sft.py --size tiny --max-steps 2 2>&1 | tail -n 3
+echo
+echo "demo: $(git rev-list --count main..HEAD) commits on $(git branch --show-current) in $work;" \
+  "progress comment: .bot/issues/plan/progress.md; bot apply exited $status"
 exit $status

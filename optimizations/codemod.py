@@ -1,4 +1,5 @@
-"""libcst building blocks shared by the transforms.
+"""libcst building blocks shared by the transforms, and :class:`OptimizationCodemod`, the base of every
+optimization's codemod.
 
 Names are resolved with libcst's ``QualifiedNameProvider``, so ``from trl import SFTConfig as C``, ``import trl``
 + ``trl.SFTConfig`` and ``from trl.trainer.sft_config import SFTConfig`` all resolve to a name ending in
@@ -9,14 +10,15 @@ where they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import parse_template_expression
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from optimizations.registry import FileResult, RepoContext, Site, parse_module
+from optimizations.registry import Optimization, RepoContext, Site
 
 NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -43,6 +45,18 @@ def imported_modules(module: cst.Module) -> set[str]:
 def expr(code: str) -> cst.BaseExpression:
     """Parse one Python expression."""
     return cst.parse_expression(code)
+
+
+def call_expr(func: str, *args: cst.BaseExpression, **keywords: cst.BaseExpression) -> cst.Call:
+    """``func(arg, ..., name=value, ...)`` on one line, the argument nodes filled into a libcst template."""
+    slots = {f"arg{i}": arg for i, arg in enumerate(args)} | {f"kw_{k}": v for k, v in keywords.items()}
+    code = [f"{{arg{i}}}" for i in range(len(args))] + [f"{k}={{kw_{k}}}" for k in keywords]
+    return parse_template_expression(f"{func}({', '.join(code)})", **slots)
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``(node)``: an operand that would otherwise bind differently inside a larger expression."""
+    return node.with_changes(lpar=[cst.LeftParen(), *node.lpar], rpar=[*node.rpar, cst.RightParen()])
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -240,14 +254,20 @@ def defines(module: cst.Module, name: str) -> bool:
 
 
 class OptimizationCodemod(VisitorBasedCodemodCommand):
-    """A codemod that records the sites it changes or refuses, for one optimization."""
+    """The codemod of one optimization over one file: the edits, and the sites it changes or refuses.
+
+    :meth:`Optimization.transform_source` constructs it as ``codemod(context, optimization, repo)``: the
+    file's path is ``context.filename``, sites carry ``optimization.id``, and ``repo`` is the repository the
+    file is in (other files to read or edit, runtime helpers to vendor).
+    """
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
-    optimization_id: str = ""
 
-    def __init__(self, context: CodemodContext, path: str):
+    def __init__(self, context: CodemodContext, optimization: Optimization, repo: RepoContext):
         super().__init__(context)
-        self.path = path
+        self.optimization = optimization
+        self.repo = repo
+        self.path = context.filename
         self.sites: list[Site] = []
         self.imported_modules: set[str] = set()
 
@@ -264,9 +284,9 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         if module not in self.imported_modules:
             AddImportsVisitor.add_needed_import(self.context, module)
 
-    def import_runtime(self, repo: RepoContext, runtime_module: str, name: str) -> None:
+    def import_runtime(self, runtime_module: str, name: str) -> None:
         """Vendor ``optimizations/runtime/<runtime_module>.py`` beside this file and import ``name`` from it."""
-        target = repo.vendor(runtime_module, self.path)
+        target = self.repo.vendor(runtime_module, self.path)
         relative = 1 if target.startswith(".") else 0
         AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
 
@@ -278,17 +298,7 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         return self.get_metadata(PositionProvider, node).start.line
 
     def changed(self, node: cst.CSTNode, message: str) -> None:
-        self.sites.append(Site(self.path, self.line(node), self.optimization_id, message))
+        self.sites.append(Site(self.path, self.line(node), self.optimization.id, message))
 
     def refused(self, node: cst.CSTNode, message: str, reason: str) -> None:
-        self.sites.append(Site(self.path, self.line(node), self.optimization_id, message, False, reason))
-
-
-def run_codemod(
-    factory: Callable[[CodemodContext, str], OptimizationCodemod], source: str, path: str
-) -> FileResult:
-    """Run a codemod over one file's source; imports it asked for are added by libcst afterwards."""
-    module = parse_module(source, path)
-    codemod = factory(CodemodContext(filename=path), path)
-    new_module = codemod.transform_module(module)
-    return FileResult(new_module.code, codemod.sites)
+        self.sites.append(Site(self.path, self.line(node), self.optimization.id, message, False, reason))

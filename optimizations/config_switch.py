@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import parse_template_expression, parse_template_statement
 from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
 
 from optimizations.codemod import (
@@ -39,31 +41,10 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.registry import RepoContext, Site
+from optimizations.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
+from optimizations.registry import Optimization, RepoContext, Site
 from optimizations.trl_scope import CallSite, TrainingScope
 from optimizations.yaml_settings import settings, turn_on
-
-# TrainingArguments fields that mark a YAML mapping as a recipe for an argument parser.
-RECIPE_FIELDS = frozenset(
-    {
-        "output_dir",
-        "learning_rate",
-        "num_train_epochs",
-        "max_steps",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "gradient_checkpointing",
-        "max_length",
-        "max_seq_length",
-        "lr_scheduler_type",
-        "warmup_ratio",
-        "bf16",
-        "logging_steps",
-        "beta",
-        "dataset_text_field",
-    }
-)
-PARSERS = (("transformers", "HfArgumentParser"), ("trl", "TrlParser"))
 
 
 @dataclass(frozen=True)
@@ -152,7 +133,7 @@ def _with_field(cls: cst.ClassDef, name: str, comment: str) -> cst.ClassDef:
         ),
         default=len(body) - 1,
     )
-    field = cst.parse_statement(f"{name}: bool = True\n").with_changes(
+    field = parse_template_statement("{name}: bool = True", name=cst.Name(name)).with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))]
     )
     body.insert(last_field + 1, field)
@@ -183,19 +164,12 @@ def _with_default_on(cls: cst.ClassDef, name: str) -> cst.ClassDef:
 
 def _assigned_class(function: cst.FunctionDef, name: str) -> str | None:
     """The class ``name`` is built from in ``function`` (``name = Class(...)``), if it is."""
-    found: list[str] = []
-
-    class Assignments(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if (
-                isinstance(node.value, cst.Call)
-                and isinstance(node.value.func, cst.Name)
-                and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-            ):
-                found.append(node.value.func.value)
-
-    function.visit(Assignments())
-    return found[0] if found else None
+    built = m.Assign(
+        targets=[m.ZeroOrMore(), m.AssignTarget(target=m.Name(name)), m.ZeroOrMore()],
+        value=m.Call(func=m.SaveMatchedNode(m.Name(), "cls")),
+    )
+    found = m.extractall(function, built)
+    return found[0]["cls"].value if found else None
 
 
 class SettingSwitch(OptimizationCodemod):
@@ -206,9 +180,8 @@ class SettingSwitch(OptimizationCodemod):
     field_comment: ClassVar[str]  # the comment above a dataclass field this codemod adds
     flag_hint: ClassVar[str]  # the command-line flags a human adds when nothing in the repository sets it
 
-    def __init__(self, context, path, repo: RepoContext):
-        super().__init__(context, path)
-        self.repo = repo
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.scope: TrainingScope | None = None
         # call -> (new value of the setting, None to keep it; keywords added with it)
         self.call_edits: dict[
@@ -315,10 +288,10 @@ class SettingSwitch(OptimizationCodemod):
                 reason = self.yaml_blocked(setting.siblings)
                 edited = turn_on(text, setting) if reason is None else None
                 if reason is not None:
-                    sites.append(Site(path, setting.line, self.optimization_id, message, False, reason))
+                    sites.append(Site(path, setting.line, self.optimization.id, message, False, reason))
                 elif edited is not None:
                     text = edited
-                    sites.append(Site(path, setting.line, self.optimization_id, message))
+                    sites.append(Site(path, setting.line, self.optimization.id, message))
             if text != original:
                 self.repo.edit(path, text)
         return sites, already
@@ -329,7 +302,7 @@ class SettingSwitch(OptimizationCodemod):
         node.visit(self.scope)
         for site in self.scope.calls_to(self.configs):
             self._decide_config(site)
-        for package, parser in PARSERS:
+        for package, parser in ARGUMENT_PARSERS:
             for site in self.scope.calls_to((parser,), (package,)):
                 self._decide_parser(site)
 
@@ -365,20 +338,22 @@ class SettingSwitch(OptimizationCodemod):
         self, reads: ConfigReads, site: CallSite
     ) -> tuple[cst.BaseExpression, str, list[Site]]:
         """The setting read from the call's config object, a note on what else changes, and the YAML sites."""
-        base, name = code_of(reads.base), self.setting
+        name = self.setting
         cls = None if reads.mapping else self._dataclass_of(reads.base, site.function)
         if cls is None:
             yaml_sites, _ = self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
-            read = f'{base}.get("{name}", True)' if reads.mapping else f'getattr({base}, "{name}", True)'
-            return expr(read), "", yaml_sites
+            template = "{base}.get({key}, True)" if reads.mapping else "getattr({base}, {key}, True)"
+            read = parse_template_expression(template, base=reads.base, key=cst.SimpleString(f'"{name}"'))
+            return read, "", yaml_sites
+        attribute = parse_template_expression("{base}.{name}", base=reads.base, name=cst.Name(name))
         field = _field(cls, name)
         if field is None:
             self.class_edits[cls] = "add"
-            return expr(f"{base}.{name}"), f" (new field {cls.name.value}.{name} = True)", []
+            return attribute, f" (new field {cls.name.value}.{name} = True)", []
         if field.value is False:
             self.class_edits[cls] = "on"
-            return expr(f"{base}.{name}"), f" ({cls.name.value}.{name} now defaults to True)", []
-        return expr(f"{base}.{name}"), "", []
+            return attribute, f" ({cls.name.value}.{name} now defaults to True)", []
+        return attribute, "", []
 
     def _decide_expression(self, site: CallSite, value: cst.BaseExpression) -> None:
         """``<setting>=<expression>``: the repository controls it; turn on the default it defines."""

@@ -9,58 +9,50 @@ Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
 from __future__ import annotations
 
 import libcst as cst
+from libcst.helpers import parse_template_expression, parse_template_statement
 
 from optimizations.codemod import (
     OptimizationCodemod,
     add_keywords,
     code_of,
     defines,
-    expr,
     insert_after_imports,
     keyword,
     literal_value,
     qualified_under,
     replace_keyword,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import is_training_config
+from optimizations.registry import Example, Optimization, RepoContext
 
+# The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
 WORKERS = "DATALOADER_WORKERS"
-WORKERS_DEFINITION = f"{WORKERS} = min(4, (os.cpu_count() or 1) - 1)\n"
+WORKERS_DEFINITION = "{workers} = min(4, (os.cpu_count() or 1) - 1)"
 WORKERS_COMMENT = (
     "# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead."
 )
 
-HF_CONFIGS = (
-    "TrainingArguments",
-    "Seq2SeqTrainingArguments",
-    "SFTConfig",
-    "DPOConfig",
-    "KTOConfig",
-    "ORPOConfig",
-    "CPOConfig",
-    "BCOConfig",
-    "RewardConfig",
-    "PRMConfig",
-    "GRPOConfig",
-    "RLOOConfig",
-    "GKDConfig",
-)
-
-# keyword -> value, for TrainingArguments-style configs and for torch's DataLoader.
+# keyword -> value template, for TrainingArguments-style configs and for torch's DataLoader.
 HF_SETTINGS = {
-    "dataloader_num_workers": WORKERS,
+    "dataloader_num_workers": "{workers}",
     "dataloader_pin_memory": "True",
-    "dataloader_persistent_workers": f"{WORKERS} > 0",
-    "dataloader_prefetch_factor": f"2 if {WORKERS} > 0 else None",
+    "dataloader_persistent_workers": "{workers} > 0",
+    "dataloader_prefetch_factor": "2 if {workers} > 0 else None",
 }
 TORCH_SETTINGS = {
-    "num_workers": WORKERS,
+    "num_workers": "{workers}",
     "pin_memory": "torch.cuda.is_available()",
-    "persistent_workers": f"{WORKERS} > 0",
-    "prefetch_factor": f"2 if {WORKERS} > 0 else None",
+    "persistent_workers": "{workers} > 0",
+    "prefetch_factor": "2 if {workers} > 0 else None",
 }
+
+
+def _setting(template: str) -> cst.BaseExpression:
+    """A setting's value: ``template`` with ``{workers}``, where it appears, standing for the worker count."""
+    if "{workers}" not in template:
+        return cst.parse_expression(template)
+    return parse_template_expression(template, workers=cst.Name(WORKERS))
 
 
 def _is_main_guard(node: cst.If) -> bool:
@@ -75,10 +67,8 @@ def _is_main_guard(node: cst.If) -> bool:
 
 
 class _AddWorkers(OptimizationCodemod):
-    optimization_id = "dataloader_workers"
-
-    def __init__(self, context, path):
-        super().__init__(context, path)
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.guarded_depth = 0  # inside a function or an `if __name__ == "__main__":` block
         self.iterable_classes: set[str] = set()
         self.iterable_instances: set[str] = set()
@@ -138,7 +128,7 @@ class _AddWorkers(OptimizationCodemod):
     # -- the calls -------------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         names = self.names(original_node.func)
-        if qualified_under(names, ("transformers", "trl"), HF_CONFIGS):
+        if is_training_config(names):
             settings, label = HF_SETTINGS, "dataloader_num_workers"
         elif qualified_under(names, ("torch.utils.data",), ("DataLoader",)):
             settings, label = TORCH_SETTINGS, "num_workers"
@@ -184,8 +174,8 @@ class _AddWorkers(OptimizationCodemod):
 
         call = updated_node
         if current is not None:
-            call = replace_keyword(call, label, expr(settings[label]))
-        missing = [(k, expr(v)) for k, v in settings.items() if keyword(call, k) is None]
+            call = replace_keyword(call, label, _setting(settings[label]))
+        missing = [(k, _setting(v)) for k, v in settings.items() if keyword(call, k) is None]
         call = add_keywords(call, missing)
         if settings is TORCH_SETTINGS:
             self.need_module("torch")
@@ -197,7 +187,7 @@ class _AddWorkers(OptimizationCodemod):
         if not self.edited or defines(updated_node, WORKERS):
             return updated_node
         self.need_module("os")
-        definition = cst.parse_statement(WORKERS_DEFINITION)
+        definition = parse_template_statement(WORKERS_DEFINITION, workers=cst.Name(WORKERS))
         definition = definition.with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(WORKERS_COMMENT))]
         )
@@ -214,9 +204,7 @@ class DataloaderWorkers(Optimization):
     summary = "dataloader_num_workers / num_workers with pin memory, persistent workers and prefetch"
     scope = "data"
     keywords = ("dataloader_num_workers", "dataloader workers", "num_workers", "dataloader_pin_memory")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(_AddWorkers, source, path)
+    codemods = (_AddWorkers,)
 
     examples = (
         Example(

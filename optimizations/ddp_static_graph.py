@@ -26,6 +26,7 @@ under an ``if`` in its ``forward`` (parameters reached on some batches only: one
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -33,10 +34,9 @@ from optimizations.codemod import (
     keyword,
     literal_value,
     qualified_under,
-    run_codemod,
 )
-from optimizations.dataloader_workers import HF_CONFIGS
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import is_training_config
+from optimizations.registry import Example, Optimization, RepoContext
 from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
 
 RUNTIME_MODULE = "ddp_check"
@@ -51,12 +51,10 @@ EXPLICITLY_DYNAMIC = (
 
 
 class _StaticGraph(OptimizationCodemod):
-    optimization_id = "ddp_static_graph"
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
 
-    def __init__(self, context, path, ctx: RepoContext):
-        super().__init__(context, path)
-        self.ctx = ctx
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.links: TrainerLinks | None = None
         self.classes: dict[str, cst.ClassDef] = {}
         self.helpers: set[str] = set()
@@ -96,7 +94,7 @@ class _StaticGraph(OptimizationCodemod):
             self._handler(original_node)
         elif qualified_under(names, ("accelerate",), ("Accelerator",)):
             return self._accelerator(original_node, updated_node)
-        elif qualified_under(names, ("transformers", "trl"), HF_CONFIGS):
+        elif is_training_config(names):
             self._config(original_node)
         elif any(original_node is trainer for trainer in self.trainers):
             return self._trainer(original_node, updated_node)
@@ -219,7 +217,7 @@ class _StaticGraph(OptimizationCodemod):
         if forward is None:
             return None
         submodules = _constructed_attributes(class_def)
-        for branch in _conditionals(forward.body):
+        for branch in m.findall(forward.body, m.If()):
             for call in _calls(branch.body, branch.orelse):
                 attribute = _self_attribute(call.func)
                 if attribute in submodules:
@@ -262,7 +260,7 @@ class _StaticGraph(OptimizationCodemod):
                 )
         if self.helpers:
             for helper in sorted(self.helpers):
-                self.import_runtime(self.ctx, RUNTIME_MODULE, helper)
+                self.import_runtime(RUNTIME_MODULE, helper)
         return updated_node
 
 
@@ -275,45 +273,19 @@ def _self_attribute(node: cst.BaseExpression) -> str | None:
 
 def _constructed_attributes(class_def: cst.ClassDef) -> set[str]:
     """Attributes the class's ``__init__`` sets from a call (``self.head = nn.Linear(...)``): its submodules."""
-    found: set[str] = set()
-
-    class Collector(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if isinstance(node.value, cst.Call):
-                for target in node.targets:
-                    attribute = _self_attribute(target.target)
-                    if attribute is not None:
-                        found.add(attribute)
-
-    for statement in class_def.body.body:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
-            statement.visit(Collector())
-    return found
-
-
-def _conditionals(body: cst.CSTNode) -> list[cst.If]:
-    """Every ``if`` statement in a function body (nested ones included)."""
-    found: list[cst.If] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            found.append(node)
-
-    body.visit(Collector())
-    return found
+    return {
+        attribute
+        for statement in class_def.body.body
+        if m.matches(statement, m.FunctionDef(name=m.Name("__init__")))
+        for assignment in m.findall(statement, m.Assign(value=m.Call()))
+        for target in assignment.targets
+        if (attribute := _self_attribute(target.target)) is not None
+    }
 
 
 def _calls(*blocks: cst.CSTNode | None) -> list[cst.Call]:
-    calls: list[cst.Call] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            calls.append(node)
-
-    for block in blocks:
-        if block is not None:
-            block.visit(Collector())
-    return calls
+    """Every call in the blocks (an ``if``'s body and ``else``), in order."""
+    return [call for block in blocks if block is not None for call in m.findall(block, m.Call())]
 
 
 class DdpStaticGraph(Optimization):
@@ -329,9 +301,7 @@ class DdpStaticGraph(Optimization):
     )
     scope = "ddp"
     keywords = ("find_unused_parameters", "static_graph", "static graph")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _StaticGraph(context, p, ctx), source, path)
+    codemods = (_StaticGraph,)
 
     examples = (
         Example(

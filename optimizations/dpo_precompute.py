@@ -4,11 +4,11 @@ What TRL 1.x does with it (checked against ``trl.trainer.dpo_trainer`` of TRL 1.
 ``precompute_ref_log_probs=True`` the DPOTrainer runs the reference (the separate ``ref_model``, or the policy
 itself, with its LoRA adapter disabled on a PEFT model) over the whole train and eval datasets once, in batches of
 ``precompute_ref_batch_size`` (``per_device_train_batch_size`` when unset), caches the log-probs as dataset
-columns, and every training step then skips the reference forward pass. The seed measured +19.5% to +21.7%
+columns, and every training step then skips the reference forward pass. Measured: +19.5% to +21.7%
 samples/s on LoRA DPO.
 
-Memory: it is not a memory saving on LoRA, where there is no separate reference model to drop. The seed measured
-peak GPU memory going from 19.08 GB to 31.09 GB (+63%) on LoRA DPO (Qwen2.5-7B, batch 2, H100) in one run and
+Memory: it is not a memory saving on LoRA, where there is no separate reference model to drop. Measured
+peak GPU memory goes from 19.08 GB to 31.09 GB (+63%) on LoRA DPO (Qwen2.5-7B, batch 2, H100) in one run and
 +30% (18.6 to 24.2 GB) in another; a job close to its memory limit may need a smaller batch. Only full
 fine-tuning without a ``ref_model`` saves the memory of a reference model.
 
@@ -20,7 +20,7 @@ Refused where TRL cannot do it or the team keeps it off: ``sync_ref_model`` (the
 TRL raises), an iterable/streaming dataset in the module (TRL needs a map-style dataset to cache the columns
 and raises), a vision-language model or processor (TRL raises for vision datasets), and Liger: the Liger DPO loss
 (``use_liger_loss`` of TRL < 1.0) computes reference log-probs itself, and ``use_liger_kernel`` on the same
-config is kept apart from precompute (the seed had to disable that pairing). With full fine-tuning and no
+config is kept apart from precompute. With full fine-tuning and no
 ``ref_model``, ``trainer.evaluate(new_dataset)`` after training started raises in TRL; pass eval datasets to the
 trainer up front.
 
@@ -39,21 +39,22 @@ another module than its config is not wrapped: a multi-GPU run with an in-memory
 from __future__ import annotations
 
 import libcst as cst
+from libcst.helpers import parse_template_expression
 
 from optimizations.codemod import (
     OptimizationCodemod,
+    call_expr,
     code_of,
-    expr,
     keyword,
     literal_value,
+    parenthesized,
     qualified_under,
     replace_keyword,
-    run_codemod,
 )
 from optimizations.config_switch import SettingSwitch
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import DEFAULT_TRAIN_BATCH_SIZE
+from optimizations.registry import Example, Optimization, RepoContext
 
-DEFAULT_BATCH_SIZE = 8  # TrainingArguments.per_device_train_batch_size
 RUNTIME_MODULE = "dpo_cache"
 SHARED_CACHE = "with_shared_cache"
 DATASET_KEYWORDS = ("train_dataset", "eval_dataset")
@@ -73,16 +74,15 @@ def reference_batch_size(call: cst.Call) -> cst.BaseExpression:
     """Twice the call's training batch: a literal when it is one, ``2 * <expression>`` when it is read."""
     given = keyword(call, "per_device_train_batch_size")
     if given is None:
-        return expr(str(2 * DEFAULT_BATCH_SIZE))
+        return cst.Integer(str(2 * DEFAULT_TRAIN_BATCH_SIZE))
     value = literal_value(given.value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return expr(str(2 * value))
-    code = code_of(given.value)
-    return expr(f"2 * {code}" if _atomic(given.value) else f"2 * ({code})")
+        return cst.Integer(str(2 * value))
+    operand = given.value if _atomic(given.value) else parenthesized(given.value)
+    return parse_template_expression("2 * {batch}", batch=operand)
 
 
 class _Precompute(SettingSwitch):
-    optimization_id = "dpo_precompute"
     setting = "precompute_ref_log_probs"
     configs = ("DPOConfig",)
     field_comment = "# perfbot: compute the DPO reference log-probs once, before training."
@@ -129,11 +129,8 @@ class _Precompute(SettingSwitch):
 class _SharedCache(OptimizationCodemod):
     """Hands the datasets of every ``DPOTrainer(...)`` in the module through ``with_shared_cache``."""
 
-    optimization_id = "dpo_precompute"
-
-    def __init__(self, context, path, ctx: RepoContext):
-        super().__init__(context, path)
-        self.ctx = ctx
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.wrapped = False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
@@ -144,9 +141,7 @@ class _SharedCache(OptimizationCodemod):
             given = keyword(call, name)
             if given is None or literal_value(given.value) is None or _shared(given.value):
                 continue
-            call = replace_keyword(
-                call, name, cst.Call(func=cst.Name(SHARED_CACHE), args=[cst.Arg(given.value)])
-            )
+            call = replace_keyword(call, name, call_expr(SHARED_CACHE, given.value))
             self.changed(
                 original_node,
                 f"{code_of(original_node.func)}({name}={SHARED_CACHE}({code_of(given.value)})): one cache file "
@@ -157,7 +152,7 @@ class _SharedCache(OptimizationCodemod):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.wrapped:
-            self.import_runtime(self.ctx, RUNTIME_MODULE, SHARED_CACHE)
+            self.import_runtime(RUNTIME_MODULE, SHARED_CACHE)
         return updated_node
 
 
@@ -185,13 +180,8 @@ class DpoPrecompute(Optimization):
         "precompute dpo reference",
         "precompute ref log",
     )
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        switched = run_codemod(lambda context, name: _Precompute(context, name, ctx), source, path)
-        if not any(site.applicable for site in switched.sites):
-            return switched
-        shared = run_codemod(lambda context, name: _SharedCache(context, name, ctx), switched.source, path)
-        return FileResult(shared.source, switched.sites + shared.sites)
+    # Where precompute is switched on, the trainers' datasets get one cache file for every rank.
+    codemods = (_Precompute, _SharedCache)
 
     examples = (
         Example(

@@ -20,33 +20,28 @@ default.
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
+import libcst.matchers as m
 
 from optimizations.codemod import (
     OptimizationCodemod,
     add_keywords,
+    call_expr,
     code_of,
     expr,
     keyword,
     literal_value,
-    qualified_under,
     replace_keyword,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.dataloader_workers import HF_CONFIGS
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
-from optimizations.trainer_calls import LINK_METADATA, TrainerLinks, calls_in, is_plain_reference
+from optimizations.hf import MODEL_CLASS, MODEL_LOADERS, is_training_config
+from optimizations.registry import Example, Optimization, RepoContext
+from optimizations.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 
 PICKER = "pick_attention_implementation"
 RUNTIME_MODULE = "attention"
-LOADERS = {
-    "from_pretrained": ("pretrained_model_name_or_path", "checkpoint"),
-    "from_config": ("config", "model_config"),
-}
-MODEL_CLASS = re.compile(r"^(AutoModel\w*|[A-Z]\w*(Model|For[A-Z]\w*))$")
+# The name a loader's first argument is bound to (with `:=`) when the picker needs it too.
+BOUND_NAMES = {"from_pretrained": "checkpoint", "from_config": "model_config"}
 # What the picker may replace; any other string (a FlashAttention version, a kernels hub repo, flex
 # attention) is a deliberate choice left alone.
 REPLACEABLE = ("sdpa", "eager")
@@ -55,12 +50,10 @@ TRL_DTYPE_DEFAULT = "TRL loads the model in float32 when model_init_kwargs sets 
 
 
 class _PickAttention(OptimizationCodemod):
-    optimization_id = "fa2"
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
 
-    def __init__(self, context, path, ctx: RepoContext):
-        super().__init__(context, path)
-        self.ctx = ctx
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.edited = False
         self.links: TrainerLinks | None = None
         self.used_names: set[str] = set()
@@ -69,10 +62,9 @@ class _PickAttention(OptimizationCodemod):
     # -- pre-pass ---------------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
-        calls = calls_in(node)
-        self.used_names = {n.value for n in _names_in(node)}
-        for call in calls:
-            if not qualified_under(self.names(call.func), ("transformers", "trl"), HF_CONFIGS):
+        self.used_names = {name.value for name in m.findall(node, m.Name())}
+        for call in m.findall(node, m.Call()):
+            if not is_training_config(self.names(call.func)):
                 continue
             argument = keyword(call, "model_init_kwargs")
             if argument is None or literal_value(argument.value) is None:
@@ -129,19 +121,17 @@ class _PickAttention(OptimizationCodemod):
 
     def _picker_call(
         self,
-        positional: list[str],
+        positional: list[cst.BaseExpression],
         dtype: cst.BaseExpression | None,
         fallback: str,
-        source_kw: str | None = None,
-    ) -> cst.BaseExpression:
-        parts = list(positional)
-        if source_kw is not None:
-            parts.append(f"source={source_kw}")
-        if dtype is not None:
-            parts.append(f"dtype={code_of(dtype)}")
-        if fallback != '"sdpa"':
-            parts.append(f"fallback={fallback}")
-        return expr(f"{PICKER}({', '.join(parts)})")
+        source: cst.BaseExpression | None = None,
+    ) -> cst.Call:
+        keywords = {
+            "source": source,
+            "dtype": dtype,
+            "fallback": None if fallback == '"sdpa"' else expr(fallback),
+        }
+        return call_expr(PICKER, *positional, **{k: v for k, v in keywords.items() if v is not None})
 
     def _fresh_name(self, base: str) -> str:
         name, counter = base, 2
@@ -154,7 +144,7 @@ class _PickAttention(OptimizationCodemod):
         if original_node in self.init_kwargs:
             return self._edit_init_kwargs(original_node, updated_node)
         func = original_node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in LOADERS):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in MODEL_LOADERS):
             return updated_node
         classes = [
             n.rpartition(".")[2]
@@ -186,8 +176,8 @@ class _PickAttention(OptimizationCodemod):
             return updated_node
 
         call = updated_node
-        source_keyword, walrus_name = LOADERS[func.attr.value]
-        positional = [code_of(func.value)]
+        source_keyword, walrus_name = MODEL_LOADERS[func.attr.value], BOUND_NAMES[func.attr.value]
+        positional = [func.value]
         needs_source = classes[0].startswith("Auto") or dtype is None or literal_value(dtype) == "auto"
         args = list(original_node.args)
         source_arg = keyword(original_node, source_keyword) or (
@@ -195,7 +185,7 @@ class _PickAttention(OptimizationCodemod):
         )
         if needs_source and source_arg is not None:
             if is_plain_reference(source_arg.value):
-                positional.append(code_of(source_arg.value))
+                positional.append(source_arg.value)
             elif current is not None and args.index(current) < args.index(source_arg):
                 self.refused(
                     original_node,
@@ -217,7 +207,7 @@ class _PickAttention(OptimizationCodemod):
                 edited_args = list(call.args)
                 edited_args[index] = edited_args[index].with_changes(value=bound)
                 call = call.with_changes(args=edited_args)
-                positional.append(name)
+                positional.append(cst.Name(name))
         picker = self._picker_call(positional, dtype, fallback)
         if current is not None:
             call = replace_keyword(call, "attn_implementation", picker)
@@ -261,7 +251,7 @@ class _PickAttention(OptimizationCodemod):
         if reason is not None:
             self.refused(original, message, reason)
             return updated
-        picker = self._picker_call([], dtype, fallback, source_kw=source)
+        picker = self._picker_call([], dtype, fallback, source=source)
         if isinstance(updated, cst.Call):
             edited = (
                 replace_keyword(updated, "attn_implementation", picker)
@@ -279,10 +269,14 @@ class _PickAttention(OptimizationCodemod):
         self.edited = True
         return edited
 
-    def _trained_model(self, node: cst.CSTNode, config_call: cst.Call) -> tuple[str | None, str | None]:
-        """The code of the model a config's trainer loads, readable where ``node`` runs; or why not."""
+    def _trained_model(
+        self, node: cst.CSTNode, config_call: cst.Call
+    ) -> tuple[cst.BaseExpression | None, str | None]:
+        """The model a config's trainer loads, readable where ``node`` runs; or why not."""
         trainers = self.links.trainers_receiving(config_call)
-        models = {code_of(m): m for t in trainers if (m := self.links.model_argument(t)) is not None}
+        models = {
+            code_of(model): model for t in trainers if (model := self.links.model_argument(t)) is not None
+        }
         if len(models) != 1:
             return None, (
                 "no single trainer call in this module takes this config, so the picker cannot see which "
@@ -296,28 +290,17 @@ class _PickAttention(OptimizationCodemod):
                 None,
                 f"the picker needs the model this config loads where the dict is built, but {problem}",
             )
-        return code_of(model), None
+        return model, None
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.edited:
-            self.import_runtime(self.ctx, RUNTIME_MODULE, PICKER)
+            self.import_runtime(RUNTIME_MODULE, PICKER)
         return updated_node
 
 
 def _message(callee: str, fallback: str | None) -> str:
     otherwise = {None: "", "None": ", else transformers' default"}.get(fallback, f", else {fallback}")
     return f"{callee}: attn_implementation picked at run time (FlashAttention 3/2 where it runs{otherwise})"
-
-
-def _names_in(node: cst.CSTNode) -> list[cst.Name]:
-    names: list[cst.Name] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            names.append(name)
-
-    node.visit(Collector())
-    return names
 
 
 def _is_dict(node: cst.BaseExpression, names) -> bool:
@@ -391,9 +374,7 @@ class FlashAttention(Optimization):
         "fa2",
         "attn_implementation",
     )
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _PickAttention(context, p, ctx), source, path)
+    codemods = (_PickAttention,)
 
     examples = (
         Example(

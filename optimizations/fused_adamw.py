@@ -18,18 +18,19 @@ comprehension.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import parse_template_statement
 
 from optimizations.codemod import (
     add_keywords,
+    call_expr,
     code_of,
-    expr,
     keyword,
     literal_value,
     qualified_under,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.registry import Example, Optimization
 from optimizations.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 
 RUNTIME_MODULE = "gpu_flags"
@@ -44,14 +45,10 @@ class _Refused(Exception):
 
 
 class _Fuse(PlannedCodemod):
-    optimization_id = "fused_adamw"
-
     def plan(self, module: cst.Module) -> None:
-        for node in walk(module, ()):
-            if isinstance(node, cst.Call) and qualified_under(
-                self.names(node.func), ("torch.optim",), OPTIMIZERS
-            ):
-                self._plan_optimizer(node)
+        for call in m.findall(module, m.Call()):
+            if qualified_under(self.names(call.func), ("torch.optim",), OPTIMIZERS):
+                self._plan_optimizer(call)
 
     def _plan_optimizer(self, call: cst.Call) -> None:
         if keyword(call, "fused") is not None:
@@ -90,7 +87,7 @@ class _Fuse(PlannedCodemod):
         except _Refused as refusal:
             self.refused(call, message, str(refusal))
             return
-        check = expr(f"{CHECK}({name})")
+        check = call_expr(CHECK, cst.Name(name))
         self.replacements[call] = lambda updated: add_keywords(updated, [("fused", check)])
         self.runtime_imports.add((RUNTIME_MODULE, CHECK))
         self.changed(call, message)
@@ -138,17 +135,17 @@ class _Fuse(PlannedCodemod):
             if isinstance(owner, (cst.Name, cst.Attribute)):
                 last = owner.value if isinstance(owner, cst.Name) else owner.attr.value
                 base = f"{last}_parameters"
-        taken = {n.value for n in walk(body, ()) if isinstance(n, cst.Name)}
+        taken = {n.value for n in m.findall(body, m.Name())}
         name, number = base, 2
         while name in taken:
             name, number = f"{base}_{number}", number + 1
         return name
 
     def _hoist(self, statement: cst.SimpleStatementLine, name: str, params: cst.BaseExpression) -> None:
-        value = (
-            code_of(params) if isinstance(params, (cst.List, cst.ListComp)) else f"list({code_of(params)})"
+        template = (
+            "{name} = {params}" if isinstance(params, (cst.List, cst.ListComp)) else "{name} = list({params})"
         )
-        hoisted = cst.parse_statement(f"{name} = {value}\n").with_changes(
+        hoisted = parse_template_statement(template, name=cst.Name(name), params=params).with_changes(
             leading_lines=statement.leading_lines
         )
         self.inserted_before.setdefault(statement, []).append(hoisted)
@@ -183,9 +180,7 @@ class FusedAdamW(Optimization):
     summary = "torch.optim.AdamW/Adam(..., fused=<all params floating-point CUDA>), cached parameter list"
     scope = "optim"
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _Fuse(context, p, ctx), source, path)
+    codemods = (_Fuse,)
 
     examples = (
         Example(

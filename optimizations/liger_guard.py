@@ -7,11 +7,10 @@ Targets ``TrainingArguments``-family configs (``transformers``, ``trl``). The fl
 PEFT adapter, so the patched program runs unchanged where Liger is missing. ``model`` is the model the
 trainer that takes this config trains, so it must be bound, with its final value, where the config is built.
 
-What the seed learnt (tier-1 plan, commits b8dd473 and 2745dd9): Liger's kernels do not compose with PEFT's
-LoRA layers (the LoRA SFT run got 2x slower), and Liger was turned off beside DPO's precomputed reference
-log-probs. So configs whose trainer gets a LoRA model (``peft_config=``, or a model wrapped by
-``get_peft_model`` here, directly or through a function of this module) are refused with that reason, as is a
-DPO config with ``precompute_ref_log_probs=True``. TRL 1.x applies only Liger's layer kernels (RMSNorm, RoPE,
+Liger's kernels do not compose with PEFT's LoRA layers (a LoRA SFT run takes twice as long with them), and
+Liger is kept apart from DPO's precomputed reference log-probs. So configs whose trainer gets a LoRA model
+(``peft_config=``, or a model wrapped by ``get_peft_model`` here, directly or through a function of this
+module) are refused with that reason, as is a DPO config with ``precompute_ref_log_probs=True``. TRL 1.x applies only Liger's layer kernels (RMSNorm, RoPE,
 SwiGLU) and keeps its own fused LM-head loss, and has deprecated the flag in favour of Hub kernels: the win is
 on full fine-tunes.
 """
@@ -23,17 +22,15 @@ import libcst as cst
 from optimizations.codemod import (
     OptimizationCodemod,
     add_keywords,
+    call_expr,
     code_of,
-    expr,
     keyword,
     literal_value,
-    qualified_under,
     replace_keyword,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.dataloader_workers import HF_CONFIGS
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import is_training_config
+from optimizations.registry import Example, Optimization, RepoContext
 from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
 
 HELPER = "liger_kernel_usable"
@@ -53,12 +50,10 @@ EXPLICITLY_OFF = (
 
 
 class _GuardLiger(OptimizationCodemod):
-    optimization_id = "liger_guard"
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
 
-    def __init__(self, context, path, ctx: RepoContext):
-        super().__init__(context, path)
-        self.ctx = ctx
+    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.edited = False
         self.links: TrainerLinks | None = None
 
@@ -72,7 +67,7 @@ class _GuardLiger(OptimizationCodemod):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if not qualified_under(self.names(original_node.func), ("transformers", "trl"), HF_CONFIGS):
+        if not is_training_config(self.names(original_node.func)):
             return updated_node
         current = keyword(original_node, "use_liger_kernel")
         if current is not None and self._is_helper(current.value):
@@ -84,8 +79,11 @@ class _GuardLiger(OptimizationCodemod):
         if reason is not None:
             self.refused(original_node, message, reason)
             return updated_node
-        arguments = model if precompute is None else f"{model}, precompute_ref_log_probs={precompute}"
-        guard = expr(f"{HELPER}({arguments})")
+        guard = (
+            call_expr(HELPER, model)
+            if precompute is None
+            else call_expr(HELPER, model, precompute_ref_log_probs=precompute)
+        )
         if current is not None:
             call = replace_keyword(updated_node, "use_liger_kernel", guard)
         else:
@@ -94,19 +92,21 @@ class _GuardLiger(OptimizationCodemod):
         self.edited = True
         return call
 
-    def _guard_inputs(self, call: cst.Call, current: cst.Arg | None) -> tuple[str, str | None, str | None]:
-        """``(model code, precompute code or None, None)`` for the guard, or ``("", None, reason)`` to refuse."""
+    def _guard_inputs(
+        self, call: cst.Call, current: cst.Arg | None
+    ) -> tuple[cst.BaseExpression | None, cst.BaseExpression | None, str | None]:
+        """``(model, precompute_ref_log_probs value or None, None)`` for the guard, or ``(None, None, reason)``."""
         setting = None if current is None else literal_value(current.value)
         if current is not None and setting not in (True, False):
             return (
-                "",
+                None,
                 None,
                 f"use_liger_kernel comes from `{code_of(current.value)}`; guard it where that is set",
             )
         hidden = star_kwargs(call)
         if hidden is not None:
             return (
-                "",
+                None,
                 None,
                 f"settings are passed through `**{code_of(hidden.value)}`; add it where that is built",
             )
@@ -118,17 +118,15 @@ class _GuardLiger(OptimizationCodemod):
         if reason is None and setting is False:
             reason = EXPLICITLY_OFF
         if reason is not None:
-            return "", None, reason
-        precompute_code = (
-            code_of(precompute.value) if precompute is not None and precompute_value is ... else None
-        )
-        return model, precompute_code, None
+            return None, None, reason
+        forwarded = precompute.value if precompute is not None and precompute_value is ... else None
+        return model, forwarded, None
 
-    def _trained_model(self, call: cst.Call) -> tuple[str, str | None]:
-        """The code of the model the config's trainer trains, readable at the config call; or why not."""
+    def _trained_model(self, call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
+        """The model the config's trainer trains, readable at the config call; or why not."""
         trainers = self.links.trainers_receiving(call)
         if not trainers:
-            return "", (
+            return None, (
                 "no trainer call in this module takes this config as args=, so the guard cannot see the model; "
                 "build the config where the model and trainer are, or set use_liger_kernel by hand for full "
                 "fine-tunes only"
@@ -137,28 +135,30 @@ class _GuardLiger(OptimizationCodemod):
             peft = keyword(trainer, "peft_config")
             if peft is not None and literal_value(peft.value) is not None:
                 adapter = f"peft_config={code_of(peft.value)}"
-                return "", f"the trainer adds a LoRA adapter ({adapter}): {LORA_SLOWDOWN}"
+                return None, f"the trainer adds a LoRA adapter ({adapter}): {LORA_SLOWDOWN}"
             if keyword(trainer, "model_init") is not None:
-                return "", "the trainer builds its model with model_init, which the guard cannot see"
-        models = {code_of(m): m for t in trainers if (m := self.links.model_argument(t)) is not None}
+                return None, "the trainer builds its model with model_init, which the guard cannot see"
+        models = {
+            code_of(model): model for t in trainers if (model := self.links.model_argument(t)) is not None
+        }
         if len(models) != 1:
             return (
-                "",
+                None,
                 "the trainers that take this config train different models; set use_liger_kernel by hand",
             )
         model = next(iter(models.values()))
         scope = self.links.scope(call)
         wrapped = self.links.peft_wrap(model, scope)
         if wrapped is not None:
-            return "", f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
+            return None, f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
         problem = self.links.unbound_at(model, self.line(call), self.line(trainers[0]), scope)
         if problem is not None:
-            return "", f"the guard needs the trained model where the config is built, but {problem}"
-        return code_of(model), None
+            return None, f"the guard needs the trained model where the config is built, but {problem}"
+        return model, None
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.edited:
-            self.import_runtime(self.ctx, RUNTIME_MODULE, HELPER)
+            self.import_runtime(RUNTIME_MODULE, HELPER)
         return updated_node
 
 
@@ -172,9 +172,7 @@ class LigerGuard(Optimization):
     summary = "use_liger_kernel guarded by a run-time check: liger installed, supported model, no LoRA, no DPO precompute"
     scope = "train"
     keywords = ("use_liger_kernel", "liger")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _GuardLiger(context, p, ctx), source, path)
+    codemods = (_GuardLiger,)
 
     examples = (
         Example(

@@ -12,7 +12,7 @@ What TRL 1.x does with it (checked against the ``trl.trainer.sft_trainer`` sourc
   image datasets, so calls beside a collator or a vision-language model/processor are refused.
 - Already ``packing=True`` without a strategy is left alone: the default strategy is already ``bfd``, and a
   commit that only spells out the default would measure nothing.
-- Fewer, fuller rows mean fewer optimizer steps per epoch (the seed went from 125 to 16 on short examples):
+- Fewer, fuller rows mean fewer optimizer steps per epoch (125 steps become 16 on short examples):
   compare runs by tokens/s and by loss at equal tokens, not at equal step numbers.
 
 Config-driven where the call reads its settings from a config object (``training.get("packing", True)`` and
@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.codemod import code_of, expr, keyword, literal_value, run_codemod
+from optimizations.codemod import code_of, expr, keyword, literal_value
 from optimizations.config_switch import SettingSwitch
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.registry import Example, Optimization
 
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
 
 
 class _Pack(SettingSwitch):
-    optimization_id = "packing"
     setting = "packing"
     configs = ("SFTConfig",)
     field_comment = "# perfbot: pack examples into max_length rows (TRL's padding-free bfd packing)."
@@ -95,9 +94,7 @@ class Packing(Optimization):
         "packing with bfd",
         "enable packing",
     )
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, name: _Pack(context, name, ctx), source, path)
+    codemods = (_Pack,)
 
     examples = (
         Example(

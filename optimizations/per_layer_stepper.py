@@ -21,6 +21,7 @@ arguments to tell.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod.visitors import RemoveImportsVisitor
 
 from optimizations.codemod import (
@@ -29,34 +30,22 @@ from optimizations.codemod import (
     keyword,
     literal_value,
     qualified_under,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import TRAINER_OPTIMIZER_KEYWORDS, TRAINER_POSITIONAL_LIMIT, trainer_class
+from optimizations.registry import Example, Optimization
 from optimizations.trainer_calls import is_plain_reference
-from optimizations.training_loops import PlannedCodemod, is_method_call, walk
+from optimizations.training_loops import PlannedCodemod
 
 RUNTIME_MODULE = "per_layer_stepper"
 LOOP_FACTORY = "per_layer_adamw"
 TRAINER_WRAPPER = "with_per_layer_adamw"
 # AdamW settings the stepper does not run, and the literal value that asks for them.
 UNSUPPORTED = {"amsgrad": True, "capturable": True, "differentiable": True, "foreach": True, "fused": False}
-# A trainer's keyword arguments that choose its optimizer (or rebuild the model it would step).
-TRAINER_OPTIMIZER_KEYWORDS = ("optimizers", "optimizer_cls_and_kwargs", "model_init")
-# Positional arguments from which `model_init`/`optimizers` may be among them (Trainer's 7th is model_init).
-TRAINER_POSITIONAL_LIMIT = 6
 
 
 class _Refused(Exception):
     """A check failed; the message is the reason."""
-
-
-def _is_trainer(names: set[str]) -> bool:
-    for name in names:
-        head, _, last = name.rpartition(".")
-        if last.endswith("Trainer") and head.split(".")[0] in ("transformers", "trl"):
-            return True
-    return False
 
 
 def _is_none_pair(node: cst.BaseExpression) -> bool:
@@ -65,13 +54,9 @@ def _is_none_pair(node: cst.BaseExpression) -> bool:
 
 
 class _Stream(PlannedCodemod):
-    optimization_id = "per_layer_stepper"
-
     def plan(self, module: cst.Module) -> None:
         wrapped: set[cst.CSTNode] = set()
-        for node in walk(module, ()):
-            if not isinstance(node, cst.Call):
-                continue
+        for node in m.findall(module, m.Call()):
             names = self.names(node.func)
             if any(name.rpartition(".")[2] == TRAINER_WRAPPER for name in names) and node.args:
                 wrapped.add(node.args[0].value)
@@ -83,7 +68,7 @@ class _Stream(PlannedCodemod):
                     f"{code_of(node.func)}(...): per-layer GPU optimizer stepper",
                     "torch.optim.Adam folds weight decay into the gradient; the stepper implements AdamW only",
                 )
-            elif _is_trainer(names) and node not in wrapped:
+            elif trainer_class(names) is not None and node not in wrapped:
                 self._plan_trainer(node)
 
     # -- hand-written loops -----------------------------------------------------------------------------
@@ -132,11 +117,10 @@ class _Stream(PlannedCodemod):
                 return None
             sources = [w.value for w in writes]
         owners: dict[str, cst.BaseExpression] = {}
+        listing = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
         for source in sources:
-            for node in (source, *walk(source, ())):
-                if is_method_call(node, "parameters", "named_parameters") and is_plain_reference(
-                    node.func.value
-                ):
+            for node in m.findall(source, listing):
+                if is_plain_reference(node.func.value):
                     owners.setdefault(code_of(node.func.value), node.func.value)
         return next(iter(owners.values())) if len(owners) == 1 else None
 
@@ -190,9 +174,7 @@ class PerLayerStepper(Optimization):
         "optimizer state offload",
         "offload optimizer state",
     )
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _Stream(context, p, ctx), source, path)
+    codemods = (_Stream,)
 
     examples = (
         Example(

@@ -18,19 +18,20 @@ tensors are moved to different devices, or when the device is chosen inside the 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from optimizations.codemod import (
     add_keywords,
+    call_expr,
     code_of,
     expr,
     keyword,
     literal_value,
     qualified_under,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.dataloader_workers import HF_CONFIGS
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.hf import is_training_config
+from optimizations.registry import Example, Optimization
 from optimizations.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, training_loops, walk
 
 RUNTIME_MODULE = "prefetcher"
@@ -55,17 +56,13 @@ class _Refused(Exception):
 
 
 class _Prefetch(PlannedCodemod):
-    optimization_id = "prefetcher"
-
     def plan(self, module: cst.Module) -> None:
         for loop in training_loops(module):
             if isinstance(loop, cst.For):
                 self._plan_loop(loop)
-        for node in walk(module, ()):
-            if isinstance(node, cst.Call) and qualified_under(
-                self.names(node.func), ("transformers", "trl"), HF_CONFIGS
-            ):
-                self._plan_trainer_config(node)
+        for call in m.findall(module, m.Call()):
+            if is_training_config(self.names(call.func)):
+                self._plan_trainer_config(call)
 
     # -- hand-written loops ---------------------------------------------------------------------------------
     def _plan_loop(self, loop: cst.For) -> None:
@@ -76,7 +73,8 @@ class _Prefetch(PlannedCodemod):
         moves, dict_moves = self._moves(loop, batch_names)
         if not moves and not dict_moves:
             return
-        devices = {code_of(_device_of(m)) for m in moves} | {code_of(_device_of(d.value)) for d in dict_moves}
+        targets = [_device_of(move) for move in moves] + [_device_of(d.value) for d in dict_moves]
+        devices = {code_of(device): device for device in targets}
         message = (
             f"`for {code_of(loop.target)} in {code_of(loop.iter)}`: batches copied to the device one step "
             "ahead on a side stream (CudaPrefetcher); blocking `.to(device)` copies dropped"
@@ -84,14 +82,14 @@ class _Prefetch(PlannedCodemod):
         try:
             if len(devices) > 1:
                 raise _Refused(f"the batch goes to different devices ({', '.join(sorted(devices))})")
-            device = next(iter(devices))
+            device = next(iter(devices.values()))
             self._check_device_fixed(loop, device)
             self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves)
         except _Refused as refusal:
             self.refused(loop, message, str(refusal))
             return
 
-        self.replacements[source] = lambda updated: expr(f"{PREFETCHER}({code_of(updated)}, {device})")
+        self.replacements[source] = lambda updated: call_expr(PREFETCHER, updated, device)
         for move in moves:
             self.replacements[move] = lambda updated: updated.func.value
             assignment = self.parent(move)
@@ -122,7 +120,7 @@ class _Prefetch(PlannedCodemod):
     def _batch_names(self, target: cst.BaseAssignTargetExpression, enumerated: bool) -> set[str]:
         if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
             target = target.elements[1].value  # `for step, batch in enumerate(loader)`
-        return {n.value for n in (target, *walk(target, ())) if isinstance(n, cst.Name)}
+        return {name.value for name in m.findall(target, m.Name())}
 
     def _moves(self, loop: cst.For, batch_names: set[str]) -> tuple[list[cst.Call], list[cst.DictComp]]:
         """``<batch...>.to(device)`` calls, and ``{k: v.to(device) for k, v in batch.items()}`` comprehensions."""
@@ -135,11 +133,8 @@ class _Prefetch(PlannedCodemod):
                 dict_moves.append(node)
         return moves, dict_moves
 
-    def _check_device_fixed(self, loop: cst.For, device: str) -> None:
-        device_expression = expr(device)
-        device_names = {
-            n.value for n in (device_expression, *walk(device_expression, ())) if isinstance(n, cst.Name)
-        }
+    def _check_device_fixed(self, loop: cst.For, device: cst.BaseExpression) -> None:
+        device_names = {name.value for name in m.findall(device, m.Name())}
         for node in walk(loop.body, NESTED_SCOPES):
             if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
                 if node.target.value in device_names:
@@ -147,7 +142,7 @@ class _Prefetch(PlannedCodemod):
 
     def _check_batch_stays_on_device(self, loop, batch_names, moves, dict_moves) -> None:
         """Every use of the batch before it is rebound must be a move or device-independent metadata."""
-        inside_moves = {id(n) for m in moves for n in (m.func.value, *walk(m.func.value, ()))}
+        inside_moves = {id(n) for move in moves for n in (move.func.value, *walk(move.func.value, ()))}
         inside_moves |= {id(d.for_in.iter.func.value) for d in dict_moves}
         rebound: set[str] = set()
         for statement in loop.body.body:
@@ -208,7 +203,7 @@ class _Prefetch(PlannedCodemod):
             settings.append(("pin_memory", expr("torch.cuda.is_available()")))
             self.need_module("torch")
         if keyword(call, "collate_fn") is None:
-            settings.append(("collate_fn", expr(f"{PINNED_COLLATE}()")))
+            settings.append(("collate_fn", call_expr(PINNED_COLLATE)))
             self.runtime_imports.add((RUNTIME_MODULE, PINNED_COLLATE))
         if settings:
             self.replacements[call] = lambda updated: add_keywords(updated, settings)
@@ -334,9 +329,7 @@ class Prefetcher(Optimization):
     summary = "for batch in CudaPrefetcher(loader, device) + pinned memory; Trainer: non_blocking copies"
     scope = "data"
     keywords = ("prefetch", "cuda prefetcher", "non_blocking", "non-blocking", "h2d", "host-to-device")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _Prefetch(context, p, ctx), source, path)
+    codemods = (_Prefetch,)
 
     examples = (
         Example(

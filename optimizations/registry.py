@@ -1,26 +1,35 @@
-"""The optimization registry.
+"""The optimization registry, and the objects optimizations and the bot exchange.
 
-Modelled on lint-rule registries (ruff, flake8 plugins): every optimization is one small class with an ``id``,
-a default tier, the win it is expected to bring, the phrases that identify it in a plan, and before/after
-``examples`` that the test-suite runs. Optimizations are discovered through the entry-point group
-``bot.optimizations``, so third parties can ship their own.
+Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
+in its own module, carrying an ``id``, a default tier, the win it is expected to bring, the phrases that name
+it in a plan, the before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
+The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where) and
+``apply`` (the edited files, ready to commit).
 
-A subclass implements :meth:`Optimization.transform_source`, a libcst codemod over one file; the base class
-turns it into ``find`` (what would change, where) and ``apply`` (the edited files, ready to commit).
+Built-in optimizations are found by importing every module of this package; third-party packages register
+theirs under the entry-point group ``bot.optimizations``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import pkgutil
 import subprocess
-from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata, resources
+from itertools import chain
 from pathlib import Path
-from typing import ClassVar
+from types import ModuleType
+from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
+from libcst.codemod import CodemodContext
+
+if TYPE_CHECKING:
+    from optimizations.codemod import OptimizationCodemod
 
 ENTRY_POINT_GROUP = "bot.optimizations"
 VENDORED_PREFIX = "_perfbot_"
@@ -163,8 +172,14 @@ def runtime_source(module: str) -> str:
     return resources.files("optimizations.runtime").joinpath(f"{module}.py").read_text(encoding="utf-8")
 
 
-class Optimization(ABC):
-    """Base class of a registered optimization. Subclasses set the class attributes and ``transform_source``."""
+class Optimization:
+    """One registered optimization: what it is (the class attributes) and the codemods that carry it out.
+
+    ``codemods`` are :class:`optimizations.codemod.OptimizationCodemod` subclasses, constructed as
+    ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
+    over the previous one's output; the ones after the first are follow-ups that run only where an earlier
+    one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
+    """
 
     id: ClassVar[str]
     title: ClassVar[str]
@@ -175,10 +190,18 @@ class Optimization(ABC):
     # Lower-cased phrases that identify this optimization in a plan row's text.
     keywords: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
+    codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
 
-    @abstractmethod
     def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
         """Rewrite one file; report every site looked at. Must be idempotent."""
+        result = FileResult(source)
+        for position, codemod in enumerate(self.codemods):
+            if position and not any(site.applicable for site in result.sites):
+                break
+            command = codemod(CodemodContext(filename=path), self, ctx)
+            edited = command.transform_module(parse_module(result.source, path))
+            result = FileResult(edited.code, result.sites + command.sites)
+        return result
 
     def _run(
         self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()
@@ -248,16 +271,98 @@ def parse_module(source: str, path: str) -> cst.Module:
         ) from exc
 
 
+class RegistryError(Exception):
+    """The registered optimizations cannot be listed: none found, two with one id, or one that is malformed."""
+
+
+REQUIRED = ("id", "title", "tier", "expected", "summary")
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _defined_in(module: ModuleType) -> list[type[Optimization]]:
+    """The optimizations a module defines (not the ones it imports): ``Optimization`` subclasses with an ``id``."""
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, Optimization)
+        and value.__module__ == module.__name__
+        and getattr(value, "id", None)
+    ]
+
+
+def _package_optimizations(package: str) -> Iterator[type[Optimization]]:
+    """The optimizations defined in the modules of ``package`` (sub-packages, such as ``runtime``, skipped)."""
+    root = importlib.import_module(package)
+    for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}."):
+        if info.ispkg:
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except Exception as exc:
+            raise RegistryError(
+                f"{info.name} does not import ({exc!r}); fix it to list the optimizations"
+            ) from exc
+        yield from _defined_in(module)
+
+
+def _plugin_optimizations(group: str) -> Iterator[type[Optimization]]:
+    """The optimizations third-party packages register under the entry-point ``group``."""
+    for entry in metadata.entry_points(group=group):
+        try:
+            cls = entry.load()
+        except Exception as exc:
+            raise RegistryError(
+                f"the {group} entry point {entry.name} = {entry.value} does not load ({exc!r}); "
+                f"fix or uninstall the package that declares it"
+            ) from exc
+        if not (isinstance(cls, type) and issubclass(cls, Optimization)):
+            raise RegistryError(
+                f"the {group} entry point {entry.name} = {entry.value} is not an Optimization subclass"
+            )
+        yield cls
+
+
+def _checked(cls: type[Optimization]) -> type[Optimization]:
+    missing = [name for name in REQUIRED if not hasattr(cls, name)]
+    if missing:
+        raise RegistryError(f"{_where(cls)} does not set {', '.join(missing)}")
+    if not cls.codemods and cls.transform_source is Optimization.transform_source:
+        raise RegistryError(
+            f"{_where(cls)} has nothing to run: set `codemods = (...)` or override transform_source"
+        )
+    return cls
+
+
+def discover(package: str = __package__, group: str = ENTRY_POINT_GROUP) -> dict[str, Optimization]:
+    """Every optimization defined in a module of ``package``, and every one registered under the entry-point
+    ``group``, by id, in tier then id order.
+
+    A new module in the package is found without reinstalling, and from a source checkout on ``PYTHONPATH``;
+    entry points are for optimizations shipped in other packages.
+    """
+    found: dict[str, type[Optimization]] = {}
+    for cls in chain(_package_optimizations(package), _plugin_optimizations(group)):
+        known = found.setdefault(cls.id, _checked(cls))
+        if known is not cls:
+            raise RegistryError(
+                f"two optimizations register the id {cls.id!r}: {_where(known)} and {_where(cls)}; rename one"
+            )
+    if not found:
+        raise RegistryError(
+            f"no optimizations found in the {package} package or under the {group} entry points: run from a "
+            f"perfbot checkout (its root on PYTHONPATH) or `pip install perfbot`"
+        )
+    return {cls.id: cls() for cls in sorted(found.values(), key=lambda cls: (cls.tier, cls.id))}
+
+
 @cache
 def registry() -> dict[str, Optimization]:
-    """All registered optimizations, by id, discovered through the ``bot.optimizations`` entry points."""
-    found: dict[str, Optimization] = {}
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = entry.load()
-        if cls.id in found:
-            raise RuntimeError(f"two optimizations register the id {cls.id!r}")
-        found[cls.id] = cls()
-    return dict(sorted(found.items(), key=lambda kv: (kv[1].tier, kv[0])))
+    """All registered optimizations, by id: the built-in ones and the third-party plugins (:func:`discover`)."""
+    return discover()
 
 
 def get(optimization_id: str) -> Optimization:

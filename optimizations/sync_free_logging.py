@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+from libcst.helpers import parse_template_expression, parse_template_statement
 
-from optimizations.codemod import code_of, literal_value, run_codemod
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
+from optimizations.codemod import code_of, literal_value
+from optimizations.registry import Example, Optimization
 from optimizations.training_loops import (
     LOOPS,
     NESTED_SCOPES,
@@ -50,8 +51,6 @@ class _Refused(Exception):
 
 
 class _SyncFree(PlannedCodemod):
-    optimization_id = "sync_free_logging"
-
     def plan(self, module: cst.Module) -> None:
         self.materialized: set[tuple[int, str]] = set()
         for loop in training_loops(module):
@@ -88,7 +87,7 @@ class _SyncFree(PlannedCodemod):
                 if not isinstance(holder.target, cst.Name):
                     raise _Refused(f"the sum goes into `{code_of(holder.target)}`, not a local variable")
                 plan = self._accumulator(loop, holder.target.value, holder)
-                plan.replacements[read] = _detached(loss, "double")
+                plan.replacements[read] = _detached(loss, double=True)
             elif isinstance(holder, cst.Assign) and len(holder.targets) == 1:
                 target = holder.targets[0].target
                 if not isinstance(target, cst.Name):
@@ -194,7 +193,9 @@ class _SyncFree(PlannedCodemod):
                 f"`{name}` is read at line {self.line(read)} inside the loop in a way that needs floats "
                 "every step"
             )
-        materialize = cst.parse_statement(f"{name} = [float(value) for value in {name}]\n")
+        materialize = parse_template_statement(
+            "{name} = [float(value) for value in {name}]", name=cst.Name(name)
+        )
         plan.after_loop.append((name, materialize))
         return plan
 
@@ -215,10 +216,10 @@ class _SyncFree(PlannedCodemod):
             )
 
 
-def _detached(loss: cst.Name, cast: str | None = None):
-    """A replacement building ``<loss>.detach()`` (and ``.<cast>()``)."""
-    code = f"{loss.value}.detach()" + (f".{cast}()" if cast else "")
-    return lambda _updated: cst.parse_expression(code)
+def _detached(loss: cst.Name, double: bool = False):
+    """A replacement building ``<loss>.detach()`` (``<loss>.detach().double()`` for a float64 sum)."""
+    template = "{loss}.detach().double()" if double else "{loss}.detach()"
+    return lambda _updated: parse_template_expression(template, loss=cst.Name(loss.value))
 
 
 class SyncFreeLogging(Optimization):
@@ -231,9 +232,7 @@ class SyncFreeLogging(Optimization):
     summary = "per-step loss.item()/float(loss) → device-side value, read only at the logging condition"
     scope = "train"
     keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _SyncFree(context, p, ctx), source, path)
+    codemods = (_SyncFree,)
 
     examples = (
         Example(

@@ -15,26 +15,25 @@ the last digits. A file that already sets TF32 (any API) is left alone; one that
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import parse_template_expression
 
 from optimizations.codemod import (
     add_keywords,
+    call_expr,
     code_of,
-    expr,
     import_end,
     keyword,
     literal_value,
-    qualified_under,
-    run_codemod,
     star_kwargs,
 )
-from optimizations.dataloader_workers import HF_CONFIGS
-from optimizations.registry import Example, FileResult, Optimization, RepoContext
-from optimizations.training_loops import PlannedCodemod, training_loops, walk
+from optimizations.hf import TF32_CHECK, is_training_config
+from optimizations.registry import Example, Optimization
+from optimizations.training_loops import PlannedCodemod, training_loops
 
 RUNTIME_MODULE = "gpu_flags"
 ENABLE = "enable_tf32"
-HF_CHECK = ("transformers.utils", "is_torch_tf32_available")
 # Settings that decide TF32, by qualified name, and the values that turn it on.
 TF32_SETTINGS = {
     "torch.backends.cuda.matmul.allow_tf32": (True,),
@@ -54,23 +53,16 @@ DETERMINISM = {
 
 
 class _Tf32(PlannedCodemod):
-    optimization_id = "tf32"
-
     def plan(self, module: cst.Module) -> None:
         settings = dict(self._settings(module, TF32_SETTINGS))
         vendored = f"_perfbot_{RUNTIME_MODULE}.{ENABLE}"
-        if any(
-            any(name.endswith(vendored) for name in self.names(node.func))
-            for node in walk(module, ())
-            if isinstance(node, cst.Call)
-        ):
+        calls = m.findall(module, m.Call())
+        if any(any(name.endswith(vendored) for name in self.names(call.func)) for call in calls):
             return  # enable_tf32() is already called
         deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
-        for node in walk(module, ()):
-            if isinstance(node, cst.Call) and qualified_under(
-                self.names(node.func), ("transformers", "trl"), HF_CONFIGS
-            ):
-                self._plan_trainer_config(node)
+        for call in calls:
+            if is_training_config(self.names(call.func)):
+                self._plan_trainer_config(call)
         functions: list[cst.CSTNode] = []
         for loop in training_loops(module):
             owner = self.enclosing_body(loop)
@@ -81,7 +73,7 @@ class _Tf32(PlannedCodemod):
 
     def _settings(self, module: cst.Module, table: dict, only_matching: bool = False):
         """``(node, matches)`` for each assignment to, or call of, a setting in ``table``."""
-        for node in walk(module, ()):
+        for node in m.findall(module, m.Assign() | m.Call()):
             if isinstance(node, cst.Assign):
                 targets, value = [t.target for t in node.targets], node.value
             elif isinstance(node, cst.Call) and node.args:
@@ -111,8 +103,8 @@ class _Tf32(PlannedCodemod):
                 owner, message, f"TF32 is switched off explicitly at line {self.line(off)} (`{code_of(off)}`)"
             )
             return
-        call = f"{ENABLE}(cudnn_benchmark=False)" if deterministic else f"{ENABLE}()"
-        statement = cst.parse_statement(f"{call}\n")
+        call = call_expr(ENABLE, cudnn_benchmark=cst.Name("False")) if deterministic else call_expr(ENABLE)
+        statement = cst.SimpleStatementLine([cst.Expr(call)])
         if isinstance(owner, cst.Module):
             index = import_end(module)
             if index >= len(module.body):
@@ -138,9 +130,11 @@ class _Tf32(PlannedCodemod):
         if hidden is not None:
             self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")
             return
-        check = expr(f"True if {HF_CHECK[1]}() else None")
+        check = parse_template_expression(
+            "True if {available}() else None", available=cst.Name(TF32_CHECK[1])
+        )
         self.replacements[call] = lambda updated: add_keywords(updated, [("tf32", check)])
-        AddImportsVisitor.add_needed_import(self.context, *HF_CHECK)
+        AddImportsVisitor.add_needed_import(self.context, *TF32_CHECK)
         self.changed(call, message)
 
 
@@ -163,9 +157,7 @@ class Tf32(Optimization):
     summary = "enable_tf32() at start-up (fp32_precision API or legacy flags, never both); Trainer: tf32=True"
     scope = "train"
     keywords = ("tf32", "tensorfloat", "allow_tf32", "fp32_precision", "cudnn.benchmark")
-
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        return run_codemod(lambda context, p: _Tf32(context, p, ctx), source, path)
+    codemods = (_Tf32,)
 
     examples = (
         Example(

@@ -13,16 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import GlobalScope, ParentNodeProvider, Scope, ScopeProvider
 
 from optimizations.codemod import OptimizationCodemod, code_of, keyword, qualified_under
+from optimizations.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
 
 LINK_METADATA = (ScopeProvider, ParentNodeProvider)
-
-# Position of ``args`` among a trainer's positional parameters, where callers pass it positionally.
-ARGS_POSITION = {"Trainer": 1, "Seq2SeqTrainer": 1, "SFTTrainer": 1, "RewardTrainer": 1, "DPOTrainer": 2}
-# peft callables that return a model with adapter layers in it.
-PEFT_WRAPPERS = ("get_peft_model", "inject_adapter_in_model", "from_pretrained")
 
 
 @dataclass(frozen=True)
@@ -103,21 +100,14 @@ class TrainerLinks:
             return None
         return target if isinstance(target, cst.Name) else None
 
-    def _trainer_class(self, call: cst.Call) -> str | None:
-        for name in self.codemod.names(call.func):
-            head, _, last = name.rpartition(".")
-            if last.endswith("Trainer") and head.split(".")[0] in ("transformers", "trl"):
-                return last
-        return None
-
     def _takes_as_args(self, call: cst.Call, arg: cst.Arg) -> bool:
-        trainer = self._trainer_class(call)
+        trainer = trainer_class(self.codemod.names(call.func))
         if trainer is None or arg.star:
             return False
         if arg.keyword is not None:
             return arg.keyword.value == "args"
         positional = [a for a in call.args if a.keyword is None and not a.star]
-        return ARGS_POSITION.get(trainer) == positional.index(arg)
+        return TRAINER_ARGS_POSITION.get(trainer) == positional.index(arg)
 
     @staticmethod
     def model_argument(trainer: cst.Call) -> cst.BaseExpression | None:
@@ -190,7 +180,7 @@ class TrainerLinks:
 
     def _peft_call_in(self, node: cst.CSTNode) -> str | None:
         """A call in ``node`` that adds a PEFT adapter: a peft wrapper, or a function here that calls one."""
-        for call in calls_in(node):
+        for call in m.findall(node, m.Call()):
             if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
                 return f"`{code_of(call.func)}(...)`"
             if isinstance(call.func, cst.Name) and call.func.value in self.peft_functions:
@@ -207,7 +197,7 @@ class TrainerLinks:
             for name, function in functions.items():
                 if name in wrapping:
                     continue
-                for call in calls_in(function.body):
+                for call in m.findall(function.body, m.Call()):
                     if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
                         wrapping[name] = f"`{code_of(call.func)}`"
                     elif isinstance(call.func, cst.Name) and call.func.value in wrapping:
@@ -216,15 +206,3 @@ class TrainerLinks:
                         changed = True
                         break
         return wrapping
-
-
-def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call inside ``node``, outermost first."""
-    calls: list[cst.Call] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            calls.append(call)
-
-    node.visit(Collector())
-    return calls

@@ -1,5 +1,5 @@
 """Hand-written PyTorch training loops as the host-stall transforms (prefetcher, sync-free logging, fused
-AdamW, TF32) see them, and the codemod base they share.
+AdamW, TF32) see them, and :class:`PlannedCodemod`, the codemod base they share.
 
 A *training loop* is the innermost ``for``/``while`` loop whose own body (outside nested functions, classes
 and loops) calls ``.backward()``. Its *loss names* are the names ``.backward()`` is called on
@@ -18,11 +18,12 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from optimizations.codemod import NESTED_SCOPES, OptimizationCodemod, imported_modules, walk
-from optimizations.registry import RepoContext
+from optimizations.registry import Optimization, RepoContext
 
 LOOPS = (cst.For, cst.While)
 LOG_METHODS = frozenset(
@@ -61,7 +62,7 @@ def backward_calls(loop: cst.For | cst.While) -> list[cst.Call]:
 
 def training_loops(module: cst.Module) -> list[cst.For | cst.While]:
     """Every innermost loop that calls ``.backward()`` in its own body, in source order."""
-    return [n for n in walk(module, ()) if isinstance(n, LOOPS) and backward_calls(n)]
+    return [loop for loop in m.findall(module, m.For() | m.While()) if backward_calls(loop)]
 
 
 def loss_names(loop: cst.For | cst.While) -> set[str]:
@@ -104,9 +105,7 @@ def name_reads_and_writes(
     reads: list[cst.Name] = []
     writes: list[cst.CSTNode] = []
     nested: list[cst.Name] = []
-    for node in walk(body, ()):
-        if not isinstance(node, cst.Name) or node.value != name:
-            continue
+    for node in m.findall(body, m.Name(name)):
         up = parent(node)
         if (
             isinstance(up, cst.Attribute)
@@ -160,9 +159,8 @@ class PlannedCodemod(OptimizationCodemod):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, context: CodemodContext, path: str, ctx: RepoContext):
-        super().__init__(context, path)
-        self.ctx = ctx
+    def __init__(self, context: CodemodContext, optimization: Optimization, repo: RepoContext):
+        super().__init__(context, optimization, repo)
         self.replacements: dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         self.inserted_before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self.inserted_after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
@@ -177,7 +175,7 @@ class PlannedCodemod(OptimizationCodemod):
         self.imported_modules = imported_modules(tree)
         self.plan(tree)
         for runtime_module, name in sorted(self.runtime_imports):
-            self.import_runtime(self.ctx, runtime_module, name)
+            self.import_runtime(runtime_module, name)
         return tree.visit(self)
 
     def on_leave(self, original_node, updated_node):

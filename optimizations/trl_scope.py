@@ -14,11 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from optimizations.codemod import code_of, keyword, literal_value, qualified_under
-
-# transformers classes that load a vision-language model or an image processor.
-VISION_CLASSES = frozenset(
-    {"AutoModelForVision2Seq", "AutoModelForImageTextToText", "AutoProcessor", "AutoImageProcessor"}
-)
+from optimizations.hf import is_vision_class
 
 
 @dataclass(frozen=True)
@@ -36,11 +32,6 @@ def _mentions(names: Iterable[str], package: str, wanted: Callable[[str], bool])
         (n == package or n.startswith(package + ".")) and any(wanted(part) for part in n.split("."))
         for n in names
     )
-
-
-def is_vision_class(part: str) -> bool:
-    """A transformers class that is (or may be) multimodal: the vision auto classes and ``*ForConditionalGeneration``."""
-    return part in VISION_CLASSES or part.endswith("ForConditionalGeneration")
 
 
 class TrainingScope(cst.CSTVisitor):

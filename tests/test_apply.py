@@ -9,7 +9,7 @@ import pytest
 from git_repos import commit_all, make_repo
 
 from bot import apply as apply_module
-from bot import cli as cli_module
+from bot import sources as sources_module
 from bot.cli import main
 from bot.local_tracker import LocalTracker
 from bot.plan import parse_plan
@@ -154,7 +154,7 @@ def test_failing_transform_leaves_no_commit_and_the_run_goes_on(target, monkeypa
     monkeypatch.setattr(apply_module, "registry", lambda: known)
     plan = parse_plan("## Tier 1\n\n- opt:explodes\n- opt:dataloader_workers\n", known.values(), "plan")
     base = repo.head.commit.hexsha
-    result = apply_module.run_apply(root, plan, 1, LocalTracker(root), "t")
+    result = apply_module.TierRun.prepare(root, plan, 1).run(LocalTracker(root), "t")
     assert result.exit_code == 1
     rows = {r.optimization: r for r in result.progress.rows}
     assert rows["explodes"].status == "failed" and "boom" in rows["explodes"].note
@@ -177,7 +177,7 @@ class _Interrupted(_Explodes):
 def test_ctrl_c_mid_transform_stops_with_a_clean_tree_and_exit_130(target, monkeypatch, capsys):
     root, repo = target
     known = {**registry(), "interrupted": _Interrupted()}
-    for module in (apply_module, cli_module):
+    for module in (apply_module, sources_module):
         monkeypatch.setattr(module, "registry", lambda: known)
     plan = root / "plan.md"
     plan.write_text("## Tier 1\n\n- opt:dataloader_workers\n- opt:interrupted\n")
@@ -196,4 +196,58 @@ def test_status_prints_the_progress_comment_of_the_work_branch(target, capsys):
     capsys.readouterr()
     assert main(["status", "--repo", str(root)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("<!-- bot:progress v1 -->") and "dataloader_workers" in out
+    assert out.startswith("tier 1 · branch bot/plan-tier-1") and "dataloader_workers" in out
+    assert "progress comment: " in out and '"rows"' not in out  # the JSON state stays in the comment
+
+
+TWO_TIERS = """\
+## Tier 1
+
+- opt:dataloader_workers
+
+## Tier 2
+
+- opt:packing
+"""
+
+PACKING_TRAIN = """\
+from trl import SFTConfig
+
+
+def build(out, max_length):
+    return SFTConfig(output_dir=out, max_length=max_length, packing=False)
+"""
+
+
+def test_each_tier_keeps_its_own_state_and_baseline(tmp_path, capsys):
+    root = tmp_path / "tiers"
+    root.mkdir()
+    repo = make_repo(root, {"train.py": PACKING_TRAIN, "PLAN.md": TWO_TIERS})
+    main_sha = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    tier1_head = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "2", "--repo", str(root)]) == 0  # built on the tier-1 branch
+    capsys.readouterr()
+
+    comment = LocalTracker(root).comments("plan")
+    [progress_comment] = [c for c in comment if c.has_marker(PROGRESS)]
+    tier1, tier2 = (
+        Progress.from_comment(progress_comment.body, 1),
+        Progress.from_comment(progress_comment.body, 2),
+    )
+    assert (tier1.branch, tier1.baseline) == ("bot/plan-tier-1", main_sha)
+    assert (tier2.branch, tier2.baseline) == ("bot/plan-tier-2", tier1_head)
+    assert [r.optimization for r in tier2.rows] == ["packing"]
+    assert "Tier 1 (branch <code>bot/plan-tier-1</code>)" in progress_comment.body
+
+    assert main(["status", "--repo", str(root)]) == 0
+    assert capsys.readouterr().out.startswith(f"tier 2 · branch bot/plan-tier-2 (baseline {tier1_head[:10]}")
+    repo.heads["bot/plan-tier-1"].checkout()
+    assert main(["status", "--repo", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith(f"tier 1 · branch bot/plan-tier-1 (baseline {main_sha[:10]}") and "packing" not in out
+    )
+    repo.heads["bot/plan-tier-2"].checkout()
+    assert main(["apply", "--tier", "2", "--repo", str(root)]) == 0  # a re-run resumes on the same baseline
+    assert "baseline " + tier1_head[:10] in capsys.readouterr().out

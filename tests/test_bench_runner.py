@@ -16,10 +16,14 @@ from pathlib import Path
 import git
 import pytest
 
-from benchmarks.results import Results, build_results, describe_commits, read_note, run_bench, write_notes
+from benchmarks.results import Results, build_results, run_bench
 from benchmarks.runner import PERFBOT_ROOT, LocalRunner, RunRecord, launch_command, plan_jobs
-from benchmarks.spec import BenchSpec, Workload, load_spec
+from benchmarks.spec import BenchSpec, Workload
 from benchmarks.stats import WIN
+from benchmarks.status import RunStatus
+from bot.conventions import tool_settings
+from bot.history import describe_commits
+from bot.notes import read_note, write_notes
 
 PYPROJECT = """\
 [project]
@@ -96,6 +100,11 @@ COMMITS = [  # (label, train speed, train mode, slow mode, message)
 ]
 
 
+def load_spec(root) -> BenchSpec:
+    """The target's spec, built as ``bot`` builds it."""
+    return BenchSpec.from_table(tool_settings(Path(root)), Path(root) / "pyproject.toml")
+
+
 def _direct(job, metrics_path: Path) -> list[str]:
     """Run the workload's script directly (no launch wrapper): it writes the metrics file itself."""
     return [sys.executable, *shlex.split(job.command)[1:], "--out", str(metrics_path)]
@@ -127,7 +136,11 @@ def test_bench_matrix_end_to_end(target, tmp_path):
     runner = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=[], launch=_direct)
     progress = []
     results = run_bench(
-        repo, spec, shas, runner, progress=lambda done, total, run: progress.append((done, total))
+        repo,
+        spec,
+        describe_commits(repo, shas),
+        runner,
+        progress=lambda done, total, run: progress.append((done, total)),
     )
 
     # repeats interleaved across commits, the same seed everywhere, and progress after every job
@@ -177,8 +190,11 @@ def test_bench_matrix_end_to_end(target, tmp_path):
     assert [commit.optimization for commit in results.commits] == [None, "fa2", "packing"]
     assert results.commits[1].plan_items == ["A", "G"]
     saved = results.save(tmp_path / "results.json")
-    assert json.loads(saved.read_text())["schema"] == "perfbot.results/v1"
+    stored = json.loads(saved.read_text())
+    assert stored["schema"] == "perfbot.results/v1"
+    assert {run["status"] for run in stored["runs"]} == {"ok", "crashed", "oom", "timeout"}
     assert Results.load(saved).to_dict() == results.to_dict()
+    assert {type(run.status) for run in Results.load(saved).runs} == {RunStatus}
 
     # one note per commit, one line per workload
     write_notes(repo, results)
@@ -295,7 +311,7 @@ def test_notes_are_written_where_git_has_no_identity(tmp_path, monkeypatch):
         repo, spec, describe_commits(repo, [sha]), [run], started_at="t0", finished_at="t1"
     )
     write_notes(repo, results)
-    assert read_note(repo, sha) == "w: tokens_per_s 123.4 [123.4, 123.4] n=1 | baseline"
+    assert read_note(repo, sha) == "w: tokens_per_s 123.4 [123.4 – 123.4] (0% CI) n=1 | baseline"
 
 
 def test_warmup_rounds_run_first_and_are_not_measured():
@@ -318,6 +334,6 @@ def test_warmup_round_runs_but_is_left_out_of_the_results(target, tmp_path):
     repo, shas, order_log = target
     spec = load_spec(repo.working_tree_dir).override(workloads=["train"], repeats=1, warmup_rounds=1)
     runner = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=[], launch=_direct)
-    results = run_bench(repo, spec, shas[:2], runner)
+    results = run_bench(repo, spec, describe_commits(repo, shas[:2]), runner)
     assert order_log.read_text().split("\n")[:-1] == ["A train 7", "B train 7", "A train 7", "B train 7"]
     assert sorted((r.commit, r.repeat) for r in results.runs) == sorted((sha, 0) for sha in shas[:2])

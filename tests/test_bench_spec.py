@@ -1,10 +1,12 @@
-"""The bench spec read from a target's ``pyproject.toml``."""
+"""The bench spec built from the ``[tool.bot]`` table of a target's ``pyproject.toml``."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.spec import BenchSpecError, load_spec
+from benchmarks.spec import BenchSpec, BenchSpecError
+from bot.conventions import tool_settings
+from bot.errors import BadInput
 
 FULL = """\
 [tool.bot]
@@ -31,6 +33,11 @@ higher_is_better = false
 def _write(tmp_path, text):
     (tmp_path / "pyproject.toml").write_text(text)
     return tmp_path
+
+
+def load_spec(root):
+    """The spec of a checkout, built as ``bot`` builds it."""
+    return BenchSpec.from_table(tool_settings(root), root / "pyproject.toml")
 
 
 def test_reads_workloads_with_defaults(tmp_path):
@@ -85,7 +92,6 @@ def test_overrides_select_and_rescale(tmp_path):
             "tool.bot.workloads.sft.repeats",
         ),
         ("[tool.bot]\nseed = 1.5\n[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\n", "tool.bot.seed"),
-        ("[tool.bot\n", "tool.bot"),
     ],
 )
 def test_errors_name_the_file_and_key(tmp_path, text, key):
@@ -96,6 +102,15 @@ def test_errors_name_the_file_and_key(tmp_path, text, key):
     assert isinstance(raised.value, ValueError)
 
 
-def test_missing_file(tmp_path):
-    with pytest.raises(BenchSpecError, match="file not found"):
+def test_missing_file_or_table_says_to_run_bot_init(tmp_path):
+    with pytest.raises(BenchSpecError, match="run `bot init`") as raised:
         load_spec(tmp_path)
+    assert raised.value.key == "tool.bot" and str(tmp_path / "pyproject.toml") in str(raised.value)
+    with pytest.raises(BenchSpecError, match="run `bot init`"):
+        load_spec(_write(tmp_path, "[project]\nname = 'x'\n"))
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    with pytest.raises(BadInput, match="not valid TOML") as raised:
+        load_spec(_write(tmp_path, "[tool.bot\n"))
+    assert str(tmp_path / "pyproject.toml") in str(raised.value)

@@ -1,4 +1,4 @@
-"""benchmarks.ddp_summary on two fake ddp_on_gpu.sh output folders (one per call, different shas)."""
+"""experiments.ddp_scaling.ddp_summary on two fake ddp_on_gpu.sh output folders (one per call, other shas)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ddp_summary import load_runs, main, summarize
+from experiments.ddp_scaling.ddp_summary import load_runs, main, summarize
 
 # call one: the 1-GPU `sft` workload; call two: the 2-GPU `sft_ddp` workload (shas differ between calls)
 ONE = {"baseline": "a1" * 20, "tier-1 head": "b2" * 20, "ddp_static_graph": "c3" * 20}

@@ -19,6 +19,7 @@ import yaml
 from github import GithubException
 
 from benchmarks.spec import BenchSpec
+from bot.conventions import tool_settings
 from bot.errors import BadInput
 from bot.github_tracker import ACTIONS_BOT_LOGIN, GitHubTracker
 from bot.init import WORKFLOW, init_repository
@@ -561,7 +562,7 @@ def test_init_writes_workflow_and_tool_bot(tmp_path):
 
     document = tomllib.loads((tmp_path / "pyproject.toml").read_text())
     assert document["project"]["name"] == "trainer"
-    assert "train" in BenchSpec.from_pyproject(tmp_path / "pyproject.toml").workloads
+    assert "train" in BenchSpec.from_table(tool_settings(tmp_path), tmp_path / "pyproject.toml").workloads
 
 
 def test_init_keeps_what_is_there(tmp_path):

@@ -9,9 +9,8 @@ import git
 import pytest
 from git_repos import committed_example
 
-from bot.comment_runner import run_comment_command
 from bot.progress import Progress
-from bot.trigger import handle_event
+from bot.trigger import handle_event, run_request
 from bot.workspace import Workspace
 
 REPO = "acme/trainer"
@@ -50,7 +49,7 @@ def trigger(api, tmp_path, author: str, line: str) -> tuple[int, dict]:
     path = tmp_path / "event.json"
     path.write_text(json.dumps(event))
     env = {**ENV_NAMES, "GITHUB_API_URL": api.url}
-    return handle_event(path, run_comment_command, state_dir=tmp_path / "state", env=env), comment
+    return handle_event(path, run_request, state_dir=tmp_path / "state", env=env), comment
 
 
 def bot_comments(api):

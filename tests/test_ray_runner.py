@@ -24,8 +24,10 @@ ray = pytest.importorskip(
 from benchmarks.ray_runner import RayRunner, make_bundle  # noqa: E402
 from benchmarks.results import run_bench  # noqa: E402
 from benchmarks.runner import BenchJob, LocalRunner  # noqa: E402
-from benchmarks.spec import Workload, load_spec  # noqa: E402
+from benchmarks.spec import BenchSpec, Workload  # noqa: E402
 from bot.cli import main  # noqa: E402
+from bot.conventions import tool_settings  # noqa: E402
+from bot.history import describe_commits  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +137,10 @@ def test_tier1_matrix_on_ray_matches_the_local_runner(ray_head, tier1, env, monk
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     repo, commits = tier1
-    spec = load_spec(repo.working_tree_dir).override(workloads=["sft"], size="tiny", steps=3, repeats=1)
+    root = Path(repo.working_tree_dir)
+    spec = BenchSpec.from_table(tool_settings(root), root / "pyproject.toml")
+    spec = spec.override(workloads=["sft"], size="tiny", steps=3, repeats=1)
+    commits = describe_commits(repo, commits)
     local = run_bench(repo, spec, commits, LocalRunner(repo, tmp_path / "local"))
     seen = []
     runner = RayRunner(repo, ray_head)

@@ -17,32 +17,35 @@ from benchmarks.results import CommitInfo, Results
 from benchmarks.runner import RunRecord
 from benchmarks.spec import Workload
 from benchmarks.stats import DEFAULT_THRESHOLDS, summarize
+from bot.commands import review as review_command
+from bot.commands.options import add_bench_arguments
+from bot.comments.note import render_note
+from bot.comments.results import render_results
+from bot.comments.verdict import render_verdict
+from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_REVERT_OF
 from bot.local_tracker import LocalTracker
 from bot.plan import Criterion, Plan, PlanItem
 from bot.progress import Progress, Row
-from bot.regressions import TRAILER_REVERT_OF, add_drop_regressions_argument, drop_regressions, slowdowns
-from bot.report import publish_reports, render_note, render_results, render_verdict
+from bot.regressions import drop_regressions, slowdowns
+from bot.reporting import publish_reports
 from bot.review import (
     BEHAVIOURAL,
     BEHAVIOURAL_CHANGED,
     BLOCKER,
     CONCERNS,
     FAIL,
-    LANDED,
     MAJOR,
     MET,
     MINOR,
-    NEEDS_HUMAN,
     NOT_MET,
     PASS,
-    add_review_arguments,
-    cmd_review,
     review,
     review_range,
 )
 from bot.security import scan_added_lines, scan_python
+from bot.status import ItemStatus
 from bot.tracker import COMMENT_LIMIT, NOTE, PROGRESS, RESULTS, VERDICT
-from bot.workspace import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, Workspace, commit_message
+from bot.workspace import Workspace, commit_message
 
 PYPROJECT = (
     '[project]\nname = "target"\n\n[tool.ruff]\nline-length = 100\n\n[tool.ruff.lint]\nselect = ["E", "F"]\n'
@@ -243,10 +246,10 @@ def test_all_criteria_met_is_pass(target):
     assert "sft tokens_per_s +40.0%" in verdict.criteria[0].observed
     assert "dpo tokens_per_s +30.0%" in verdict.criteria[1].observed
     assert {a.key: a.status for a in verdict.adherence} == {
-        "C": LANDED,
-        "D": LANDED,
-        "E": LANDED,
-        "F": NEEDS_HUMAN,
+        "C": ItemStatus.LANDED.label,
+        "D": ItemStatus.LANDED.label,
+        "E": ItemStatus.LANDED.label,
+        "F": ItemStatus.NEEDS_HUMAN.label,
         "H": BEHAVIOURAL,
     }
     assert "confirmed unchanged" in next(a.note for a in verdict.adherence if a.key == "H")
@@ -575,7 +578,7 @@ def test_bot_review_on_a_range_with_a_results_file(target, tmp_path, capsys):
     )
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true")
-    add_review_arguments(parser)
+    review_command.add_arguments(parser)
 
     args = parser.parse_args(
         [
@@ -589,13 +592,13 @@ def test_bot_review_on_a_range_with_a_results_file(target, tmp_path, capsys):
             "--post",
         ]
     )
-    assert cmd_review(args) == 0
+    assert review_command.run(args) == 0
     out = capsys.readouterr().out
     assert out.startswith(VERDICT) and "**Verdict: PASS**" in out and "2 of 2 met" in out
     assert LocalTracker(workspace.root).comments("plan")[0].body == out
 
     args = parser.parse_args(["--json", shas[1], "--repo", str(workspace.root)])
-    assert cmd_review(args) == 0
+    assert review_command.run(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert [c["sha"] for c in data["commits"]] == [shas[1]] and data["outcome"] == PASS
 
@@ -604,7 +607,7 @@ def test_bot_review_on_a_range_with_a_results_file(target, tmp_path, capsys):
     ] == shas  # default: baseline..HEAD of the branch
     path.write_text("{}")
     with pytest.raises(Exception, match="not a readable results file"):
-        cmd_review(parser.parse_args(["--repo", str(workspace.root), "--results", str(path)]))
+        review_command.run(parser.parse_args(["--repo", str(workspace.root), "--results", str(path)]))
 
 
 def test_results_say_not_measured_for_failed_and_missing_numbers(target):
@@ -637,6 +640,6 @@ def test_results_json_round_trip_renders_the_same(target, tmp_path):
 
 def test_drop_regressions_option():
     parser = argparse.ArgumentParser()
-    add_drop_regressions_argument(parser)
+    add_bench_arguments(parser)
     assert parser.parse_args(["--drop-regressions"]).drop_regressions is True
     assert parser.parse_args([]).drop_regressions is False

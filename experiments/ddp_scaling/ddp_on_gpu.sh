@@ -15,11 +15,12 @@
 # ddp_static_graph; shas differ between calls), one.json / two.json (the results JSONs), one.log / two.log
 # (bench output), dpo_ddp.log, runs.tar.gz (runs/<sha12-workload-rREPEAT>/ metrics.json, log.txt = the last 40
 # lines of the run's log, ddp_check.txt = its "DDP static graph" lines; negative repeats are warm-up runs) and
-# summary.txt, the output of `python3 -m benchmarks.ddp_summary $OUT`. Summarise several calls together with
-# `python3 -m benchmarks.ddp_summary DIR1 DIR2`. NCCL_NVLS_ENABLE and the rest of the environment are passed on
-# as the caller set them.
-# Usage: [PHASE=one|two|all|dpo|one,dpo] [SIZE=gpu] [WARMUP_ROUNDS=1] [TIME_LIMIT=540] benchmarks/ddp_on_gpu.sh [STEPS] [REPEATS]
-#   e.g. PHASE=two benchmarks/ddp_on_gpu.sh 20 3
+# summary.txt, the output of `python3 -m experiments.ddp_scaling.ddp_summary $OUT`. Summarise several calls
+# together with `python3 -m experiments.ddp_scaling.ddp_summary DIR1 DIR2`. NCCL_NVLS_ENABLE and the rest of the
+# environment are passed on as the caller set them.
+# Usage: [PHASE=one|two|all|dpo|one,dpo] [SIZE=gpu] [WARMUP_ROUNDS=1] [TIME_LIMIT=540]
+#        experiments/ddp_scaling/ddp_on_gpu.sh [STEPS] [REPEATS]
+#   e.g. PHASE=two experiments/ddp_scaling/ddp_on_gpu.sh 20 3
 set -euo pipefail
 steps=${1:-20}
 repeats=${2:-3}
@@ -37,7 +38,7 @@ for part in ${phase//,/ }; do
     esac
 done
 wants() { [[ ,$phase, == *,$1,* ]]; }  # PHASE names this part
-perfbot=$(cd "$(dirname "$0")/.." && pwd)
+perfbot=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/ddp-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -122,7 +123,7 @@ for run in .bot/bench/bench-*/runs/*/; do
 done
 tar -czf "$out/runs.tar.gz" -C "$tmp/archive" runs
 
-python3 -m benchmarks.ddp_summary "$out" > "$out/summary.txt" 2>&1 || status=$((status ? status : 1))
+python3 -m experiments.ddp_scaling.ddp_summary "$out" > "$out/summary.txt" 2>&1 || status=$((status ? status : 1))
 cat "$out/summary.txt"
 files=$(find "$out" -type f | wc -l)
 if ((files > 8)); then

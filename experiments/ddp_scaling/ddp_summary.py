@@ -1,4 +1,5 @@
-"""Summary of ``benchmarks/ddp_on_gpu.sh`` output folders: 1-GPU against 2-GPU (DDP) SFT throughput per commit.
+"""Summary of ``experiments/ddp_scaling/ddp_on_gpu.sh`` output folders: 1-GPU against 2-GPU (DDP) SFT
+throughput per commit.
 
 Each folder is one call of the script: ``roles.json`` maps the full sha of each commit of that call to its role
 (``baseline``, ``tier-1 head``, ``ddp_static_graph``; shas differ between calls, roles do not) and
@@ -16,7 +17,7 @@ and for ddp_static_graph against the tier-1 head on ``sft_ddp``; and the scaling
 2-GPU tokens/s / (2 × median 1-GPU tokens/s), where ddp_static_graph's 1-GPU figure is the tier-1 head's (the
 transform does nothing on one GPU). Last, a markdown table for ``benchmarks/RESULTS.md``.
 
-Usage: ``python3 -m benchmarks.ddp_summary DIR [DIR ...] [--json]``.
+Usage: ``python3 -m experiments.ddp_scaling.ddp_summary DIR [DIR ...] [--json]``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stats import compare, median
+from benchmarks.status import RunStatus
 
 ONE_GPU, TWO_GPUS = "sft", "sft_ddp"
 BASELINE, TIER1, DDP = "baseline", "tier-1 head", "ddp_static_graph"
@@ -60,7 +62,7 @@ class Run:
     @property
     def ok(self) -> bool:
         """Finished and measured."""
-        return self.status == "ok" and self.metrics is not None
+        return self.status == RunStatus.OK and self.metrics is not None
 
 
 def load_runs(folder: Path | str) -> list[Run]:

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `bot apply --tier 1 --bench` on a fresh git copy of the example repository, at a chosen size, on this
 # machine's GPUs; the results JSON and the four comments are copied to $OUT (default: ./bench-out).
-# Usage: benchmarks/example_on_gpu.sh SIZE [bot apply options...]
-#   e.g. benchmarks/example_on_gpu.sh gpu --workload sft --repeats 3 --steps 30
+# Usage: experiments/example_tier1/example_on_gpu.sh SIZE [bot apply options...]
+#   e.g. experiments/example_tier1/example_on_gpu.sh gpu --workload sft --repeats 3 --steps 30
 set -euo pipefail
 size=${1:?size: tiny or gpu}
 shift
-perfbot=$(cd "$(dirname "$0")/.." && pwd)
+perfbot=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/bench-out}
 work=$(mktemp -d)/example-trainer
 export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

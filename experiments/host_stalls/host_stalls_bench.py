@@ -1,7 +1,7 @@
 """Host-side stalls in the reference hand-written loop (issue 7), measured on one GPU.
 
-    python3 benchmarks/host_stalls_bench.py            # --size gpu on a CUDA machine
-    python3 benchmarks/host_stalls_bench.py --size tiny --steps 6 --repeats 1   # a CPU dry run
+    python3 -m experiments.host_stalls.host_stalls_bench            # --size gpu on a CUDA machine
+    python3 -m experiments.host_stalls.host_stalls_bench --size tiny --steps 6 --repeats 1   # a CPU dry run
 
 The workload is ``examples/trainer_repo/train_vision.py`` (two 3x224x224 float32 camera images per sample,
 batch 64, a ResNet-18-shaped encoder, AdamW, a per-step ``loss.item()``). The loop is rebuilt here in the
@@ -50,7 +50,7 @@ import torch.nn.functional as F
 import torch.utils.deterministic
 from torch.utils.data import DataLoader
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO_ROOT))
 

@@ -2,7 +2,7 @@
 
 Run from the repository root on a CUDA machine::
 
-    python3 -m benchmarks.optimizer_offload_bench --sizes 1,7
+    python3 -m experiments.optimizer_offload.optimizer_offload_bench --sizes 1,7
 
 For each size (billions of fp32 parameters, as a stack of ``--dim`` x ``--dim`` linear layers in an
 ``nn.ModuleList``, so one layer is one layer group) it measures step time (median and spread over
@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": " ".join([sys.executable, "-m", "benchmarks.optimizer_offload_bench", *sys.argv[1:]]),
+        "command": " ".join(
+            [sys.executable, "-m", "experiments.optimizer_offload.optimizer_offload_bench", *sys.argv[1:]]
+        ),
         "bandwidth": bandwidth(args.bandwidth_bytes),
         "sizes": [],
     }

@@ -1,0 +1,17 @@
+"""``bot help``: the list of commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from bot.commands import FromComment, build_parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options."""
+
+
+def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
+    """Print the top-level help."""
+    build_parser(filled=[]).print_help()
+    return 0

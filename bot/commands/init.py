@@ -1,0 +1,24 @@
+"""``bot init [PATH]``: add the workflow file and ``[tool.bot]`` settings to a target repository."""
+
+from __future__ import annotations
+
+import argparse
+
+from bot.commands import FromComment
+from bot.init import init_repository
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The repository and ``--force``."""
+    parser.add_argument("path", nargs="?", default=".")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing workflow file")
+
+
+def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
+    """Write the files, saying which were written and which kept."""
+    result = init_repository(args.path, force=args.force)
+    for path in result.written:
+        print(f"wrote {path}")
+    for path in result.kept:
+        print(f"kept {path} (already there; --force to overwrite)")
+    return 0

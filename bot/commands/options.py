@@ -1,0 +1,51 @@
+"""Options shared by several commands (not a command itself): the benchmark settings."""
+
+from __future__ import annotations
+
+import argparse
+
+from bot.benchmarking import BenchOptions
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``,
+    ``--warmup-rounds`` and ``--drop-regressions``."""
+    parser.add_argument(
+        "--runner",
+        choices=("local", "ray"),
+        default="local",
+        help="where benchmarks run: this machine's GPUs, or one Ray task per run on a Ray cluster",
+    )
+    parser.add_argument(
+        "--address",
+        help="with --runner ray: the cluster (host:port or ray://host:port; default $RAY_ADDRESS)",
+    )
+    parser.add_argument(
+        "--workload", action="append", metavar="NAME", help="only these workloads (repeatable)"
+    )
+    parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
+    parser.add_argument("--steps", type=int, help="override steps per run")
+    parser.add_argument("--repeats", type=int, help="override repeats per commit")
+    parser.add_argument(
+        "--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)"
+    )
+    parser.add_argument(
+        "--drop-regressions",
+        action="store_true",
+        help="revert each commit that measured a significant slowdown (a new revert commit with the evidence; "
+        "history is never rewritten), then benchmark the head again",
+    )
+
+
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    """The parsed benchmark options as typed values."""
+    return BenchOptions(
+        workloads=tuple(args.workload) if args.workload else None,
+        size=args.size,
+        steps=args.steps,
+        repeats=args.repeats,
+        warmup_rounds=args.warmup_rounds,
+        runner=args.runner,
+        address=args.address,
+        drop_regressions=args.drop_regressions,
+    )

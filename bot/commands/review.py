@@ -1,0 +1,73 @@
+"""``bot review [RANGE]``: the reviewer verdict for a commit range."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from benchmarks.results import Results
+from bot.commands import FromComment
+from bot.comments.verdict import render_verdict
+from bot.conventions import issue_key
+from bot.errors import BadInput
+from bot.progress import Progress, find_progress
+from bot.review import review_range
+from bot.sources import DEFAULT_PLAN, plan_file_of, plan_from_issue, tracker_for
+from bot.tracker import VERDICT
+from bot.workspace import Workspace
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The range, the plan, the results and ``--post``."""
+    parser.add_argument(
+        "range",
+        nargs="?",
+        metavar="RANGE",
+        help="BASE..HEAD, BASE.. or one REV (default: baseline..HEAD of the current bot branch)",
+    )
+    parser.add_argument("--repo", default=".", help="target repository (default: .)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--plan", metavar="FILE", help="plan markdown (default: PLAN.md in the repository, if any)"
+    )
+    source.add_argument("--issue", metavar="N", help="read the plan and the progress comment from this issue")
+    parser.add_argument(
+        "--results", metavar="JSON", help="results file of `bot bench`: criteria and regressions"
+    )
+    parser.add_argument(
+        "--tier", type=int, help="which tier's items to check (default: those the commits name)"
+    )
+    parser.add_argument(
+        "--post", action="store_true", help="write (or update) the verdict comment on the issue"
+    )
+
+
+def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
+    """Print the verdict (markdown, or JSON with --json); exit 0 on PASS, 1 otherwise."""
+    root = Workspace("." if comment else args.repo).root
+    tracker = comment.tracker if comment else tracker_for(root)
+    plan, progress, issue = None, None, None
+    post = args.post or comment is not None
+    if comment is not None or args.issue is not None:
+        issue = comment.issue if comment else issue_key(args.issue)
+        plan = plan_from_issue(tracker, issue)
+        found = find_progress(tracker, issue)
+        progress = Progress.from_comment(found.body) if found else None
+    elif args.plan or (root / DEFAULT_PLAN).is_file():
+        plan, _, issue = plan_file_of(root, args.plan)
+    results = None
+    if args.results:
+        try:
+            results = Results.load(args.results)
+        except (OSError, ValueError, KeyError) as error:
+            raise BadInput(
+                f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
+            ) from error
+    verdict = review_range(root, args.range, plan=plan, results=results, progress=progress, tier=args.tier)
+    body = render_verdict(verdict, plan=plan, progress=progress)
+    if post:
+        if issue is None:
+            raise BadInput("--post needs --issue N or a plan file to know where the comment goes")
+        tracker.upsert_comment(issue, VERDICT, body)
+    print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else body, end="")
+    return verdict.exit_code

@@ -1,0 +1,38 @@
+"""``bot scan [PATH] [--plan]``: where each optimization applies in a repository."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bot.commands import FromComment
+from bot.errors import BadInput
+from bot.scan import render_plan, scan
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The repository and ``--plan``."""
+    parser.add_argument("path", nargs="?", default=".", help="repository (default: .)")
+    parser.add_argument("--plan", action="store_true", help="render a plan issue from the sites found")
+
+
+def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
+    """Print each optimization's sites (or a plan issue drafted from them)."""
+    root = Path(args.path)
+    if not root.is_dir():
+        raise BadInput(f"{args.path} is not a directory; pass the root of the training repository")
+    findings = scan(root)
+    if args.plan:
+        print(render_plan(root, findings), end="")
+        return 0
+    if args.json:
+        data = {f.optimization.id: [s.__dict__ for s in f.sites] for f in findings}
+        print(json.dumps(data, indent=2))
+        return 0
+    for finding in findings:
+        opt = finding.optimization
+        print(f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applicable)} site(s) to change")
+        for site in finding.sites:
+            print(f"  {site.describe()}")
+    return 0

@@ -1,0 +1,417 @@
+"""The ``<!-- bot:results v1 -->`` comment: environment, one table and chart per workload, per-change
+attribution, dropped regressions and failed runs, every number from a :class:`benchmarks.results.Results`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.results import CommitInfo, Results
+from bot import formatting, measurements
+from bot.comments.markdown import COMPACT, FOLDED, FULL, Table, cell, code_fence, fit
+from bot.formatting import NOT_MEASURED
+from bot.measurements import Measurement, measurement
+from bot.plan import Plan
+from bot.progress import Progress
+from bot.redact import redact
+from bot.regressions import DropOutcome
+from bot.render import render
+from bot.status import ItemStatus
+from bot.tracker import RESULTS
+
+LOG_TAIL_LINES = 20
+_METRIC_NAMES = {"tokens_per_s": "tokens/s", "samples_per_s": "samples/s"}
+
+
+def _commit_label(info: CommitInfo, commit_url: str | None) -> str:
+    keys = ", ".join(info.plan_items)
+    return formatting.commit_link(info.sha, commit_url) + (f" · {cell(keys)}" if keys else "")
+
+
+def _environment(results: Results) -> list[tuple[str, str]]:
+    values: dict[str, list[str]] = {}
+    for run in results.runs:
+        for key, value in ((run.metrics or {}).get("env") or {}).items():
+            if value is not None and str(value) not in values.setdefault(key, []):
+                values[key].append(str(value))
+
+    def named(key: str) -> str:
+        return " / ".join(values.get(key, [])) or "not recorded"
+
+    libraries = ", ".join(
+        f"{name} {' / '.join(values[name])}"
+        for name in ("torch", "transformers", "trl", "peft", "accelerate")
+        if values.get(name)
+    )
+    total = sum(run.duration_s for run in results.runs)
+    failed = len(results.failed_runs)
+    on_gpu = bool(values.get("gpu"))
+    spent = (
+        f"{formatting.duration(total)} ({len(results.runs)} runs"
+        + (f", {failed} failed" if failed else "")
+        + ")"
+    )
+    return [
+        (
+            "GPU",
+            f"{named('gpu')} (driver {named('driver')}, CUDA {named('cuda')})"
+            if on_gpu
+            else "none: CPU runs",
+        ),
+        ("Host", named("host")),
+        ("Libraries", (libraries or "not recorded") + f"; Python {named('python')}"),
+        (
+            "Baseline → head",
+            f"`{formatting.short(results.baseline)}` → `{formatting.short(measurements.head(results))}`"
+            f" ({len(results.commits) - 1} commits measured)",
+        ),
+        ("GPU time spent" if on_gpu else "Compute time spent (CPU)", f"{spent}; sum of run durations"),
+        ("Size, seed", f"`{results.size}`, seed {results.seed}"),
+        ("When", f"{results.started_at} → {results.finished_at}"),
+    ]
+
+
+def _runs_cell(results: Results, workload: str, sha: str, measured: Measurement | None) -> str:
+    runs = measurements.runs_of(results, workload, sha)
+    if not runs:
+        return "no runs"
+    ok = sum(run.ok for run in runs)
+    parts = [f"{ok} ok"]
+    if measured is not None:
+        parts += [f"{count} {status}" for status, count in measured.failed.items()]
+        if measured.missing_primary:
+            parts.append(f"{measured.missing_primary} without the metric")
+    return ", ".join(parts)
+
+
+def _memory_cell(measured: Measurement | None, is_baseline: bool) -> str:
+    peak = measured.memory if measured else None
+    if peak is None or peak.peak_bytes is None:
+        return NOT_MEASURED
+    text = formatting.memory(peak.peak_bytes)
+    if not is_baseline and peak.vs_baseline is not None:
+        text += f" ({formatting.percent(peak.vs_baseline)}"
+        text += " ⚠)" if peak.regression or peak.cumulative_regression else ")"
+    return text
+
+
+def _loss_cell(measured: Measurement | None, is_baseline: bool, tolerance: float) -> str:
+    if is_baseline:
+        return "reference" if measured is not None and measured.median is not None else NOT_MEASURED
+    parity = measured.loss if measured else None
+    if parity is None:
+        return NOT_MEASURED
+    return f"{formatting.delta(parity.delta)} " + ("✓" if abs(parity.delta) <= tolerance else "✗")
+
+
+def _significant(measured: Measurement | None) -> bool:
+    return measured is not None and measured.marginal is not None and measured.marginal.significant
+
+
+def _notable(measured: Measurement | None) -> bool:
+    """A row compact tables keep: a significant effect, a failure, or a flag."""
+    if measured is None:
+        return True
+    return (
+        any(e is not None and e.significant for e in (measured.marginal, measured.cumulative))
+        or bool(measured.failed)
+        or measured.memory.regression
+        or measured.median is None
+    )
+
+
+def workload_table(
+    results: Results,
+    workload: str,
+    *,
+    tolerance: float,
+    reverted: dict[str, str],
+    commit_url: str | None,
+    compact: bool,
+) -> Table:
+    """Baseline vs every commit for one workload."""
+    metric = measurements.primary(results, workload)
+    extra = [m for m in ("tokens_per_s", "samples_per_s") if m != metric]
+    table = Table(
+        ["Commit", "Change", f"{cell(metric)} median [CI]", "vs previous", "vs baseline"]
+        + [_METRIC_NAMES[m] for m in extra]
+        + ["peak memory", "loss vs baseline", "MFU", "runs"]
+    )
+    confidence = float(results.thresholds["confidence"])
+    last = len(results.commits) - 1
+    for index, info in enumerate(results.commits):
+        measured = measurement(results, workload, info.sha)
+        if compact and 0 < index < last and not _notable(measured):
+            table.omitted += 1
+            continue
+        change = "baseline" if index == 0 else formatting.clip(info.subject, 70)
+        if info.sha in reverted:
+            change += f" (reverted in {formatting.short(reverted[info.sha])})"
+        reported = measured.metrics if measured else {}
+        table.add(
+            _commit_label(info, commit_url),
+            cell(change),
+            formatting.median_with_ci(measured, confidence),
+            "—" if index == 0 else formatting.effect(measured.marginal if measured else None),
+            "—" if index == 0 else formatting.effect(measured.cumulative if measured else None),
+            *(formatting.number(reported.get(m)) for m in extra),
+            _memory_cell(measured, index == 0),
+            _loss_cell(measured, index == 0, tolerance),
+            formatting.fraction(reported.get("mfu")),
+            _runs_cell(results, workload, info.sha, measured),
+        )
+    return table
+
+
+def chart(results: Results, workload: str) -> tuple[str, int]:
+    """A mermaid ``xychart-beta`` of the primary median per commit, and how many commits it leaves out
+    (those without a measurement)."""
+    labels, values, left_out = [], [], 0
+    for index, info in enumerate(results.commits):
+        measured = measurement(results, workload, info.sha)
+        if measured is None or measured.median is None:
+            left_out += 1
+            continue
+        keys = "+".join(info.plan_items)
+        label = "base" if index == 0 else f"{keys} {formatting.short(info.sha)}".strip()
+        labels.append(label.replace('"', "'"))
+        values.append(float(f"{measured.median:.6g}"))
+    if not values:
+        return "", left_out
+    metric = measurements.primary(results, workload).replace('"', "'")
+    workload = workload.replace('"', "'")
+    top = float(f"{max(values) * 1.1:.3g}")
+    quoted = ", ".join(f'"{label}"' for label in labels)
+    lines = [
+        "xychart-beta",
+        f'    title "{workload}: {metric}, median per commit"',
+        f"    x-axis [{quoted}]",
+        f'    y-axis "{metric}" 0 --> {top:g}',
+        f"    bar [{', '.join(f'{value:g}' for value in values)}]",
+    ]
+    return "\n".join(lines), left_out
+
+
+def headline(results: Results, workload: str) -> str:
+    """``baseline 1,352 → head 1,650 (+22.0% [+18.1%, +26.0%], p=0.002 (win) ▲)``."""
+    base = measurement(results, workload, results.baseline)
+    last = measurement(results, workload, measurements.head(results))
+    text = (
+        f"baseline {formatting.number(base.median if base else None)} → "
+        f"head {formatting.number(last.median if last else None)}"
+    )
+    cumulative = last.cumulative if last else None
+    if cumulative is not None:
+        text += f" ({formatting.effect_evidence(cumulative)} {formatting.MARKS[cumulative.verdict]})"
+    return text
+
+
+@dataclass
+class WorkloadView:
+    """What the results comment shows for one workload."""
+
+    name: str
+    metric: str
+    direction: str
+    setup: str
+    command: str
+    headline: str
+    table: Table
+    chart: str
+    chart_left_out: int
+
+
+def workload_views(
+    results: Results, *, tolerance: float, reverted: dict[str, str], commit_url: str | None, compact: bool
+) -> list[WorkloadView]:
+    """One view per workload of ``results``."""
+    views = []
+    for name in measurements.workloads(results):
+        spec = results.workloads.get(name, {})
+        body, left_out = chart(results, name)
+        views.append(
+            WorkloadView(
+                name=name,
+                metric=measurements.primary(results, name),
+                direction="higher is better"
+                if measurements.higher_is_better(results, name)
+                else "lower is better",
+                setup=f"{spec.get('steps', '?')} steps ({spec.get('warmup_steps', '?')} warm-up excluded), "
+                f"{spec.get('repeats', '?')} repeats per commit, interleaved",
+                command=str(spec.get("command", "")),
+                headline=headline(results, name),
+                table=workload_table(
+                    results,
+                    name,
+                    tolerance=tolerance,
+                    reverted=reverted,
+                    commit_url=commit_url,
+                    compact=compact,
+                ),
+                chart=body,
+                chart_left_out=left_out,
+            )
+        )
+    return views
+
+
+def measured_win(results: Results | None, sha: str, reverted: dict[str, str]) -> str:
+    """Each workload's marginal effect of ``sha`` (a table cell), or not measured."""
+    shas = [info.sha for info in results.commits] if results else []
+    if not sha or sha not in shas:
+        return NOT_MEASURED
+    parts = []
+    for workload in measurements.workloads(results):
+        measured = measurement(results, workload, sha)
+        parts.append(f"{workload} {formatting.effect(measured.marginal if measured else None, bold=False)}")
+    previous = shas[shas.index(sha) - 1]
+    after_revert = " (against a commit since reverted)" if previous in reverted else ""
+    return cell("; ".join(parts) + after_revert)
+
+
+def _flags(results: Results | None, sha: str, tolerance: float) -> list[str]:
+    flags = []
+    for workload in measurements.workloads(results) if results else []:
+        measured = measurement(results, workload, sha)
+        if measured is None:
+            continue
+        if measured.memory.regression:
+            flags.append(
+                f"{workload} peak memory {formatting.percent(measured.memory.vs_previous)} vs previous"
+            )
+        parity = measured.loss
+        if parity and abs(parity.delta) > tolerance:
+            flags.append(
+                f"{workload} loss {formatting.delta(parity.delta)} vs baseline (tolerance ±{tolerance:.0%})"
+            )
+    return flags
+
+
+def attribution(
+    results: Results | None,
+    plan: Plan | None,
+    progress: Progress | None,
+    reverted: dict[str, str],
+    tolerance: float,
+    commit_url: str | None,
+    compact: bool = False,
+) -> Table:
+    """One row per change: applied?, measured marginal effect per workload, and a note. ``compact`` leaves
+    out landed changes with no significant effect and nothing flagged."""
+    table = Table(["Change", "Applied", "Measured win (vs previous commit)", "Note"])
+    expected = {item.key: item.expected for item in plan.items} if plan else {}
+    if progress is not None:
+        entries = [
+            (row.keys, row.change, ItemStatus(row.status), row.commit, row.note) for row in progress.rows
+        ]
+    else:
+        entries = [
+            (info.plan_items, info.optimization or info.subject, ItemStatus.LANDED, info.sha, "")
+            for info in (results.commits[1:] if results else [])
+        ]
+    for keys, change, status, sha, note in entries:
+        if sha in reverted or status is ItemStatus.REVERTED:
+            applied = ItemStatus.REVERTED.label + (
+                f" in {formatting.commit_link(reverted[sha], commit_url)}" if sha in reverted else ""
+            )
+        else:
+            applied = status.label
+            if sha and status.landed:
+                applied += f" {formatting.commit_link(sha, commit_url)}"
+        flags = _flags(results, sha, tolerance) if sha else []
+        significant = results is not None and any(
+            _significant(measurement(results, workload, sha)) for workload in measurements.workloads(results)
+        )
+        if compact and status.landed and not flags and not significant:
+            table.omitted += 1
+            continue
+        notes = [f"{k} expected {expected[k]}" for k in keys if expected.get(k)] + flags
+        if note:
+            notes.append(note)
+        heading = f"**{', '.join(keys)}** {change}" if keys else change
+        table.add(
+            cell(formatting.clip(heading, 90)),
+            applied,
+            measured_win(results, sha, reverted),
+            cell(formatting.clip("; ".join(notes), 240)) or "—",
+        )
+    return table
+
+
+def failed_runs(results: Results) -> list[dict[str, str]]:
+    """The failed runs with their (redacted) log tails."""
+    shown = []
+    for run in results.failed_runs:
+        tail = "\n".join(redact(run.log_tail).splitlines()[-LOG_TAIL_LINES:]) or "(no output)"
+        shown.append(
+            {
+                "commit": formatting.short(run.commit),
+                "workload": run.workload,
+                "repeat": str(run.repeat),
+                "status": run.status,
+                "duration": formatting.duration(run.duration_s),
+                "tail": tail,
+                "fence": code_fence(tail),
+            }
+        )
+    return shown
+
+
+def render_results(
+    results: Results,
+    *,
+    plan: Plan | None = None,
+    progress: Progress | None = None,
+    drop: DropOutcome | None = None,
+    reverted: dict[str, str] | None = None,
+    commit_url: str | None = None,
+    title: str = "",
+    results_path: str | None = None,
+) -> str:
+    """The ``<!-- bot:results v1 -->`` comment."""
+    reverted = dict(reverted or {}) | (drop.reverted_by if drop else {})
+    tolerance = measurements.loss_tolerance(results, plan.loss_tolerance if plan else None)
+    thresholds = results.thresholds
+    legend = formatting.LEGEND.format(alpha=thresholds["alpha"], min_effect=thresholds["min_effect"])
+
+    def render_at(level: int) -> str:
+        compact = level >= COMPACT
+        remeasured = []
+        if drop and drop.results is not None:
+            remeasured = workload_views(
+                drop.results, tolerance=tolerance, reverted={}, commit_url=commit_url, compact=False
+            )
+        return render(
+            "results.md.j2",
+            marker=RESULTS,
+            title=title,
+            environment=_environment(results),
+            workloads=workload_views(
+                results, tolerance=tolerance, reverted=reverted, commit_url=commit_url, compact=compact
+            ),
+            legend=legend,
+            thresholds=thresholds,
+            tolerance=tolerance,
+            attribution=attribution(results, plan, progress, reverted, tolerance, commit_url, compact),
+            drop=drop,
+            drop_reverted=[
+                (
+                    formatting.commit_link(r.commit, commit_url),
+                    formatting.commit_link(r.revert, commit_url),
+                    cell(formatting.clip(r.subject, 80)),
+                    r.evidence,
+                )
+                for r in (drop.reverted if drop else [])
+            ],
+            drop_kept=[
+                (formatting.commit_link(sha, commit_url), reason)
+                for sha, reason in (drop.kept if drop else [])
+            ],
+            remeasured=remeasured,
+            remeasured_head=formatting.short(measurements.head(drop.results)) if remeasured else "",
+            failed=failed_runs(results) if level == FULL else [],
+            failed_count=len(results.failed_runs),
+            fold_all=level >= FOLDED,
+            results_path=results_path,
+        )
+
+    return fit(render_at, 3)

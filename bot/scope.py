@@ -1,0 +1,30 @@
+"""Which files of a target repository the bot works on (``[tool.bot] exclude``), and the check that every one
+of them parses before anything is changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.conventions import tool_settings
+from bot.errors import BadInput
+from optimizations.registry import RepoContext, TransformError, parse_module
+
+
+def excluded(root: Path) -> tuple[str, ...]:
+    """The ``[tool.bot] exclude`` globs: files no transform touches."""
+    globs = tool_settings(root).get("exclude", ())
+    if not isinstance(globs, list | tuple) or not all(isinstance(g, str) for g in globs):
+        raise BadInput(f"{Path(root) / 'pyproject.toml'}: [tool.bot] exclude must be a list of glob strings")
+    return tuple(globs)
+
+
+def preflight(root: Path, exclude: tuple[str, ...]) -> None:
+    """Refuse to start when a file in scope does not parse: nothing is changed, and the message names it."""
+    ctx = RepoContext(root, exclude)
+    for path in ctx.python_files():
+        try:
+            parse_module(ctx.read(path), path)
+        except TransformError as exc:
+            raise BadInput(str(exc)) from exc
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{path} is not UTF-8 text; exclude it with [tool.bot] exclude") from exc

@@ -1,0 +1,69 @@
+"""Where a command's plan and tracker come from: a plan file, stdin, an issue, or the repository's PLAN.md;
+GitHub when a token and repository are configured, else the local tracker under ``.bot/``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from bot.errors import BadInput
+from bot.local_tracker import LocalTracker
+from bot.plan import Plan, PlanError, parse_plan
+from bot.tracker import Tracker
+from optimizations.registry import registry
+
+DEFAULT_PLAN = "PLAN.md"
+
+
+def tracker_for(root: Path, env: Mapping[str, str] | None = None) -> Tracker:
+    """GitHub (``PERFBOT_TOKEN``/``GITHUB_TOKEN``, ``GITHUB_REPOSITORY``, ``GITHUB_API_URL``,
+    ``PERFBOT_LOGIN``) when a token and repository are configured, else the local tracker under ``.bot/``."""
+    env = os.environ if env is None else env
+    token = env.get("PERFBOT_TOKEN") or env.get("GITHUB_TOKEN")
+    repository = env.get("GITHUB_REPOSITORY")
+    if token and repository:
+        from bot.github_tracker import GitHubTracker  # PyGithub is slow to import; most runs are local
+
+        return GitHubTracker.from_env(repository, env)
+    return LocalTracker(root)
+
+
+def read_plan_file(file: str | Path) -> tuple[str, str]:
+    """The text of a plan file (``-``: stdin) and a name for it; anything unreadable is bad input."""
+    if str(file) == "-":
+        return sys.stdin.read(), "stdin"
+    path = Path(file)
+    if path.is_dir():
+        raise BadInput(f"{file} is a directory; pass the path of an issue body saved as markdown")
+    if not path.is_file():
+        raise BadInput(f"no plan file {file}; pass the path of an issue body saved as markdown")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{file} is not UTF-8 text (byte {exc.start}); pass a markdown file") from exc
+    except OSError as exc:
+        raise BadInput(f"cannot read {file}: {exc.strerror}") from exc
+    if not text.strip():
+        raise BadInput(f"{file} is empty; pass an issue body with a plan table or tier list")
+    return text, path.name
+
+
+def load_plan(text: str, source: str) -> Plan:
+    """Parse a plan against the registered optimizations; an unparseable plan is bad input."""
+    try:
+        return parse_plan(text, registry().values(), source)
+    except PlanError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def plan_from_issue(tracker: Tracker, issue: int | str) -> Plan:
+    """The plan written in an issue's body."""
+    return load_plan(tracker.issue(issue).body, f"issue {issue}")
+
+
+def plan_file_of(root: Path, file: str | None) -> tuple[Plan, str, str]:
+    """The plan in ``file`` (default: the repository's PLAN.md), its text, and the name runs file it under."""
+    text, name = read_plan_file(file or Path(root) / DEFAULT_PLAN)
+    return load_plan(text, name), text, Path(name).stem.lower()

@@ -1,0 +1,1 @@
+"""The example's SFT workload on one GPU against two (DDP)."""

@@ -1,0 +1,1 @@
+"""Host-side stalls in the hand-written vision loop."""

@@ -1,0 +1,151 @@
+"""The command line as a user meets it: every bad input exits 2 with one line saying what to do, and leaves
+the repository and ``.bot/`` as they were; output that a pipe cuts short ends quietly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from git_repos import make_repo
+
+from bot.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = (
+    "from trl import SFTConfig\n\n\ndef build(out):\n    return SFTConfig(output_dir=out, packing=False)\n"
+)
+PLAN = "## Tier 1\n\n- opt:dataloader_workers\n"
+
+
+@pytest.fixture
+def target(tmp_path):
+    root = tmp_path / "target"
+    root.mkdir()
+    repo = make_repo(root, {"train.py": TRAIN, "PLAN.md": PLAN})
+    return root, repo
+
+
+def snapshot(root: Path) -> tuple:
+    """Everything a refused command must leave alone: HEAD, branches, the tree, and ``.bot/``."""
+    import git
+
+    repo = git.Repo(root)
+    bot_files = (
+        sorted(str(p.relative_to(root)) for p in (root / ".bot").rglob("*"))
+        if (root / ".bot").exists()
+        else []
+    )
+    return (
+        repo.head.commit.hexsha,
+        sorted(h.name for h in repo.heads),
+        repo.is_dirty(untracked_files=True),
+        bot_files,
+    )
+
+
+def refused(capsys, argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bot: error: ") and message in err, err
+    assert "Traceback" not in err
+
+
+def test_plan_refuses_what_is_not_a_plan_file(tmp_path, capsys):
+    refused(capsys, ["plan", "/bin/ls"], "is not UTF-8 text")
+    refused(capsys, ["plan", str(tmp_path)], "is a directory")
+    empty = tmp_path / "empty.md"
+    empty.write_text("  \n")
+    refused(capsys, ["plan", str(empty)], "is empty")
+    refused(capsys, ["plan", str(tmp_path / "missing.md")], "no plan file")
+    prose = tmp_path / "prose.md"
+    prose.write_text("We should make training faster somehow.\n")
+    refused(capsys, ["plan", str(prose)], "no plan found")
+
+
+def test_scan_refuses_a_missing_directory(capsys):
+    refused(capsys, ["scan", "/nonexistent/repo"], "is not a directory")
+
+
+def test_unknown_commands_and_abbreviated_options_are_refused(target, capsys):
+    root, _ = target
+    refused(capsys, ["frobnicate"], "invalid choice")
+    refused(
+        capsys, ["apply", "--tier", "1", "--repo", str(root), "--pla", "PLAN.md"], "unrecognized arguments"
+    )
+
+
+def test_refused_apply_writes_nothing(target, capsys):
+    root, _ = target
+    before = snapshot(root)
+    refused(capsys, ["apply", "--tier", "7", "--repo", str(root)], "no tier-7 items")
+    assert snapshot(root) == before
+    (root / "train.py").write_text(TRAIN + "# edited\n")
+    dirty = snapshot(root)
+    refused(capsys, ["apply", "--tier", "1", "--repo", str(root)], "uncommitted changes")
+    assert snapshot(root) == dirty
+
+
+def test_plan_items_pointing_outside_the_repository_are_refused(target, capsys, tmp_path):
+    root, repo = target
+    outside = tmp_path / "outside.md"
+    outside.write_text(
+        "Performance fixes (apply unconditionally; pure speedups)\n\n| # | File:Line | Change | Expected win |\n"
+        "|---|---|---|---|\n| C | ../../etc/train.py:5 | Add dataloader_num_workers=4 | +10% |\n"
+    )
+    before = snapshot(root)
+    refused(
+        capsys,
+        ["apply", "--tier", "1", "--repo", str(root), "--plan", str(outside)],
+        "outside the repository",
+    )
+    assert snapshot(root) == before
+
+
+def test_bad_tool_bot_settings_are_bad_input(target, capsys):
+    root, repo = target
+    (root / "pyproject.toml").write_text("[tool.bot\n")
+    repo.git.add("-A")
+    repo.git.commit(
+        "-qm",
+        "broken pyproject",
+        env={
+            "GIT_AUTHOR_NAME": "d",
+            "GIT_AUTHOR_EMAIL": "d@d",
+            "GIT_COMMITTER_NAME": "d",
+            "GIT_COMMITTER_EMAIL": "d@d",
+        },
+    )
+    before = snapshot(root)
+    refused(capsys, ["apply", "--tier", "1", "--repo", str(root)], "is not valid TOML")
+    assert snapshot(root) == before
+
+
+def test_json_is_accepted_before_and_after_the_command(tmp_path, capsys):
+    plan = tmp_path / "plan.md"
+    plan.write_text(PLAN)
+    assert main(["plan", str(plan), "--json"]) == 0
+    after = capsys.readouterr().out
+    assert main(["--json", "plan", str(plan)]) == 0
+    assert capsys.readouterr().out == after and after.lstrip().startswith("{")
+
+
+def test_a_closed_pipe_ends_quietly():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "--json", "list"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()  # the reader goes away before the bot writes, as `| head -0` would
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_help_pages_describe_each_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["scan", "--help"])
+    out = capsys.readouterr().out
+    assert "where each optimization applies in a repository" in out
