@@ -16,7 +16,7 @@ from bot.status import ItemStatus
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
-from optimizations.registry import Optimization, registry
+from optimizations.registry import Optimization, Site, registry
 
 
 @dataclass
@@ -51,6 +51,17 @@ def plan_rows(plan: Plan, tier: int, known: dict[str, Optimization]) -> list[Row
             else:
                 rows[opt_id] = Row(opt_id, [item.key], known[opt_id].title)
     return list(rows.values())
+
+
+def describe_refusals(sites: list[Site]) -> str:
+    """The refused sites with their reasons, each piece of advice stated once: reasons read
+    ``<evidence>: <advice>``, and sites that share the advice are listed before it together."""
+    by_advice: dict[str, list[str]] = {}
+    for site in sites:
+        evidence, _, advice = site.reason.rpartition(": ")
+        where = f"{site.path}:{site.line}" + (f" {evidence}" if evidence else "")
+        by_advice.setdefault(advice, []).append(where)
+    return "; ".join(f"{', '.join(places)}: {advice}" for advice, places in by_advice.items())
 
 
 def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
@@ -197,7 +208,7 @@ class TierRun:
             refused = [s for s in optimization.find(workspace.root, self.exclude, focus) if not s.applicable]
             row.status = ItemStatus.NOT_APPLICABLE
             row.note = (
-                "; ".join(f"{s.path}:{s.line} {s.reason}" for s in refused) or "no site in this repository"
+                describe_refusals(refused) or "no site in this repository"
             )
             return None
         message = commit_message(
@@ -221,6 +232,6 @@ class TierRun:
         row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
             row.note += (
-                " (left alone: " + "; ".join(f"{s.path}:{s.line} {s.reason}" for s in change.refused) + ")"
+                " (left alone: " + describe_refusals(change.refused) + ")"
             )
         return row.commit

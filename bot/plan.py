@@ -164,7 +164,8 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
             entry = " ".join(text_lines).strip()
             lowered = context.lower()
             if entry and "success criteria" in lowered:
-                criteria.extend(parse_criteria(entry))
+                # GitHub renders each line of an issue as its own line: one criterion sentence per line
+                criteria.extend(c for line in text_lines if line.strip() for c in parse_criteria(line))
             elif entry and any(word in lowered for word in ("follow-on", "follow-up", "follow on")):
                 items.extend(_follow_ons(entry, optimizations, items))
             elif entry and heading_tier is not None and list_depth == 1:

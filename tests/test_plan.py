@@ -129,3 +129,25 @@ def test_bot_plan_json_and_stdin(monkeypatch, capsys):
     assert main(["--json", "plan", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["items"][0]["optimizations"] == ["dataloader_workers"] and data["items"][0]["tier"] == 2
+
+
+def test_criteria_are_whole_sentences_and_none_is_dropped(seed_plan):
+    texts = [c.text for c in seed_plan.criteria]
+    assert "Benchmark table shows throughput improvements (minimum +30% combined on SFT, +20% on DPO)" in texts
+    assert not any(t.endswith("(minimum +30% combined on SFT") for t in texts)  # no comma fragments
+    kinds = {c.kind for c in seed_plan.criteria}
+    assert {"throughput", "loss", "stability", "applied"} <= kinds
+    [crash] = [c for c in seed_plan.criteria if c.kind == "stability"]
+    assert crash.text == "No crashes on either smoke test"
+    manual = [c for c in seed_plan.criteria if c.kind == "manual"]
+    assert manual and all(not c.checkable for c in manual)
+
+
+def test_bot_plan_never_calls_a_needs_human_item_auto_apply(capsys):
+    from bot.cli import main
+
+    assert main(["plan", str(Path(__file__).parent / "fixtures" / "seed_issue.md")]) == 0
+    out = capsys.readouterr().out
+    assert not any("NEEDS A HUMAN" in line and "[auto-apply]" in line for line in out.splitlines())
+    assert "F     NEEDS A HUMAN (no registered optimization)  [needs a human]" in out
+    assert "not machine-checkable" in out and "no crashed or OOM benchmark run" in out
