@@ -8,6 +8,7 @@ from pathlib import Path
 from bot.benchmarking import BenchOptions, bench_and_report, bench_spec
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
+from bot.hints import match_by_location
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
@@ -117,6 +118,7 @@ class TierRun:
                     f"plan item {item.key} points at {hint[0]}, outside the repository {workspace.root}; "
                     "give paths relative to the repository root"
                 )
+        plan = match_by_location(plan, workspace.root, list(registry().values()), exclude)
         rows = plan_rows(plan, tier, registry())
         if not rows:
             raise BadInput(
@@ -207,9 +209,7 @@ class TierRun:
         if change is None:
             refused = [s for s in optimization.find(workspace.root, self.exclude, focus) if not s.applicable]
             row.status = ItemStatus.NOT_APPLICABLE
-            row.note = (
-                describe_refusals(refused) or "no site in this repository"
-            )
+            row.note = describe_refusals(refused) or "no site in this repository"
             return None
         message = commit_message(
             optimization.scope,
@@ -231,7 +231,5 @@ class TierRun:
         row.status = ItemStatus.LANDED
         row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
-            row.note += (
-                " (left alone: " + describe_refusals(change.refused) + ")"
-            )
+            row.note += " (left alone: " + describe_refusals(change.refused) + ")"
         return row.commit

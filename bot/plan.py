@@ -31,6 +31,7 @@ EXPECTED_SHAPE = (
 
 _TIER = re.compile(r"\btier[\s-]*(\d+)\b", re.IGNORECASE)
 _EXPLICIT = re.compile(r"\bopt:([a-z0-9_]+)", re.IGNORECASE)
+_WORD = re.compile(r"[a-z0-9]+")
 _LOCATION = re.compile(r"([\w./-]+\.(?:py|ya?ml|toml|json|cfg|ini)):(\d+)")
 _PERCENT = re.compile(r"([+-]|±)?\s*(\d+(?:\.\d+)?)\s*%")
 _NO_CRASH = re.compile(r"\b(?:no|zero|without)\b.{0,20}\b(?:crash|crashes|crashing|oom|ooms|failures?)\b")
@@ -51,6 +52,7 @@ class PlanItem:
     location: str = ""
     expected: str = ""
     optimizations: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # why each of ``optimizations`` matched, in the same order
     auto_apply: bool = True
     why_not: str = ""
     follow_on: bool = False
@@ -131,13 +133,49 @@ def clean(text: str) -> str:
     return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cf", "Cc", "Co"))
 
 
-def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tuple[str, ...]:
-    """Ids named explicitly as ``opt:<id>``, else those whose keywords appear in the text."""
+def words(text: str) -> list[str]:
+    """The text's words, lower-cased and reduced to a crude stem, identifiers split at underscores:
+    ``dataloader_num_workers`` → ``dataloader num worker``, ``precomputed`` → ``precomput``."""
+    return [_stem(word) for word in _WORD.findall(text.lower())]
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(suffix) and len(word) > len(suffix) + 3 and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def _vocabulary(text: str) -> set[str]:
+    """The stems of a text plus each pair of neighbours written as one word, so "data loader" also reads as
+    "dataloader" and "flash attention" as "flashattention"."""
+    stems = words(text)
+    return set(stems) | {first + second for first, second in zip(stems, stems[1:])}
+
+
+def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tuple[tuple[str, str], ...]:
+    """``(id, reason)`` for each optimization the text names: explicitly as ``opt:<id>`` (then only those), or
+    by one of its keyword phrases, matched on word stems in any order ("turn on sample packing" names
+    ``packing``; "add data loader workers" names ``dataloader_workers``)."""
     known = {o.id: o for o in optimizations}
     explicit = [m.lower() for m in _EXPLICIT.findall(text)]
     if explicit:
-        return tuple(dict.fromkeys(i for i in explicit if i in known))
-    return tuple(o.id for o in known.values() if o.matches(text))
+        return tuple((i, f"the text names opt:{i}") for i in dict.fromkeys(explicit) if i in known)
+    vocabulary = _vocabulary(text)
+    found = []
+    for optimization in known.values():
+        for phrase in optimization.keywords:
+            stems = words(phrase)
+            if stems and all(stem in vocabulary for stem in stems):
+                found.append((optimization.id, f'the text says "{phrase}"'))
+                break
+    return tuple(found)
+
+
+def _matched(text: str, optimizations: Iterable[Optimization]) -> dict[str, tuple[str, ...]]:
+    """``optimizations`` and ``reasons`` for a :class:`PlanItem`."""
+    pairs = match_optimizations(text, optimizations)
+    return {"optimizations": tuple(i for i, _ in pairs), "reasons": tuple(r for _, r in pairs)}
 
 
 def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "") -> Plan:
@@ -338,7 +376,7 @@ def _items_from_table(
                 change=change,
                 location=cell(row, location_col),
                 expected=cell(row, expected_col),
-                optimizations=() if behavioural else match_optimizations(change, optimizations),
+                **({} if behavioural else _matched(change, optimizations)),
                 auto_apply=not behavioural,
                 why_not=cell(row, why_col),
             )
@@ -359,7 +397,7 @@ def _bullet_item(entry: str, tier: int, optimizations: list[Optimization], numbe
         change=change.strip(),
         location=f"{location.group(1)}:{location.group(2)}" if location else "",
         expected=expected.strip(),
-        optimizations=() if behavioural else match_optimizations(entry, optimizations),
+        **({} if behavioural else _matched(entry, optimizations)),
         auto_apply=not behavioural,
     )
 
@@ -380,7 +418,7 @@ def _follow_ons(entry: str, optimizations: list[Optimization], existing: list[Pl
             key=f"T{tier}.{taken + number}",
             tier=tier,
             change=part,
-            optimizations=match_optimizations(part, optimizations),
+            **_matched(part, optimizations),
             follow_on=True,
         )
         for number, part in enumerate(parts, start=1)

@@ -133,7 +133,9 @@ def test_bot_plan_json_and_stdin(monkeypatch, capsys):
 
 def test_criteria_are_whole_sentences_and_none_is_dropped(seed_plan):
     texts = [c.text for c in seed_plan.criteria]
-    assert "Benchmark table shows throughput improvements (minimum +30% combined on SFT, +20% on DPO)" in texts
+    assert (
+        "Benchmark table shows throughput improvements (minimum +30% combined on SFT, +20% on DPO)" in texts
+    )
     assert not any(t.endswith("(minimum +30% combined on SFT") for t in texts)  # no comma fragments
     kinds = {c.kind for c in seed_plan.criteria}
     assert {"throughput", "loss", "stability", "applied"} <= kinds
@@ -151,3 +153,39 @@ def test_bot_plan_never_calls_a_needs_human_item_auto_apply(capsys):
     assert not any("NEEDS A HUMAN" in line and "[auto-apply]" in line for line in out.splitlines())
     assert "F     NEEDS A HUMAN (no registered optimization)  [needs a human]" in out
     assert "not machine-checkable" in out and "no crashed or OOM benchmark run" in out
+
+
+PLAIN_WORDS = """\
+## Tier 1
+
+- Turn on sample packing for SFT (bfd)
+- Use more data loader worker processes
+- Precompute the DPO reference log-probs once
+- Switch attention to Flash Attention where available
+- Fused AdamW optimizer step
+- Refactor the logging module
+"""
+
+
+def test_plain_words_items_are_matched_and_say_why():
+    plan = parse_plan(PLAIN_WORDS, registry().values(), "plain")
+    matched = {i.change: i.optimizations for i in plan.items}
+    assert matched == {
+        "Turn on sample packing for SFT (bfd)": ("packing",),
+        "Use more data loader worker processes": ("dataloader_workers",),
+        "Precompute the DPO reference log-probs once": ("dpo_precompute",),
+        "Switch attention to Flash Attention where available": ("fa2",),
+        "Fused AdamW optimizer step": ("fused_adamw",),
+        "Refactor the logging module": (),
+    }
+    packing = plan.items[0]
+    assert packing.reasons and "pack" in packing.reasons[0]
+    assert [i.change for i in plan.unmatched] == ["Refactor the logging module"]
+
+
+def test_word_stems_read_plurals_and_identifiers_alike():
+    from bot.plan import words
+
+    assert words("dataloader_num_workers") == words("Dataloader num worker")
+    assert words("precomputed") == words("precompute") == words("precomputing")
+    assert words("losses") == words("loss")

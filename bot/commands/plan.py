@@ -5,20 +5,33 @@ from __future__ import annotations
 import argparse
 import json
 from itertools import groupby
+from pathlib import Path
 
 from bot.commands import FromComment
+from bot.errors import BadInput
+from bot.hints import match_by_location
 from bot.plan import Criterion
+from bot.scope import excluded
 from bot.sources import load_plan, read_plan_file
+from optimizations.registry import registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The plan file."""
     parser.add_argument("file", help="markdown file, or - for stdin")
+    parser.add_argument(
+        "--repo", help="also match items by the code their File:Line hints point at in this repository"
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Print the items per tier with their matched optimizations, the criteria and the unmatched items."""
     plan = load_plan(*read_plan_file(args.file))
+    if args.repo:
+        root = Path(args.repo)
+        if not root.is_dir():
+            raise BadInput(f"{args.repo} is not a directory; pass the root of the training repository")
+        plan = match_by_location(plan, root, list(registry().values()), excluded(root))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
         return 0
@@ -37,6 +50,9 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
             follow = " [follow-on]" if item.follow_on else ""
             print(f"  {item.key:<5} {opts}  [{flag}]{follow}{where}")
             print(f"        {item.change}" + (f"  — expected {item.expected}" if item.expected else ""))
+            if item.reasons:
+                why = "; ".join(f"{o} — {r}" for o, r in zip(item.optimizations, item.reasons, strict=True))
+                print(f"        why: {why}")
     if plan.criteria:
         print("\nSuccess criteria:")
         for sentence, checks in groupby(plan.criteria, key=lambda c: c.text):
