@@ -13,7 +13,7 @@ from benchmarks.results import Results, run_bench
 from benchmarks.runner import LocalRunner, Runner, RunRecord
 from benchmarks.spec import BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
-from bot.conventions import tool_settings
+from bot.conventions import state_dir, tool_settings
 from bot.errors import BadInput
 from bot.history import describe_commits
 from bot.notes import write_notes
@@ -59,7 +59,7 @@ def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
 def results_path(root: Path, branch: str, name: str = "") -> Path:
     """Where a branch's results JSON is kept: ``.bot/results/<branch>[-name].json`` (ignored by git)."""
     stem = branch.replace("/", "-") + (f"-{name}" if name else "")
-    return root / ".bot" / "results" / f"{stem}.json"
+    return state_dir(root) / "results" / f"{stem}.json"
 
 
 def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
@@ -68,7 +68,7 @@ def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
     if options.runner != "ray":
         if options.address is not None:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")
-        return LocalRunner(workspace.repo, workspace.root / ".bot" / "bench")
+        return LocalRunner(workspace.repo, state_dir(workspace.root) / "bench")
     from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray  # Ray is an optional extra
 
     try:

@@ -61,6 +61,20 @@ def issue_key(text: str) -> int | str:
     return int(text) if str(text).isdigit() else text
 
 
+STATE_DIR = ".bot"
+
+
+def state_dir(root: Path) -> Path:
+    """``<root>/.bot``, where the bot keeps results, profiles and local issues; listed in
+    ``.git/info/exclude`` so its bookkeeping never dirties the tree it commits to."""
+    exclude = Path(root) / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir():
+        lines = exclude.read_text().splitlines() if exclude.exists() else []
+        if f"/{STATE_DIR}/" not in lines:
+            exclude.write_text("\n".join([*lines, f"/{STATE_DIR}/"]) + "\n")
+    return Path(root) / STATE_DIR
+
+
 def pyproject_document(root: Path) -> dict[str, Any]:
     """The target's parsed ``pyproject.toml`` (empty when there is none); invalid TOML is bad input."""
     path = Path(root) / "pyproject.toml"

@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from bot.conventions import state_dir
 from bot.errors import BadInput
 from bot.tracker import MARKERS, Comment, Issue
 
@@ -31,13 +32,8 @@ class LocalTracker:
     """A :class:`bot.tracker.Tracker` backed by files in ``<repo>/.bot``."""
 
     def __init__(self, repo_root: str | Path, user: str = LOCAL_USER):
-        self.root = Path(repo_root) / ".bot"
+        self.root = state_dir(Path(repo_root))
         self.user = user
-        exclude = Path(repo_root) / ".git" / "info" / "exclude"
-        if exclude.parent.exists():
-            lines = exclude.read_text().splitlines() if exclude.exists() else []
-            if "/.bot/" not in lines:
-                exclude.write_text("\n".join([*lines, "/.bot/"]) + "\n")
 
     def _dir(self, number: int | str) -> Path:
         return self.root / "issues" / str(number)

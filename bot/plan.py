@@ -142,7 +142,9 @@ def words(text: str) -> list[str]:
 def _stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s", "e"):
         if word.endswith(suffix) and len(word) > len(suffix) + 3 and not word.endswith("ss"):
-            return word[: -len(suffix)]
+            stem = word[: -len(suffix)]
+            doubled = len(stem) > 3 and stem[-1] == stem[-2] and stem[-1] not in "aeioulsz"
+            return stem[:-1] if doubled else stem  # "pinned" → "pin", "stopped" → "stop"
     return word
 
 
@@ -150,7 +152,7 @@ def _vocabulary(text: str) -> set[str]:
     """The stems of a text plus each pair of neighbours written as one word, so "data loader" also reads as
     "dataloader" and "flash attention" as "flashattention"."""
     stems = words(text)
-    return set(stems) | {first + second for first, second in zip(stems, stems[1:])}
+    return set(stems) | {first + second for first, second in zip(stems, stems[1:], strict=False)}
 
 
 def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tuple[tuple[str, str], ...]:

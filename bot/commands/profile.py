@@ -1,0 +1,39 @@
+"""``bot profile [REV] --workload NAME``: what bounds a workload's training steps at one commit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from benchmarks.profiling import format_profile
+from bot.benchmarking import BenchOptions, bench_spec
+from bot.commands import FromComment
+from bot.errors import BadInput
+from bot.profiling import profile_workload
+from bot.workspace import Workspace
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The revision, the workload, its size and how many steps to record."""
+    parser.add_argument(
+        "rev", nargs="?", default="HEAD", metavar="REV", help="commit to profile (default HEAD)"
+    )
+    parser.add_argument("--repo", default=".", help="target repository (default: .)")
+    parser.add_argument("--workload", metavar="NAME", help="the workload to profile (default: the only one)")
+    parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
+    parser.add_argument("--steps", type=int, default=5, help="steady-state steps to record (default 5)")
+
+
+def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
+    """Profile; print the bound, device-busy fraction, launches per step and top ops; keep the trace."""
+    if args.steps < 1:
+        raise BadInput(f"--steps must be at least 1 (got {args.steps})")
+    workspace = Workspace("." if comment else args.repo)
+    spec = bench_spec(workspace.root, BenchOptions(size=args.size))
+    profile, folder = profile_workload(workspace, spec, args.rev, args.workload, args.steps)
+    if args.json:
+        print(json.dumps(profile.to_dict() | {"trace": str(folder / "trace.json")}, indent=1))
+        return 0
+    print(format_profile(profile))
+    print(f"trace: {folder / 'trace.json'} (open it in https://ui.perfetto.dev)")
+    return 0

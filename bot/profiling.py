@@ -1,0 +1,84 @@
+"""``bot profile``: one workload of ``[tool.bot]`` run at one commit under :mod:`benchmarks.profiling`, in its own
+worktree; the trace and summary are kept under ``.bot/profiles/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import git
+
+from benchmarks.profiling import Op, Profile
+from benchmarks.runner import PERFBOT_ROOT, worktrees
+from benchmarks.spec import BenchSpec
+from bot.conventions import state_dir
+from bot.errors import BadInput, BotError
+from bot.workspace import Workspace
+
+
+class ProfileFailed(BotError):
+    """The profiled run crashed or wrote no trace; the message carries the end of its log."""
+
+
+def profile_workload(
+    workspace: Workspace, spec: BenchSpec, revision: str, workload: str | None, steps: int
+) -> tuple[Profile, Path]:
+    """Profile ``workload`` (the only one when None) at ``revision``: its warm-up steps skipped, ``steps``
+    recorded. Returns the summary and the folder holding ``trace.json`` and ``profile.json``."""
+    if workload is None:
+        if len(spec.workloads) != 1:
+            raise BadInput(f"name a workload with --workload: {', '.join(spec.workloads)}")
+        workload = next(iter(spec.workloads))
+    if workload not in spec.workloads:
+        raise BadInput(f"no workload {workload!r} in [tool.bot]; workloads: {', '.join(spec.workloads)}")
+    try:
+        sha = workspace.repo.commit(revision).hexsha
+    except (git.BadName, ValueError) as error:
+        raise BadInput(f"{revision}: not a commit in {workspace.root} ({error})") from error
+    chosen = spec.workloads[workload]
+    skip = chosen.warmup_steps
+    run = replace(chosen, steps=skip + 1 + steps + 1)  # one spare step so the recording window closes
+    out = state_dir(workspace.root) / "profiles" / f"{sha[:12]}-{workload}"
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.profiling",
+        "--out",
+        str(out),
+        "--skip",
+        str(skip),
+        "--steps",
+        str(steps),
+        "--",
+        *shlex.split(run.render(spec.size, spec.seed)),
+    ]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PERFBOT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    with worktrees(workspace.repo, [sha], state_dir(workspace.root) / "profile-worktrees") as trees:
+        try:
+            done = subprocess.run(
+                command,
+                cwd=trees[sha],
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=chosen.timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as error:
+            raise ProfileFailed(
+                f"the profiled {workload} run passed its {chosen.timeout_s:.0f} s timeout"
+            ) from error
+    if done.returncode != 0 or not (out / "profile.json").exists():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ProfileFailed(f"the profiled {workload} run failed (exit {done.returncode}):\n{tail}")
+    data = json.loads((out / "profile.json").read_text())
+    data["top_ops"] = [Op(**op) for op in data["top_ops"]]
+    return Profile(**data), out

@@ -1,0 +1,110 @@
+"""``bot profile``: the bound read from synthetic traces of every kind, and a real profile of a CPU loop."""
+
+from __future__ import annotations
+
+import pytest
+from git_repos import make_repo
+
+from benchmarks.profiling import BOUNDS, classify, summarize
+from bot.cli import main
+
+
+def trace(step_us: float, kernels=(), launches: int = 0, steps: int = 2) -> dict:
+    """A Chrome trace of ``steps`` steps of ``step_us`` each; ``kernels`` (name, start, duration) per step."""
+    events = []
+    for index in range(steps):
+        start = index * step_us
+        events.append(
+            {
+                "ph": "X",
+                "name": f"ProfilerStep#{index}",
+                "cat": "user_annotation",
+                "ts": start,
+                "dur": step_us,
+            }
+        )
+        for name, offset, duration in kernels:
+            events.append({"ph": "X", "name": name, "cat": "kernel", "ts": start + offset, "dur": duration})
+        for n in range(launches):
+            events.append(
+                {"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": start + n, "dur": 1}
+            )
+        events.append({"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": start, "dur": step_us / 10})
+    return {"traceEvents": events}
+
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32"
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4>"
+
+
+@pytest.mark.parametrize(
+    ("bound", "kernels", "data_wait"),
+    [
+        ("input", [(GEMM, 0, 900)], 0.4),
+        ("communication", [(GEMM, 0, 500), ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 500, 400)], 0.0),
+        ("host", [(GEMM, 0, 200), (ELEMENTWISE, 300, 100)], 0.0),
+        ("memory", [(GEMM, 0, 300), (ELEMENTWISE, 300, 600)], 0.0),
+        ("device", [(GEMM, 0, 800), (ELEMENTWISE, 800, 150)], 0.0),
+    ],
+)
+def test_each_bound_is_read_from_its_trace(bound, kernels, data_wait):
+    profile = summarize(trace(1000, kernels, launches=7), data_wait)
+    assert profile.bound == bound
+    assert profile.launches_per_step == 7 and profile.steps == 2 and profile.step_ms == pytest.approx(1.0)
+
+
+def test_busy_fraction_merges_overlapping_kernels_and_tops_ops_by_device_time():
+    profile = summarize(trace(1000, [(GEMM, 0, 600), (ELEMENTWISE, 500, 200)]), 0.0)
+    assert profile.device_busy_fraction == pytest.approx(0.7)  # 0..700 µs busy, overlap counted once
+    assert profile.device_busy_ms == pytest.approx(0.7)
+    assert profile.top_ops[0].name == GEMM and profile.top_ops[0].calls == 2
+    assert profile.top_ops[0].device_ms == pytest.approx(1.2)
+
+
+def test_a_cpu_run_has_no_busy_fraction_and_is_host_or_input_bound():
+    cpu = summarize(trace(1000), 0.05)
+    assert cpu.device_busy_fraction is None and cpu.bound == "host"
+    assert summarize(trace(1000), 0.5).bound == "input"
+    assert set(BOUNDS) == {"input", "communication", "host", "memory", "device"}
+    assert classify(cpu) == "host"
+
+
+def test_a_trace_without_steps_is_refused():
+    with pytest.raises(ValueError, match="no ProfilerStep"):
+        summarize({"traceEvents": []})
+
+
+LOOP = """\
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+import sys
+
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+for _ in range(steps):
+    x = torch.randn(16, 32)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+PYPROJECT = """\
+[tool.bot.workloads.loop]
+command = "python loop.py --steps {steps}"
+steps = 4
+warmup_steps = 2
+"""
+
+
+def test_bot_profile_runs_a_workload_on_cpu(tmp_path, capsys):
+    repo = make_repo(tmp_path, {"loop.py": LOOP, "pyproject.toml": PYPROJECT})
+    assert main(["--json", "profile", "--repo", str(tmp_path), "--steps", "3"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert data["bound"] == "host" and data["device_busy_fraction"] is None and data["steps"] == 3
+    assert any(op["name"] == "aten::addmm" for op in data["top_ops"])
+    assert (tmp_path / ".bot" / "profiles").is_dir() and not repo.is_dirty(untracked_files=True)
+    assert main(["profile", "--repo", str(tmp_path), "--workload", "nope"]) == 2
