@@ -68,7 +68,8 @@ def state_dir(root: Path) -> Path:
     """``<root>/.bot``, where the bot keeps results, profiles and local issues; listed in
     ``.git/info/exclude`` so its bookkeeping never dirties the tree it commits to."""
     exclude = Path(root) / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir():
+    if exclude.parent.parent.is_dir():  # a clone may lack .git/info
+        exclude.parent.mkdir(exist_ok=True)
         lines = exclude.read_text().splitlines() if exclude.exists() else []
         if f"/{STATE_DIR}/" not in lines:
             exclude.write_text("\n".join([*lines, f"/{STATE_DIR}/"]) + "\n")
