@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Host-overhead levers on the example's SFT LoRA workload at the tier-1 head, on this machine's GPU:
+# interleaved repeats of each lever under benchmarks.launch, then one torch.profiler run of each.
+# Usage: experiments/host_overhead/run.sh [LEVERS] [REPEATS] [STEPS]   (results under $OUT)
+#   e.g. experiments/host_overhead/run.sh "none bf16-adapters regional-compile bf16-adapters,regional-compile" 2 30
+set -euo pipefail
+levers=${1:-"none bf16-adapters regional-compile bf16-adapters,regional-compile"}
+repeats=${2:-2}
+steps=${3:-30}
+perfbot=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$PWD/host-overhead-out}
+work=$(mktemp -d)/example-trainer
+export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PERFBOT_EXAMPLE_CACHE=${PERFBOT_EXAMPLE_CACHE:-/tmp/perfbot-example-cache}
+mkdir -p "$out"
+cp -r "$perfbot/examples/trainer_repo" "$work"
+cp "$perfbot/experiments/host_overhead/levers.py" "$work/"
+cd "$work"
+git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
+python3 -m bot.cli apply --tier 1 > "$out/apply.txt" 2>&1 || true
+python3 train_sft.py --size gpu --max-steps 2 > /dev/null 2>&1  # build the model cache, warm the GPU
+for round in $(seq 1 "$repeats"); do
+    for lever in $levers; do
+        name=${lever//,/+}
+        PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.launch --out "$out/$name-$round.json" --warmup-steps 8 \
+            -- python3 levers.py --size gpu --max-steps "$steps" > "$out/$name-$round.log" 2>&1 || echo "$name round $round failed"
+    done
+done
+for lever in $levers; do
+    name=${lever//,/+}
+    PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.profiling --out "$out/profile-$name" --skip 8 --steps 5 \
+        -- python3 levers.py --size gpu --max-steps 16 > "$out/profile-$name.log" 2>&1 || echo "profile $name failed"
+done
+python3 "$perfbot/experiments/host_overhead/summary.py" "$out" $levers
