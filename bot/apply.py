@@ -169,7 +169,7 @@ class TierRun:
 
         publish("Commits done" + (", benchmarking" if self.bench else ""))
         if pushing:
-            push_branch(workspace, tracker.push_url(), tracker.default_branch)
+            push_branch(workspace, tracker.push_url(), tracker.default_branch, tracker.git_environment())
         if self.bench is not None:
             bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
         counts = {status: sum(r.status is status for r in self.rows) for status in ItemStatus}

@@ -5,8 +5,14 @@ Retries: PyGithub's own :class:`github.GithubRetry` (an urllib3 ``Retry``) retri
 ``Retry-After`` and waiting for secondary rate limits. POST is left out of it on purpose: a POST that reached
 GitHub but whose answer was lost (a 502 from a proxy, a dropped connection) would be sent again and leave a
 duplicate comment. Each POST therefore goes through :meth:`GitHubTracker._create_once`: a rate-limited POST
-(never processed) is sent again after the wait; after a transient failure the comments are listed again and
-the one the failed POST created, if any, is used instead of posting twice.
+(never processed) is sent again after the wait; after a transient failure the comments are listed again, for
+up to ``settle_wait`` seconds when the request may still be in flight on GitHub's side (a timeout, a dropped
+connection, a gateway error), and the one the failed POST created, if any, is used instead of posting twice.
+Should a duplicate still appear, the next edit of that comment deletes it. No wait, ``Retry-After`` included,
+is ever longer than ``max_rate_limit_wait``: beyond it the request fails instead of holding the issue.
+
+Git fetches and pushes get the token through :meth:`GitHubTracker.git_environment` (a credential helper
+reading it from the environment), never on a command line.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import github
 import requests
-from github import Auth, Github, GithubException, GithubRetry
+from github import Auth, Github, GithubException, GithubRetry, RateLimitExceededExceedsMaxWait
 from github.IssueComment import IssueComment
+from urllib3.response import BaseHTTPResponse
 
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, redact, register_secret
@@ -37,6 +43,13 @@ REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rock
 PERMISSIONS = ("admin", "maintain", "write", "triage", "read", "none")
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "DELETE"})
 TRUNCATION_NOTE = "\n\n…(truncated: GitHub limits a comment to 65536 characters)"
+# Failures after which the request may still be processed on GitHub's side: look longer before re-posting.
+IN_FLIGHT_STATUSES = frozenset({502, 504})
+LOOK_INTERVAL_S = 2.0
+# Answers git's credential request from the environment; the other configured helpers are switched off.
+CREDENTIAL_HELPER = (
+    '!f() { test "$1" = get && printf "username=x-access-token\\npassword=%s\\n" "$PERFBOT_GIT_TOKEN"; }; f'
+)
 
 T = TypeVar("T")
 
@@ -45,8 +58,9 @@ class GitHubTracker:
     """Issues and comments of one GitHub (or GitHub Enterprise) repository.
 
     ``retries``, ``backoff`` (seconds, doubled per attempt), ``secondary_rate_wait`` (seconds to wait on a
-    secondary rate limit without ``Retry-After``), ``max_rate_limit_wait`` and ``seconds_between_writes``
-    tune the retry policy; tests make them small.
+    secondary rate limit without ``Retry-After``), ``max_rate_limit_wait`` (the longest wait of any kind),
+    ``settle_wait`` (how long to look for a comment whose create timed out; default ``timeout``) and
+    ``seconds_between_writes`` tune the retry policy; tests make them small.
     """
 
     def __init__(
@@ -61,7 +75,8 @@ class GitHubTracker:
         secondary_rate_wait: float = 60.0,
         max_rate_limit_wait: float = 900.0,
         seconds_between_writes: float = 1.0,
-        timeout: int = 30,
+        timeout: float = 30,
+        settle_wait: float | None = None,
     ) -> None:
         register_secret(token)
         install_log_redaction()
@@ -71,7 +86,8 @@ class GitHubTracker:
         self._backoff = backoff
         self._secondary_rate_wait = secondary_rate_wait
         self._max_rate_limit_wait = max_rate_limit_wait
-        retry = GithubRetry(
+        self._settle_wait = timeout if settle_wait is None else settle_wait
+        retry = CappedRetry(
             total=retries,
             backoff_factor=backoff,
             backoff_max=max_rate_limit_wait,
@@ -135,9 +151,12 @@ class GitHubTracker:
         body = _comment_body(body if body.lstrip().startswith(marker) else f"{marker}\n{body}")
         mine = [raw for raw in self._raw_comments(number) if self._is_mine(raw, marker)]
         if mine:
-            existing = mine[0]
+            existing, *duplicates = mine
             if existing.body != body:
                 existing.edit(body)
+            for duplicate in duplicates:  # left by a create whose answer was lost and that was sent again
+                log.warning("deleting duplicate %s comment %s", marker, duplicate.id)
+                duplicate.delete()
             return _comment(existing)
         return self._create_comment(number, body, marker=marker)
 
@@ -179,12 +198,21 @@ class GitHubTracker:
         return f"{self._repo.html_url}/commit/"
 
     def push_url(self) -> str:
-        """The clone URL to push to: HTTPS with the token as credentials, or the URL as GitHub gives it."""
-        url = self._repo.clone_url
-        parts = urlsplit(url)
-        if parts.scheme != "https":
-            return url
-        return urlunsplit(parts._replace(netloc=f"x-access-token:{self._token}@{parts.hostname}"))
+        """The clone URL to fetch from and push to, as GitHub gives it (no credentials in it)."""
+        return self._repo.clone_url
+
+    def git_environment(self) -> dict[str, str]:
+        """Environment for a git fetch or push with the token: a credential helper that reads it from
+        ``PERFBOT_GIT_TOKEN``, so it is never on a command line (``ps`` shows command lines to everyone)."""
+        return {
+            "PERFBOT_GIT_TOKEN": self._token,
+            "GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": "credential.helper",
+            "GIT_CONFIG_VALUE_0": "",
+            "GIT_CONFIG_KEY_1": "credential.helper",
+            "GIT_CONFIG_VALUE_1": CREDENTIAL_HELPER,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
 
     def open_or_update_pull_request(self, branch: str, title: str, body: str, base: str | None = None) -> str:
         """Open a pull request from ``branch`` (or refresh the open one's title and body); returns its URL."""
@@ -251,10 +279,12 @@ class GitHubTracker:
                 if wait > self._max_rate_limit_wait:
                     raise
                 log.warning("POST failed (%s); trying again in %.2f s", _describe(error), wait)
-                time.sleep(wait)
                 attempt += 1
-            if transient and find is not None:
-                found = find()
+                if not (transient and find is not None):
+                    time.sleep(wait)
+                    continue
+                look = max(wait, self._settle_wait) if _maybe_in_flight(error) else wait
+                found = _look_for(find, look)
                 if found is not None:
                     return found
 
@@ -273,6 +303,42 @@ class GitHubTracker:
         else:
             return None
         return max(wait, 0.0)
+
+
+class CappedRetry(GithubRetry):
+    """PyGithub's retry policy, with ``Retry-After`` capped too: urllib3 would sleep as long as it says."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        **rest,
+    ) -> GithubRetry:
+        wait = self.get_retry_after(response) if response is not None else None
+        if wait is not None and self.max_rate_limit_wait is not None and wait > self.max_rate_limit_wait:
+            longest = f"the longest wait ({self.max_rate_limit_wait:.0f} s)"
+            message = {"message": f"Retry-After {wait:.0f} s exceeds {longest}"}
+            raise RateLimitExceededExceedsMaxWait(response.status, message, dict(response.headers), wait=wait)
+        return super().increment(method, url, response, **rest)
+
+
+def _look_for(find: Callable[[], T | None], seconds: float) -> T | None:
+    """Call ``find`` after ``seconds``, and every couple of seconds before, until it finds something."""
+    deadline = time.monotonic() + seconds
+    while True:
+        remaining = deadline - time.monotonic()
+        time.sleep(max(0.0, min(LOOK_INTERVAL_S, remaining)))
+        found = find()
+        if found is not None or remaining <= LOOK_INTERVAL_S:
+            return found
+
+
+def _maybe_in_flight(error: Exception) -> bool:
+    """A failure after which GitHub may still be working on the request (it may yet save the comment)."""
+    if isinstance(error, GithubException):
+        return error.status in IN_FLIGHT_STATUSES
+    return isinstance(error, (requests.ConnectionError, requests.Timeout))
 
 
 def _is_transient(error: Exception) -> bool:

@@ -1,7 +1,15 @@
-"""``bot init``: install the bot on a target repository (the Actions workflow and a ``[tool.bot]`` skeleton)."""
+"""``bot init``: install the bot on a target repository (the Actions workflow and a ``[tool.bot]`` skeleton).
+
+The workflow installs perfbot pinned: to a git commit or an archive's sha256, given with ``--install`` or
+read from how this perfbot was installed (PEP 610 ``direct_url.json``). A bare ``pip install perfbot`` would
+run, on the GPU runner, whatever an index serves under that name.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +21,16 @@ from bot.render import render
 WORKFLOW = Path(".github/workflows/perfbot.yml")
 PYPROJECT = Path("pyproject.toml")
 RUNNER_LABELS = ("self-hosted", "gpu")
+DISTRIBUTION = "perfbot"
+PUBLIC_REPOSITORY_WARNING = (
+    "warning: the workflow runs on a self-hosted runner; never use it on a public repository: anyone can "
+    "comment there, and a self-hosted runner keeps its machine, files and network between jobs"
+)
+# A requirement pinned to a commit or to an archive's hash, with nothing that could end the workflow's quotes.
+_PINNED = (
+    re.compile(r"[A-Za-z0-9._-]+ @ git\+(?:https|ssh)://[^\s'\"$`{}\\]+@[0-9a-f]{40}"),
+    re.compile(r"[A-Za-z0-9._-]+ @ https://[^\s'\"$`{}\\#]+#sha256=[0-9a-f]{64}"),
+)
 
 # Read by benchmarks.spec.BenchSpec; every key is explained there.
 TOOL_BOT_SKELETON = """\
@@ -43,21 +61,25 @@ class InitResult:
 def init_repository(
     path: str | Path = ".",
     *,
+    install: str | None = None,
     runner_labels: Sequence[str] = RUNNER_LABELS,
-    package: str = "perfbot",
     timeout_minutes: int = 360,
     force: bool = False,
 ) -> InitResult:
-    """Write the workflow (kept when present, unless ``force``) and append ``[tool.bot]`` when it is missing."""
+    """Write the workflow (kept when present, unless ``force``) and append ``[tool.bot]`` when it is missing.
+
+    ``install``: the pinned requirement the workflow installs perfbot from (default: :func:`installed_from`).
+    """
     root = Path(path)
     if not root.is_dir():
         raise BadInput(f"{root} is not a directory; pass the target repository's path")
+    install = pinned(install if install is not None else installed_from())
     result = InitResult()
     has_settings = "bot" in pyproject_document(root).get("tool", {})  # a broken pyproject stops us here
 
     workflow = root / WORKFLOW
     text = render(
-        "workflow.yml.j2", runner_labels=list(runner_labels), package=package, timeout_minutes=timeout_minutes
+        "workflow.yml.j2", runner_labels=list(runner_labels), install=install, timeout_minutes=timeout_minutes
     )
     if workflow.exists() and (not force or workflow.read_text(encoding="utf-8") == text):
         result.kept.append(workflow)
@@ -75,3 +97,32 @@ def init_repository(
         pyproject.write_text(existing + separator + TOOL_BOT_SKELETON, encoding="utf-8")
         result.written.append(pyproject)
     return result
+
+
+def installed_from(distribution: str = DISTRIBUTION) -> str | None:
+    """This perfbot's source as a pinned requirement, from PEP 610 ``direct_url.json``: a git commit or an
+    https archive with its sha256. None when it was installed otherwise (from an index, a local directory)."""
+    try:
+        text = importlib.metadata.distribution(distribution).read_text("direct_url.json")
+        source = json.loads(text) if text else {}
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+    url, vcs, archive = source.get("url", ""), source.get("vcs_info") or {}, source.get("archive_info") or {}
+    if vcs.get("vcs") == "git" and vcs.get("commit_id"):
+        return f"{distribution} @ git+{url}@{vcs['commit_id']}"
+    digest = (archive.get("hashes") or {}).get("sha256")
+    return f"{distribution} @ {url}#sha256={digest}" if digest else None
+
+
+def pinned(install: str | None) -> str:
+    """``install`` when it pins perfbot to a commit or a hash; else :class:`BadInput` saying what to pass."""
+    example = f"--install '{DISTRIBUTION} @ git+https://github.com/OWNER/perfbot@<40-character commit sha>'"
+    if install is None:
+        raise BadInput(
+            f"cannot tell where the runner should install perfbot from; pass {example} (or an https archive "
+            "URL ending in #sha256=<hash>): a bare `pip install perfbot` runs whatever an index serves under "
+            "that name"
+        )
+    if not any(shape.fullmatch(install) for shape in _PINNED):
+        raise BadInput(f"{install!r} is not pinned to a commit or a sha256; pass {example}")
+    return install

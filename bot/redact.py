@@ -1,7 +1,8 @@
 """Keeping secrets out of everything the bot writes: comments, log lines, exception text.
 
 Every token or webhook secret the bot is handed is registered with :func:`register_secret`; :func:`redact`
-replaces registered secrets, anything shaped like a GitHub token, and credentials embedded in URLs.
+replaces registered secrets, anything the secret scanner (:mod:`bot.security`) recognises as a credential, and
+credentials embedded in URLs, in time linear in the text's length (it runs on every log line).
 :func:`install_log_redaction` makes every log record pass through :func:`redact` before any handler sees it.
 """
 
@@ -12,12 +13,13 @@ import re
 import threading
 import traceback
 
+from bot.security import find_secrets
+
 MASK = "***"
 
-# Shapes of GitHub credentials: classic/fine-grained PATs, OAuth, app installation and refresh tokens.
-_TOKEN_SHAPES = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b")
-# user:password@ or token@ in a URL (``https://x-access-token:TOKEN@github.com/...``).
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+# user:password@ or token@ in a URL (``https://x-access-token:TOKEN@github.com/...``): found from the literal
+# ``://``, with a bounded user part, so it costs at most a few hundred steps per ``://``.
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]{1,512}@")
 # Shorter values would mask ordinary words.
 _MIN_SECRET_LENGTH = 6
 
@@ -42,8 +44,18 @@ def redact(text: object) -> str:
         secrets = sorted(_secrets, key=len, reverse=True)
     for secret in secrets:
         result = result.replace(secret, MASK)
-    result = _TOKEN_SHAPES.sub(MASK, result)
-    return _URL_CREDENTIALS.sub(lambda match: f"{match['scheme']}{MASK}@", result)
+    result = _mask_spans(result, find_secrets(result))
+    return _URL_CREDENTIALS.sub(f"://{MASK}@", result)
+
+
+def _mask_spans(text: str, spans: list[tuple[str, int, int]]) -> str:
+    """``text`` with every ``(kind, start, end)`` span replaced by the mask; overlapping spans merge."""
+    pieces, done = [], 0
+    for _, start, end in sorted(spans, key=lambda span: span[1]):
+        if start >= done:
+            pieces += [text[done:start], MASK]
+        done = max(done, end)
+    return "".join(pieces) + text[done:]
 
 
 def install_log_redaction() -> None:

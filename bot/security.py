@@ -1,10 +1,12 @@
 """A security sweep of the lines a commit adds.
 
-Credentials are found by their shapes in every added line (GitHub, AWS, Hugging Face and Slack tokens, private
-keys, password/secret/API-key literals). Risky code is found in Python's syntax tree of the file at the commit,
-import-alias aware, and reported when the call touches an added line: ``eval``/``exec``, shell commands
-(``shell=True``, ``os.system``) built from interpolated strings, and new network downloads (``requests``,
-``urllib``, ``torch.hub``, ``hf_hub_download``, ``snapshot_download``, ``from_pretrained("http…")``).
+Credentials are found by their shapes (GitHub, AWS, Hugging Face, OpenAI-style, Google, PyPI and Slack tokens,
+private keys, password/secret/API-key literals) in every added line and in commit messages; :mod:`bot.redact`
+masks the same shapes in everything the bot writes. Risky code is found in Python's syntax tree of the file at
+the commit, import-alias aware, and reported when the call touches an added line: ``eval``/``exec``, shell
+commands (``shell=True``, ``os.system``) built from interpolated strings, and new network downloads
+(``requests``, ``urllib``, ``torch.hub``, ``hf_hub_download``, ``snapshot_download``,
+``from_pretrained("http…")``).
 A secret is never repeated in full: the evidence keeps its first characters only.
 """
 
@@ -19,27 +21,37 @@ CREDENTIAL = "credential"
 CODE_EXECUTION = "eval/exec"
 SHELL = "shell"
 NETWORK = "network download"
+COMMIT_MESSAGE = "(commit message)"
 
-_SECRET_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b")),
+# Every quantifier is bounded, so each pattern costs at most a few hundred steps per position: these run on
+# untrusted text (comments, commit messages, log tails) in linear time. A private key's block is masked up to
+# its END line by :func:`find_secrets`, which searches forward only.
+SECRET_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,255}|github_pat_[A-Za-z0-9_]{22,255})")),
     ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     (
         "AWS secret access key",
         re.compile(
-            r"(?i)aws_?secret_?access_?key['\"]?\s*[:=]\s*['\"]?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+            r"(?i)aws_?secret_?access_?key['\"]?\s{0,16}[:=]\s{0,16}['\"]?"
+            r"([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
         ),
     ),
-    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
-    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
-    ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
+    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,255}")),
+    ("OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,255}")),
+    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("PyPI token", re.compile(r"\bpypi-[A-Za-z0-9_-]{50,255}")),
+    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,255}")),
+    ("private key", re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")),
     (
         "password literal",
         re.compile(
             r"(?i)\b(?:password|passwd|pwd|secret|secret_key|api_?key|access_?token|auth_?token)\b['\"]?"
-            r"\s*[:=]\s*(['\"])(?P<value>[^'\"\s$<{*][^'\"]{2,})\1"
+            r"\s{0,16}[:=]\s{0,16}(['\"])(?P<value>[^'\"\s$<{*][^'\"\n]{2,255})\1"
         ),
     ),
 )
+_KEY_END = "-----END "
+_MARKER_END = "-----"
 
 _SHELL_CALLS = {"os.system", "os.popen", "subprocess.getoutput", "subprocess.getstatusoutput"}
 _SUBPROCESS_CALLS = {f"subprocess.{name}" for name in ("run", "call", "check_call", "check_output", "Popen")}
@@ -76,17 +88,46 @@ def mask(secret: str) -> str:
     return f"{secret[:4]}… ({len(secret)} characters)"
 
 
+def find_secrets(text: str) -> list[tuple[str, int, int]]:
+    """``(kind, start, end)`` of every credential-shaped string in ``text``, in linear time. A private key
+    spans from its BEGIN line through its END line (to the end of ``text`` when there is none)."""
+    found = []
+    for name, shape in SECRET_SHAPES:
+        group = "value" if "value" in shape.groupindex else 1 if shape.groups else 0
+        key_end = (-1, -1)  # (where the next END marker starts, where its line ends): each searched once
+        for match in shape.finditer(text):
+            start, end = match.span(group)
+            if name == "private key":
+                if key_end[0] < match.end():
+                    key_end = _private_key_end(text, match.end())
+                end = key_end[1]
+            found.append((name, start, end))
+    return found
+
+
+def _private_key_end(text: str, after: int) -> tuple[int, int]:
+    """Where the first END marker after ``after`` starts and ends (``len(text)`` for both without one)."""
+    start = text.find(_KEY_END, after)
+    if start < 0:
+        return len(text), len(text)
+    close = text.find(_MARKER_END, start + len(_KEY_END))
+    return start, len(text) if close < 0 else close + len(_MARKER_END)
+
+
 def scan_added_lines(path: str, added: dict[int, str]) -> list[SecurityHit]:
     """Credentials in the added lines (``{line number: text}``) of any text file."""
     hits = []
     for line, text in sorted(added.items()):
-        for name, shape in _SECRET_SHAPES:
-            for match in shape.finditer(text):
-                secret = match.groupdict().get("value") or (
-                    match.group(1) if shape.groups else match.group(0)
-                )
-                hits.append(SecurityHit(CREDENTIAL, path, line, f"{name} `{mask(secret)}`", True))
+        for name, start, end in find_secrets(text):
+            hits.append(SecurityHit(CREDENTIAL, path, line, f"{name} `{mask(text[start:end])}`", True))
     return hits
+
+
+def scan_message(message: str | bytes) -> list[SecurityHit]:
+    """Credentials in a commit message (reported at path ``COMMIT_MESSAGE``, line numbers from 1)."""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    return scan_added_lines(COMMIT_MESSAGE, dict(enumerate(message.splitlines(), start=1)))
 
 
 def scan_python(path: str, source: str, added_lines: Iterable[int]) -> list[SecurityHit]:

@@ -1,17 +1,18 @@
 """Turning an issue comment into a bot command: parsing, who may run it, one run per issue, reactions.
 
-A comment whose first line is ``/bot <command> [options]`` is parsed with the CLI's own parser. Only a new
-comment (``issue_comment`` / ``created``) on an issue triggers; edits, pull-request comments and comments by
-bots do not. The commenter's repository permission (the collaborator permission API) must be write,
-maintain or admin. ``help`` and ``status`` are answered here; every other command goes to the injected
-runner while a lock file holds the issue, so a second command meanwhile is answered with a link instead.
+A comment whose first line is ``/bot <command> [options]``, unindented (an indented line is a markdown code
+block), is parsed with the CLI's own parser, after checking that it uses only the options a comment may
+(:data:`COMMENT_OPTIONS`). Only a new comment (``issue_comment`` / ``created``) on an issue of the configured
+repository triggers; edits, pull-request comments and comments by bots or by the bot's own account do not. The
+commenter's repository permission (the collaborator permission API) must be write, maintain or admin.
+``help`` and ``status`` are answered here; every other command goes to the injected runner while a lock file
+holds the issue, so a second command meanwhile is answered with a link instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import logging
 import os
@@ -19,14 +20,18 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
-from bot.commands import FromComment, build_parser, run
+import git
+
+from bot.commands import COMMANDS, FromComment, Parser, build_parser, command_module, run
 from bot.errors import BadInput, BotError
-from bot.progress import find_progress
+from bot.progress import Progress, find_progress
+from bot.publish import check_out_branch, check_out_fetched, return_to
 from bot.redact import redact
 from bot.tracker import Tracker
 
@@ -34,15 +39,32 @@ log = logging.getLogger(__name__)
 
 PREFIX = "/bot"
 MAY_RUN = frozenset({"admin", "maintain", "write"})
-# Commands a comment may start; the others read local files and belong on the command line.
-COMMENT_COMMANDS = ("apply", "bench", "review", "status", "help", "list")
-# From a comment, the plan is the issue and the repository is the checkout the bot runs in.
-LOCAL_ONLY_OPTIONS = ("--repo", "--plan")
+_BENCH_OPTIONS = ("--workload", "--size", "--steps", "--repeats", "--warmup-rounds", "--drop-regressions")
+# The commands a comment may start and the options it may give them. Left out on purpose: whatever reads files
+# on the bot's side (--plan, --results), names another repository or issue (--repo, --issue) or sends work to
+# other machines (--runner, --address). From a comment the plan is the issue, the repository is the checkout
+# the bot runs in, and benchmarks run where the bot runs.
+COMMENT_OPTIONS: dict[str, frozenset[str]] = {
+    "apply": frozenset({"--tier", "--bench", "--pr", "--no-push", *_BENCH_OPTIONS}),
+    "bench": frozenset(_BENCH_OPTIONS),
+    "review": frozenset({"--tier"}),
+    "status": frozenset(),
+    "help": frozenset(),
+    "list": frozenset(),
+}
+COMMENT_COMMANDS = tuple(COMMENT_OPTIONS)
+HELP_OPTIONS = frozenset({"--help", "-h"})
+# The commands that work in the checkout: each starts from the freshly fetched default branch.
+CHECKOUT_COMMANDS = ("apply", "bench", "review")
 
 _parse_lock = threading.Lock()
 # Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
 # that had the same pid (a container restarted, its server is pid 1 again).
 _held: set[Path] = set()
+
+
+class MalformedEvent(BadInput):
+    """An ``issue_comment`` payload whose fields do not have GitHub's types."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,12 @@ class CommentCommand:
     comment_url: str
     author: str
     line: str
+    repo_id: int = 0
+
+    @property
+    def key(self) -> str:
+        """What identifies the comment, from signed fields only: ``<repository id>/<comment id>/created``."""
+        return f"{self.repo_id}/{self.comment_id}/created"
 
 
 @dataclass(frozen=True)
@@ -76,32 +104,100 @@ Runner = Callable[[CommandRequest], int]
 
 def run_request(request: CommandRequest) -> int:
     """The runner ``bot handle-event`` and ``bot serve`` use: the command the comment asked for, answering on
-    its issue, in the checkout the bot runs in."""
-    return run(request.args, FromComment(request.tracker, request.issue))
+    its issue, in the checkout the bot runs in (``.``).
+
+    A command that works in the checkout starts from the default branch freshly fetched from the repository
+    (``bench`` and ``review`` without revisions: from the issue's work branch) and the checkout returns to the
+    default branch afterwards, whatever happened, so no run builds on what another left behind.
+    """
+    comment = FromComment(request.tracker, request.issue)
+    if request.args.command not in CHECKOUT_COMMANDS:
+        return run(request.args, comment)
+    tracker = request.tracker
+    repo = git.Repo(".")
+    url, env, default = tracker.push_url(), tracker.git_environment(), tracker.default_branch
+    check_out_fetched(repo, url, default, env)
+    try:
+        given = getattr(request.args, "revs", None) or getattr(request.args, "range", None)
+        if request.args.command != "apply" and not given:
+            branch = _work_branch(tracker, request.issue)
+            if branch is not None:
+                check_out_branch(repo, url, branch, env)
+        return run(request.args, comment)
+    finally:
+        return_to(repo, default)
 
 
-def command_from_event(event: dict) -> CommentCommand | None:
-    """The ``/bot`` command in an ``issue_comment`` event payload, or None when the event must not trigger."""
-    comment, issue = event.get("comment"), event.get("issue")
-    if event.get("action") != "created" or not isinstance(comment, dict) or not isinstance(issue, dict):
+def _work_branch(tracker: Tracker, issue: int) -> str | None:
+    """The work branch the issue's progress comment names, if any."""
+    found = find_progress(tracker, issue)
+    progress = Progress.from_comment(found.body) if found else None
+    return progress.branch if progress and progress.branch else None
+
+
+def command_from_event(event: object) -> CommentCommand | None:
+    """The ``/bot`` command in an ``issue_comment`` event payload, or None when the event must not trigger.
+
+    Raises :class:`MalformedEvent` when a field the decision reads does not have GitHub's type.
+    """
+    if not isinstance(event, dict):
+        raise MalformedEvent("the event is not a JSON object")
+    if event.get("action") != "created":
         return None
+    comment, issue = _field(event, "comment", dict), _field(event, "issue", dict)
     if issue.get("pull_request"):
         return None
-    user = comment.get("user") or {}
+    user = _field(comment, "user", dict)
     if user.get("type") == "Bot":
         return None
-    lines = (comment.get("body") or "").strip().splitlines()
-    first = lines[0].strip() if lines else ""
+    first = _field(comment, "body", str).split("\n", 1)[0].rstrip()
     if first != PREFIX and not first.startswith(PREFIX + " "):
         return None
+    repository = _field(event, "repository", dict)
+    url = comment.get("html_url")
     return CommentCommand(
-        repo=(event.get("repository") or {}).get("full_name", ""),
-        issue=int(issue["number"]),
-        comment_id=int(comment["id"]),
-        comment_url=comment.get("html_url", ""),
-        author=user.get("login", ""),
+        repo=_field(repository, "full_name", str),
+        issue=_field(issue, "number", int),
+        comment_id=_field(comment, "id", int),
+        comment_url=url if isinstance(url, str) else "",
+        author=_field(user, "login", str),
         line=first,
+        repo_id=_field(repository, "id", int),
     )
+
+
+def _field(mapping: dict, key: str, kind: type) -> object:
+    value = mapping.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MalformedEvent(f"`{key}` is not a JSON {'object' if kind is dict else kind.__name__}")
+    return value
+
+
+def configured_repository(env: Mapping[str, str] | None = None, checkout: str | Path = ".") -> str | None:
+    """The one repository the bot serves, ``owner/name``: ``$PERFBOT_REPOSITORY``, else ``$GITHUB_REPOSITORY``
+    (set by Actions), else the one the checkout's ``origin`` points at; None when none of them says."""
+    env = os.environ if env is None else env
+    named = env.get("PERFBOT_REPOSITORY") or env.get("GITHUB_REPOSITORY")
+    if named:
+        return named.strip()
+    try:
+        url = git.Repo(checkout).remotes.origin.url
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, AttributeError, ValueError):
+        return None
+    return repository_of(url)
+
+
+def repository_of(url: str) -> str | None:
+    """``owner/name`` of a clone URL (``https://host[:port]/owner/name.git``, ``git@host:owner/name.git``,
+    ``ssh://git@host/owner/name``); None for a local path."""
+    if "://" in url:
+        path = urlsplit(url).path if not url.startswith("file://") else ""
+    elif ":" in url.split("/", 1)[0]:
+        path = url.split(":", 1)[1]
+    else:
+        path = ""
+    parts = [part for part in path.removesuffix("/").removesuffix(".git").split("/") if part]
+    return "/".join(parts[-2:]) if len(parts) >= 2 else None
 
 
 class IssueLock:
@@ -200,7 +296,12 @@ class Dispatcher:
         return self.run(accepted) if accepted else 0
 
     def intake(self, command: CommentCommand, tracker: Tracker) -> Accepted | None:
-        """The quick part: permission, parsing, answers to help/status, the issue lock. None when done."""
+        """The quick part: the author, permission, parsing, answers to help/status, the issue lock. None when
+        done."""
+        own = getattr(tracker, "bot_login", None)
+        if own and command.author.lower() == own.lower():
+            log.info("ignored the bot's own comment %s", command.comment_url)
+            return None
         permission = tracker.permission(command.author)
         if permission not in MAY_RUN:
             log.info("refused %s from %s (permission %s)", command.line, command.author, permission)
@@ -281,27 +382,34 @@ class Dispatcher:
         if argv[0] not in COMMENT_COMMANDS:
             names = ", ".join(f"`{name}`" for name in COMMENT_COMMANDS)
             return Parsed(argv, answer=f"`/bot {argv[0]}` cannot run from a comment. Commands here: {names}.")
-        local = [token for token in argv if token.split("=", 1)[0] in LOCAL_ONLY_OPTIONS]
-        if local:
+        allowed = COMMENT_OPTIONS[argv[0]] | HELP_OPTIONS
+        refused = [
+            token
+            for token in argv[1:]
+            if token.startswith("-") and not token[1:2].isdigit() and token.split("=", 1)[0] not in allowed
+        ]
+        if refused:
+            options = ", ".join(f"`{option}`" for option in sorted(COMMENT_OPTIONS[argv[0]])) or "none"
             return Parsed(
                 argv,
                 answer=(
-                    f"`{local[0]}` is for the command line: from a comment the plan is this issue and the "
-                    "repository is the one the bot runs in."
+                    f"`{refused[0]}` is for the command line: from a comment the plan is this issue, the "
+                    "repository is the one the bot runs in, and benchmarks run where the bot runs. "
+                    f"Options of `/bot {argv[0]}` here: {options}."
                 ),
             )
         if argv[0] in ("help", "status"):
             return Parsed(argv)
-        out = io.StringIO()
-        # ``--help`` prints and exits 0; a bad option raises (the CLI's parser) or prints and exits 2 (argparse).
-        with _parse_lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        if HELP_OPTIONS.intersection(argv[1:]):
+            return Parsed(argv, answer=f"```\n{_command_help(argv[0]).rstrip()}\n```", failed=False)
+        # The CLI's parser raises instead of printing: nothing here touches the process's stdout and stderr,
+        # which a run on another thread is writing to.
+        with _parse_lock:
             try:
                 return Parsed(argv, self.parser.parse_args(list(argv)))
-            except (SystemExit, BotError) as stop:
-                failed = isinstance(stop, BotError) or stop.code != 0
-                text = redact(str(stop) if isinstance(stop, BotError) else out.getvalue().strip())
-                prefix = f"`/bot {' '.join(argv)}` is not a valid command:\n\n" if failed else ""
-                return Parsed(argv, answer=f"{prefix}```\n{text}\n```", failed=failed)
+            except BotError as error:
+                text = f"`/bot {' '.join(argv)}` is not a valid command:\n\n```\n{redact(error)}\n```"
+                return Parsed(argv, answer=text)
 
     def _status(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
         progress = find_progress(tracker, command.issue)
@@ -324,6 +432,13 @@ class Dispatcher:
         )
 
 
+def _command_help(name: str) -> str:
+    """``bot <name> --help``'s text, without printing it."""
+    parser = Parser(prog=f"bot {name}", description=COMMANDS[name][1])
+    command_module(name).add_arguments(parser)
+    return parser.format_help()
+
+
 def _react(tracker: Tracker, comment_id: int, emoji: str) -> None:
     """A reaction is a courtesy: failing to add one never stops a run."""
     try:
@@ -333,7 +448,8 @@ def _react(tracker: Tracker, comment_id: int, emoji: str) -> None:
 
 
 def default_state_dir(env: dict[str, str] | None = None) -> Path:
-    """Where locks and the delivery log live: ``$PERFBOT_STATE_DIR``, else ``$XDG_STATE_HOME/perfbot``.
+    """Where locks and the log of handled comments live: ``$PERFBOT_STATE_DIR``, else
+    ``$XDG_STATE_HOME/perfbot``.
 
     Outside the checkout on purpose: ``actions/checkout`` cleans the workspace between jobs.
     """
@@ -353,8 +469,9 @@ def handle_event(
 ) -> int:
     """The GitHub Actions entry: act on the ``issue_comment`` event in ``event_path`` ($GITHUB_EVENT_PATH).
 
-    Returns the exit code: 0 when the event was ignored, refused or answered, else the run's code. The
-    tracker defaults to :meth:`GitHubTracker.from_env` for the event's repository.
+    Returns the exit code: 0 when the event was ignored, refused or answered, else the run's code. Only
+    comments on :func:`configured_repository` count; the tracker defaults to :meth:`GitHubTracker.from_env`
+    for it.
     """
     env = os.environ if env is None else env
     try:
@@ -366,11 +483,17 @@ def handle_event(
     event_name = env.get("GITHUB_EVENT_NAME", "issue_comment")
     command = command_from_event(event) if event_name == "issue_comment" else None
     if command is None:
-        log.info("ignored: not a new /bot comment on an issue (%s %s)", event_name, event.get("action"))
+        log.info("ignored: not a new /bot comment on an issue (%s)", event_name)
+        return 0
+    repository = configured_repository(env)
+    if repository is None:
+        raise BadInput("no repository: set PERFBOT_REPOSITORY=owner/name (Actions sets GITHUB_REPOSITORY)")
+    if command.repo.lower() != repository.lower():
+        log.warning("ignored a comment on %s: this bot serves %s", command.repo, repository)
         return 0
     if tracker is None:
         from bot.github_tracker import GitHubTracker
 
-        tracker = GitHubTracker.from_env(command.repo or env.get("GITHUB_REPOSITORY", ""), env)
+        tracker = GitHubTracker.from_env(repository, env)
     dispatcher = Dispatcher(runner, state_dir if state_dir is not None else default_state_dir(env))
     return dispatcher.handle(command, tracker)

@@ -1,20 +1,35 @@
-"""``bot serve``: the webhook server. Verifies GitHub's signature, drops replays, answers at once, works later.
+"""``bot serve``: the webhook server. Verifies GitHub's signature, drops replays, answers at once, works
+later.
 
-``POST /webhook`` answers 401 to an unsigned or mis-signed request, 200 ``ignored`` to a replayed delivery or
-an event that is not a new ``/bot`` comment, and 202 ``accepted`` to the rest, which a background worker then
-checks (:meth:`bot.trigger.Dispatcher.intake`) and runs, ``parallel_runs`` at a time; the issue lock keeps it
-to one run per issue.
+``POST /webhook`` answers 401 to an unsigned or mis-signed request (before reading a body that carries no
+signature), 411/400/413 to a missing, malformed or too large ``Content-Length``, 400 to a signed body that is
+not a well-formed event, 200 ``ignored`` to an event that is not a new ``/bot`` comment on the configured
+repository or whose comment was already handled, and 202 ``accepted`` to the rest, which a background worker
+then checks (:meth:`bot.trigger.Dispatcher.intake`) and runs, ``parallel_runs`` at a time; the issue lock keeps
+it to one run per issue.
+
+Replays are recognised by what the signature covers, the comment (``repository.id``, ``comment.id``,
+``action``), never by the unsigned ``X-GitHub-Delivery`` header: the same signed body under a new delivery id
+is ignored, while GitHub's redelivery of an event that was not handled yet runs.
+
+Every connection has ``request_timeout`` seconds, in all, to send its request, and at most
+``max_connections`` are served at once; the ones beyond are answered 503 and closed without a thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import io
 import json
 import logging
 import os
 import queue
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,13 +37,26 @@ from pathlib import Path
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, redact, register_secret
 from bot.tracker import Tracker
-from bot.trigger import Accepted, CommentCommand, Dispatcher, Runner, command_from_event, default_state_dir
+from bot.trigger import (
+    Accepted,
+    CommentCommand,
+    Dispatcher,
+    MalformedEvent,
+    Runner,
+    command_from_event,
+    default_state_dir,
+)
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/webhook"
-MAX_BODY_BYTES = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+# An issue_comment payload holds two bodies of at most 65,536 characters and some metadata: far below this.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_CONNECTIONS = 32
+REQUEST_TIMEOUT_S = 10.0  # GitHub sends a delivery at once, and gives up on it after 10 s
 SIGNATURE_PREFIX = "sha256="
+_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 TrackerFactory = Callable[[str], Tracker]
 
@@ -42,43 +70,67 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> bo
     return hmac.compare_digest(expected.encode(), header.encode())
 
 
-class DeliveryLog:
-    """The last ``capacity`` ``X-GitHub-Delivery`` ids, kept in a small JSON file so a restart remembers them."""
+class HandledLog:
+    """Which comments were handled, keyed ``<repository id>/<comment id>/<action>`` (all covered by the
+    signature); the last ``capacity`` keys are kept in a small JSON file so a restart remembers them.
 
-    def __init__(self, path: str | Path, capacity: int = 2000) -> None:
+    A key is claimed when its delivery is accepted and recorded once the worker has handled it; a claim
+    whose handling failed is released, so a redelivery of that event runs.
+    """
+
+    def __init__(self, path: str | Path, capacity: int = 10_000) -> None:
         self.path = Path(path)
         self.capacity = capacity
         self._lock = threading.Lock()
         try:
-            self._ids: list[str] = json.loads(self.path.read_text())[-capacity:]
+            self._keys: list[str] = json.loads(self.path.read_text())[-capacity:]
         except FileNotFoundError:
-            self._ids = []
-        self._seen = set(self._ids)
+            self._keys = []
+        self._handled = set(self._keys)
+        self._pending: set[str] = set()
 
-    def first_time(self, delivery: str) -> bool:
-        """Record ``delivery``; False when it had been seen before (a replay)."""
+    def claim(self, key: str) -> bool:
+        """Take ``key`` for handling; False when it was handled already or is being handled."""
         with self._lock:
-            if delivery in self._seen:
+            if key in self._handled or key in self._pending:
                 return False
-            self._ids.append(delivery)
-            self._seen.add(delivery)
-            if len(self._ids) > self.capacity:
-                self._seen.discard(self._ids.pop(0))
+            self._pending.add(key)
+            return True
+
+    def done(self, key: str) -> None:
+        """Record ``key`` as handled, on disk too."""
+        with self._lock:
+            self._pending.discard(key)
+            if key in self._handled:
+                return
+            self._keys.append(key)
+            self._handled.add(key)
+            if len(self._keys) > self.capacity:
+                self._handled.discard(self._keys.pop(0))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             scratch = self.path.with_suffix(".tmp")
-            scratch.write_text(json.dumps(self._ids))
+            scratch.write_text(json.dumps(self._keys))
             os.replace(scratch, self.path)
-            return True
+
+    def release(self, key: str) -> None:
+        """Give ``key`` up unhandled: a later delivery of the same event may run."""
+        with self._lock:
+            self._pending.discard(key)
 
 
 class Worker:
     """Checks accepted events one by one, then runs them on ``parallel_runs`` threads."""
 
     def __init__(
-        self, dispatcher: Dispatcher, tracker_factory: TrackerFactory, parallel_runs: int = 1
+        self,
+        dispatcher: Dispatcher,
+        tracker_factory: TrackerFactory,
+        handled: HandledLog,
+        parallel_runs: int = 1,
     ) -> None:
         self.dispatcher = dispatcher
         self.tracker_factory = tracker_factory
+        self.handled = handled
         self._incoming: queue.Queue[CommentCommand | None] = queue.Queue()
         self._runs: queue.Queue[Accepted | None] = queue.Queue()
         self._threads = [threading.Thread(target=self._intake_loop, name="bot-intake", daemon=True)]
@@ -106,7 +158,12 @@ class Worker:
                 accepted = self.dispatcher.intake(command, self.tracker_factory(command.repo))
             except Exception:
                 log.exception("could not take %s on %s#%s", command.line, command.repo, command.issue)
+                self.handled.release(command.key)
                 continue
+            try:
+                self.handled.done(command.key)
+            except OSError:
+                log.exception("could not record comment %s as handled", command.key)
             if accepted is not None:
                 self._runs.put(accepted)
         for _ in self._threads[1:]:
@@ -117,8 +174,64 @@ class Worker:
             self.dispatcher.run(accepted)
 
 
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``max_connections`` connections at once."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self._active: set[socket.socket] = set()
+        self._active_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def verify_request(self, request: socket.socket, client_address: tuple[str, int]) -> bool:
+        """Take the connection when there is room; else answer 503 (without a thread) and close it."""
+        with self._active_lock:
+            if len(self._active) < self.max_connections:
+                self._active.add(request)
+                return True
+        log.warning("%s: %s connections open already, answered 503", client_address[0], self.max_connections)
+        with contextlib.suppress(OSError):
+            request.setblocking(False)
+            request.send(_BUSY)
+        return False
+
+    def shutdown_request(self, request: socket.socket) -> None:
+        with self._active_lock:
+            self._active.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: socket.socket, client_address: tuple[str, int]) -> None:
+        """A client that went away mid-request is routine here: one log line, no traceback on stderr."""
+        log.info("%s: connection ended: %s", client_address[0], redact(sys.exc_info()[1]))
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's input that ends at ``deadline`` (raising TimeoutError) or after ``budget`` bytes (EOF)."""
+
+    def __init__(self, sock: socket.socket, deadline: float, budget: int) -> None:
+        self._sock, self._deadline, self._budget = sock, deadline, budget
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request took too long")
+        if self._budget <= 0:
+            return 0
+        self._sock.settimeout(remaining)
+        with memoryview(buffer) as view:
+            count = self._sock.recv_into(view[: min(len(view), self._budget)])
+        self._budget -= count
+        return count
+
+
 class WebhookServer:
-    """The HTTP side of ``bot serve``: ``ThreadingHTTPServer`` on ``host:port`` (0 picks a free port)."""
+    """The HTTP side of ``bot serve`` on ``host:port`` (0 picks a free port), for one ``repository``."""
 
     def __init__(
         self,
@@ -126,17 +239,24 @@ class WebhookServer:
         port: int,
         secret: str,
         worker: Worker,
-        deliveries: DeliveryLog,
+        repository: str,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> None:
         if not secret:
             raise BadInput("no webhook secret: set PERFBOT_WEBHOOK_SECRET to the secret configured on GitHub")
+        if not repository:
+            raise BadInput("no repository: set PERFBOT_REPOSITORY=owner/name (or serve from a clone of it)")
         register_secret(secret)
         install_log_redaction()
         self.worker = worker
-        self.deliveries = deliveries
+        self.repository = repository
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
         self._secret = secret
-        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _BoundedHTTPServer((host, port), _handler_for(self), max_connections)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -147,23 +267,26 @@ class WebhookServer:
         """Decide about one delivery: (HTTP status, short answer)."""
         if not verify_signature(self._secret, body, headers.get("x-hub-signature-256")):
             return 401, "invalid or missing X-Hub-Signature-256"
-        delivery = headers.get("x-github-delivery", "")
-        if not delivery:
-            return 400, "missing X-GitHub-Delivery"
-        if not self.deliveries.first_time(delivery):
-            return 200, "ignored: delivery already received"
         event = headers.get("x-github-event", "")
         if event == "ping":
             return 200, "pong"
+        if event != "issue_comment":
+            return 200, f"ignored: {event or 'no'} event"
         try:
             payload = json.loads(body)
-        except ValueError:
-            return 400, "the body is not JSON"
-        command = (
-            command_from_event(payload) if event == "issue_comment" and isinstance(payload, dict) else None
-        )
+        except (ValueError, RecursionError):
+            return 400, "malformed event: the body is not JSON"
+        try:
+            command = command_from_event(payload)
+        except MalformedEvent as error:
+            return 400, f"malformed event: {error}"
         if command is None:
             return 200, "ignored: not a new /bot comment on an issue"
+        if command.repo.lower() != self.repository.lower():
+            log.warning("ignored a comment on %s: this server serves %s", command.repo, self.repository)
+            return 200, f"ignored: this server serves {self.repository}"
+        if not self.worker.handled.claim(command.key):
+            return 200, "ignored: this comment was already handled"
         log.info("accepted %s from %s on %s#%s", command.line, command.author, command.repo, command.issue)
         self.worker.submit(command)
         return 202, "accepted"
@@ -188,24 +311,28 @@ def make_server(
     secret: str,
     runner: Runner,
     *,
+    repository: str,
     tracker_factory: TrackerFactory | None = None,
     state_dir: str | Path | None = None,
     parallel_runs: int = 1,
+    **limits: float,
 ) -> WebhookServer:
-    """A :class:`WebhookServer` wired to a :class:`Dispatcher`; trackers default to ``GitHubTracker.from_env``."""
+    """A :class:`WebhookServer` for ``repository`` wired to a :class:`Dispatcher`; trackers default to
+    ``GitHubTracker.from_env``; ``limits`` are :class:`WebhookServer`'s keywords."""
     if tracker_factory is None:
         from bot.github_tracker import GitHubTracker
 
         tracker_factory = GitHubTracker.from_env
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    worker = Worker(Dispatcher(runner, state), tracker_factory, parallel_runs)
-    return WebhookServer(host, port, secret, worker, DeliveryLog(state / "deliveries.json"))
+    handled = HandledLog(state / "handled.json")
+    worker = Worker(Dispatcher(runner, state), tracker_factory, handled, parallel_runs)
+    return WebhookServer(host, port, secret, worker, repository, **limits)
 
 
 def serve(host: str, port: int, secret: str, runner: Runner, **options: object) -> None:
     """Run the webhook server until interrupted; ``options`` as for :func:`make_server`."""
     server = make_server(host, port, secret, runner, **options)
-    log.info("listening on http://%s:%s%s", *server.address, WEBHOOK_PATH)
+    log.info("listening on http://%s:%s%s for %s", *server.address, WEBHOOK_PATH, server.repository)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -214,13 +341,30 @@ def serve(host: str, port: int, secret: str, runner: Runner, **options: object) 
 
 def _handler_for(server: WebhookServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = server.request_timeout  # per read and write; the reader also keeps a deadline in all
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()
+            deadline = time.monotonic() + server.request_timeout
+            budget = MAX_HEADER_BYTES + server.max_body_bytes
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline, budget))
+
         def do_POST(self) -> None:
             if self.path.split("?", 1)[0] != WEBHOOK_PATH:
                 return self._answer(404, "not found")
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
+            if not self.headers.get("X-Hub-Signature-256"):
+                return self._answer(401, "invalid or missing X-Hub-Signature-256")
+            if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length") is None:
+                return self._answer(411, "send the body with a Content-Length")
+            declared = self.headers["Content-Length"].strip()
+            if not (declared.isascii() and declared.isdigit() and len(declared) <= 12):
+                return self._answer(400, "Content-Length is not a byte count")
+            if int(declared) > server.max_body_bytes:
                 return self._answer(413, "payload too large")
-            body = self.rfile.read(length)
+            body = self.rfile.read(int(declared))
+            if len(body) != int(declared):
+                return self._answer(400, "the body is shorter than its Content-Length")
             headers = {key.lower(): value for key, value in self.headers.items()}
             try:
                 status, text = server.receive(headers, body)
@@ -231,9 +375,11 @@ def _handler_for(server: WebhookServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: int, text: str) -> None:
             data = (redact(text) + "\n").encode()
+            self.close_connection = True
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
 

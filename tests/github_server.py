@@ -3,15 +3,23 @@
 :class:`FakeGitHub` is a real HTTP server on 127.0.0.1 (a random port, in a thread) answering the REST
 subset the bot uses with GitHub's JSON shapes, so PyGithub talks to it unchanged with
 ``base_url=server.url``. The token decides who "you" are. Tests seed users, repositories, issues and
-comments directly, inject faults (``fail``, ``rate_limit``), and inspect the in-memory store afterwards.
+comments directly, inject faults (``fail``, ``rate_limit``, ``slow``), and inspect the in-memory store
+afterwards.
+
+:class:`GitHttpServer` serves bare repositories over git's smart HTTP protocol (``git http-backend``) on
+127.0.0.1 behind Basic authentication, and notes every process whose command line shows the token.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import os
 import re
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,7 +49,8 @@ class Fault:
     """Answer the next ``times`` requests matching ``method`` and the ``path`` pattern with ``status``.
 
     ``status=None`` drops the connection without an answer. ``after=True`` processes the request first
-    (the answer is lost on the way back, as when a proxy times out).
+    (the answer is lost on the way back, as when a proxy times out). ``delay`` (seconds) instead holds the
+    request that long, then processes and answers it as usual (the client may have given up by then).
     """
 
     method: str
@@ -51,6 +60,7 @@ class Fault:
     after: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     message: str = "Server Error"
+    delay: float = 0.0
 
     def matches(self, method: str, path: str) -> bool:
         return self.times > 0 and method == self.method and re.fullmatch(self.path, path) is not None
@@ -161,6 +171,12 @@ class FakeGitHub:
         if retry_after is not None:
             headers["Retry-After"] = str(retry_after)
         fault = Fault(method, path, status, 1, False, headers, SECONDARY_RATE_LIMIT_MESSAGE)
+        self.faults.append(fault)
+        return fault
+
+    def slow(self, method: str, path: str, seconds: float, times: int = 1) -> Fault:
+        """Hold the next ``times`` requests to ``path`` for ``seconds``, then process and answer them."""
+        fault = Fault(method, path, None, times, delay=seconds)
         self.faults.append(fault)
         return fault
 
@@ -279,6 +295,9 @@ class FakeGitHub:
             fault = next((f for f in self.faults if f.matches(method, path)), None)
             if fault:
                 fault.times -= 1
+        if fault and fault.delay:
+            time.sleep(fault.delay)
+            fault = None
         if fault and not fault.after:
             self._raise(fault)
         if user is None:
@@ -323,6 +342,7 @@ class FakeGitHub:
                 lambda i: (200, self._comment_json(self._stored(full_name, i)), {}),
             ),
             ("PATCH", r"/issues/comments/(\d+)", lambda i: self._edit_comment(full_name, i, login, payload)),
+            ("DELETE", r"/issues/comments/(\d+)", lambda i: self._delete_comment(full_name, i, login)),
             (
                 "POST",
                 r"/issues/comments/(\d+)/reactions",
@@ -384,6 +404,13 @@ class FakeGitHub:
         comment["history"].append(comment["body"])
         comment["body"] = payload["body"]
         return 200, self._comment_json(comment), {}
+
+    def _delete_comment(self, full_name: str, comment_id: str, login: str):
+        comment = self._stored(full_name, comment_id)
+        if comment["author"] != login and self.repos[full_name]["roles"].get(login) not in WRITE_ROLES:
+            raise ApiError(403, "Must have admin rights to Repository.")
+        del self.comments[comment["id"]]
+        return 204, None, {}
 
     def _react(self, full_name: str, comment_id: str, login: str, payload: dict):
         comment = self._stored(full_name, comment_id)
@@ -491,7 +518,7 @@ def _handler_for(api: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             except ApiError as error:
                 status, headers = error.status, error.headers
                 body = {"message": error.message, "documentation_url": "https://docs.github.com/rest"}
-            data = json.dumps(body).encode()
+            data = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -504,6 +531,109 @@ def _handler_for(api: FakeGitHub) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
             """Quiet: the store's ``requests`` list is the log."""
+
+    return Handler
+
+
+class GitHttpServer:
+    """Bare repositories under ``root`` served over smart HTTP on 127.0.0.1 (a random port, in a thread),
+    answering only requests that authenticate as ``x-access-token:<token>``. While it serves a request it
+    looks at every process's command line: ``leaks`` lists the ones that showed the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.root, self.token = root, token
+        credentials = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        self._expected = f"Basic {credentials}"
+        self.authorized: list[str] = []  # paths requested with the right credentials
+        self.refused = 0
+        self.leaks: list[str] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _git_handler_for(self))
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    def start(self) -> GitHttpServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def clone_url(self, full_name: str) -> str:
+        return f"{self.url}/{full_name}.git"
+
+    def look_for_leaks(self) -> None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                command_line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if self.token in command_line:
+                self.leaks.append(command_line)
+
+
+def _git_handler_for(server: GitHttpServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            server.look_for_leaks()
+            if self.headers.get("Authorization") != server._expected:
+                server.refused += 1
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            path, _, query = self.path.partition("?")
+            server.authorized.append(path)
+            body = self._body()
+            env = {
+                "PATH": os.environ.get("PATH", ""),
+                "GIT_PROJECT_ROOT": str(server.root),
+                "GIT_HTTP_EXPORT_ALL": "1",
+                "REMOTE_USER": "x-access-token",
+                "REMOTE_ADDR": "127.0.0.1",
+                "REQUEST_METHOD": self.command,
+                "PATH_INFO": path,
+                "QUERY_STRING": query,
+                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                "CONTENT_LENGTH": str(len(body)),
+                "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+            }
+            output = subprocess.run(
+                ["git", "http-backend"], input=body, env=env, capture_output=True, timeout=60, check=False
+            ).stdout
+            head, _, payload = output.partition(b"\r\n\r\n")
+            status = 200
+            self.close_connection = True
+            lines = head.decode("latin-1").split("\r\n")
+            for line in lines:
+                if line.lower().startswith("status:"):
+                    status = int(line.split(":", 1)[1].split()[0])
+            self.send_response(status)
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key and key.lower() != "status":
+                    self.send_header(key, value.strip())
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            self.rfile.readline()
+            return b"".join(chunks)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            """Quiet."""
 
     return Handler
 

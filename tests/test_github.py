@@ -26,7 +26,7 @@ from bot.init import WORKFLOW, init_repository
 from bot.redact import redact
 from bot.tracker import NOTE, PROGRESS, RESULTS
 from bot.trigger import Dispatcher, IssueLock, command_from_event, handle_event
-from bot.webhook import DeliveryLog, make_server, verify_signature
+from bot.webhook import HandledLog, make_server, verify_signature
 
 REPO = "acme/trainer"
 ISSUE = 5
@@ -35,6 +35,8 @@ OTHER_BOT_TOKEN = "other-bot-token-000"
 ROLES = {"ada": "admin", "max": "maintain", "wes": "write", "tia": "triage", "rob": "read"}
 FAST = {"backoff": 0.01, "secondary_rate_wait": 0.01, "seconds_between_writes": 0}
 COMMENTS = rf"/repos/{REPO}/issues/{ISSUE}/comments"
+REPO_ID = 4242
+PINNED = "perfbot @ git+https://github.com/acme/perfbot@" + "0123456789abcdef" * 2 + "01234567"
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def comment_event(author: str, body: str, *, action: str = "created", comment_id
             "html_url": f"https://github.example/{REPO}/issues/{ISSUE}#issuecomment-{comment_id}",
             "user": {"login": author, "type": "User"},
         },
-        "repository": {"full_name": REPO},
+        "repository": {"full_name": REPO, "id": REPO_ID},
     }
 
 
@@ -227,8 +229,8 @@ def test_pull_request_opened_once_then_refreshed(api, tracker):
 
 def test_token_never_posted_or_logged(api, tracker, caplog):
     caplog.set_level(logging.DEBUG)
-    url = tracker.push_url()
-    assert BOT_TOKEN in url  # the push URL carries it, so everything written must be redacted
+    assert BOT_TOKEN not in tracker.push_url()  # git gets it from the environment instead
+    url = f"https://x-access-token:{BOT_TOKEN}@github.example/{REPO}.git"
     api.fail("POST", COMMENTS, 500)
     tracker.upsert_comment(ISSUE, PROGRESS, f"{PROGRESS}\npushing to {url} with {BOT_TOKEN}")
     tracker.reply(ISSUE, f"git said: fatal: unable to access '{url}'")
@@ -400,7 +402,12 @@ def test_handle_event_from_actions(api, tmp_path):
     runner = RecordingRunner()
     comment = api.add_comment(REPO, ISSUE, "wes", "/bot apply --tier 1")
     event_file = tmp_path / "event.json"
-    env = {"GITHUB_EVENT_NAME": "issue_comment", "PERFBOT_TOKEN": BOT_TOKEN, "GITHUB_API_URL": api.url}
+    env = {
+        "GITHUB_EVENT_NAME": "issue_comment",
+        "PERFBOT_TOKEN": BOT_TOKEN,
+        "GITHUB_API_URL": api.url,
+        "GITHUB_REPOSITORY": REPO,
+    }
 
     event_file.write_text(
         json.dumps(comment_event("wes", "/bot apply --tier 1", comment_id=comment["id"], action="edited"))
@@ -416,7 +423,12 @@ def test_handle_event_from_actions(api, tmp_path):
     with pytest.raises(BadInput, match="GITHUB_EVENT_PATH"):
         handle_event(tmp_path / "missing.json", runner, env=env)
     with pytest.raises(BadInput, match="PERFBOT_TOKEN"):
-        handle_event(event_file, runner, state_dir=tmp_path / "state", env={"GITHUB_API_URL": api.url})
+        handle_event(
+            event_file,
+            runner,
+            state_dir=tmp_path / "state",
+            env={"GITHUB_API_URL": api.url, "GITHUB_REPOSITORY": REPO},
+        )
 
 
 # --- webhook ---------------------------------------------------------------------------------------------
@@ -433,11 +445,16 @@ def test_signature_matches_githubs_test_vector():
     assert not verify_signature("It's a Secret to Everybody", b"Hello, World!", None)
 
 
-def test_delivery_log_is_bounded_and_persisted(tmp_path):
-    log = DeliveryLog(tmp_path / "deliveries.json", capacity=3)
-    assert [log.first_time(d) for d in ("a", "b", "a", "c", "d")] == [True, True, False, True, True]
-    reloaded = DeliveryLog(tmp_path / "deliveries.json", capacity=3)
-    assert [reloaded.first_time(d) for d in ("b", "c", "d", "a")] == [False, False, False, True]
+def test_handled_log_is_bounded_and_persisted(tmp_path):
+    log = HandledLog(tmp_path / "handled.json", capacity=3)
+    assert [log.claim(k) for k in ("a", "b", "a")] == [True, True, False]  # pending counts as taken
+    log.release("b")
+    assert log.claim("b")
+    for key in ("a", "b", "c", "d"):
+        log.claim(key)
+        log.done(key)
+    reloaded = HandledLog(tmp_path / "handled.json", capacity=3)
+    assert [reloaded.claim(k) for k in ("b", "c", "d", "a")] == [False, False, False, True]
 
 
 SECRET = "webhook-secret-for-tests"
@@ -476,6 +493,7 @@ def webhook(api, tracker, tmp_path):
             0,
             SECRET,
             signalling,
+            repository=REPO,
             tracker_factory=lambda repo: tracker,
             state_dir=tmp_path / "state",
         )
@@ -506,7 +524,10 @@ def test_webhook_accepts_signed_new_comments_once(api, webhook):
 
     assert post(server.address, body, delivery="delivery-1") == (202, "accepted\n")
     assert ran.acquire(timeout=10)
-    assert post(server.address, body, delivery="delivery-1") == (200, "ignored: delivery already received\n")
+    assert post(server.address, body, delivery="delivery-1") == (
+        200,
+        "ignored: this comment was already handled\n",
+    )
     assert [r.args.tier for r in runner.requests] == [1]
     assert wait_until(lambda: api.reactions_on(comment["id"]) == ["eyes", "rocket"])
 
@@ -522,6 +543,7 @@ def test_webhook_remembers_deliveries_across_restarts(api, webhook):
 
     second = start()
     assert post(second.address, body, delivery="delivery-7")[0] == 200
+    assert post(second.address, body, delivery="delivery-8")[0] == 200  # a new delivery id changes nothing
     assert len(runner.requests) == 1
 
 
@@ -541,24 +563,20 @@ def test_webhook_refuses_read_only_users_in_the_background(api, webhook):
 
 def test_init_writes_workflow_and_tool_bot(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "trainer"\n')
-    result = init_repository(tmp_path)
+    result = init_repository(tmp_path, install=PINNED)
     assert sorted(p.name for p in result.written) == ["perfbot.yml", "pyproject.toml"]
 
     workflow = yaml.safe_load((tmp_path / WORKFLOW).read_text())
     assert workflow[True] == {"issue_comment": {"types": ["created"]}}  # YAML 1.1 reads the key `on` as True
-    assert workflow["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write"}
-    assert workflow["concurrency"] == {
-        "group": "perfbot-${{ github.event.issue.number }}",
-        "cancel-in-progress": False,
-    }
+    assert workflow["permissions"] == {}
     job = workflow["jobs"]["perfbot"]
+    assert job["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write"}
     assert job["runs-on"] == ["self-hosted", "gpu"]
     for condition in ("!github.event.issue.pull_request", "'/bot '", "author_association", '"COLLABORATOR"'):
-        assert condition in job["if"]
+        assert condition in workflow["jobs"]["gate"]["if"]
     checkout, _, run = job["steps"]
     assert checkout["with"]["fetch-depth"] == 0
     assert run["run"] == 'bot handle-event "$GITHUB_EVENT_PATH"'
-    assert set(run["env"]) == {"PERFBOT_TOKEN", "GITHUB_TOKEN"}
 
     document = tomllib.loads((tmp_path / "pyproject.toml").read_text())
     assert document["project"]["name"] == "trainer"
@@ -571,17 +589,17 @@ def test_init_keeps_what_is_there(tmp_path):
     (tmp_path / WORKFLOW).parent.mkdir(parents=True)
     (tmp_path / WORKFLOW).write_text("name: mine\n")
 
-    result = init_repository(tmp_path)
+    result = init_repository(tmp_path, install=PINNED)
     assert result.written == [] and len(result.kept) == 2
     assert pyproject.read_text() == '[tool.bot]\nsize = "gpu"\n'
     assert (tmp_path / WORKFLOW).read_text() == "name: mine\n"
-    assert init_repository(tmp_path, force=True).written == [tmp_path / WORKFLOW]
+    assert init_repository(tmp_path, install=PINNED, force=True).written == [tmp_path / WORKFLOW]
 
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    init_repository(fresh)
+    init_repository(fresh, install=PINNED)
     assert "[tool.bot]" in (fresh / "pyproject.toml").read_text()
     pyproject.write_text("[tool.bot\n")
     with pytest.raises(BadInput, match="not valid TOML"):
-        init_repository(tmp_path)
+        init_repository(tmp_path, install=PINNED)
     assert os.path.exists(tmp_path / WORKFLOW)

@@ -9,14 +9,14 @@ import git
 import pytest
 from git_repos import committed_example
 
+from bot.history import bot_commits
 from bot.progress import Progress
 from bot.trigger import handle_event, run_request
-from bot.workspace import Workspace
 
 REPO = "acme/trainer"
 ISSUE = 12
 TOKEN = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
-ENV_NAMES = {"GITHUB_EVENT_NAME": "issue_comment", "PERFBOT_TOKEN": TOKEN}
+ENV_NAMES = {"GITHUB_EVENT_NAME": "issue_comment", "PERFBOT_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPO}
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def trigger(api, tmp_path, author: str, line: str) -> tuple[int, dict]:
             "html_url": "https://github.example/c",
             "user": {"login": author, "type": "User"},
         },
-        "repository": {"full_name": REPO},
+        "repository": {"full_name": REPO, "id": api.repos[REPO]["id"]},
     }
     path = tmp_path / "event.json"
     path.write_text(json.dumps(event))
@@ -73,8 +73,8 @@ def test_write_user_runs_apply_and_the_branch_is_pushed(setup):
     remote_repo = git.Repo(remote)
     pushed = remote_repo.heads[progress.branch].commit
     assert pushed.hexsha == progress.head
-    workspace = Workspace(repo.working_tree_dir)
-    commits = workspace.bot_commits(progress.baseline)
+    assert repo.active_branch.name == "main"  # the checkout is back on the default branch
+    commits = bot_commits(repo, progress.baseline, progress.branch)
     assert [c.sha for c in commits] == [r.commit for r in landed]
     assert all(f"Bot-Issue: {ISSUE}" in repo.commit(c.sha).message for c in commits)
     assert remote_repo.heads["main"].commit.hexsha == progress.baseline  # the default branch is untouched

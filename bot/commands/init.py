@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from bot.commands import FromComment
-from bot.init import init_repository
+from bot.init import PUBLIC_REPOSITORY_WARNING, init_repository
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The repository and ``--force``."""
     parser.add_argument("path", nargs="?", default=".")
     parser.add_argument("--force", action="store_true", help="overwrite an existing workflow file")
+    parser.add_argument(
+        "--install",
+        metavar="REQUIREMENT",
+        help="what the workflow installs perfbot from, pinned: 'perfbot @ git+https://…@<commit sha>' "
+        "(default: the source this perfbot was installed from, when that is pinned)",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Write the files, saying which were written and which kept."""
-    result = init_repository(args.path, force=args.force)
+    result = init_repository(args.path, install=args.install, force=args.force)
+    print(PUBLIC_REPOSITORY_WARNING, file=sys.stderr)
     for path in result.written:
         print(f"wrote {path}")
     for path in result.kept:

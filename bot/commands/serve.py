@@ -3,24 +3,55 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from bot.commands import FromComment
 from bot.errors import BadInput
-from bot.trigger import run_request
-from bot.webhook import serve
+from bot.trigger import configured_repository, run_request
+from bot.webhook import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where to listen."""
+    """Where to listen, and the limits on connections."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help="connections served at once; more are answered 503 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        help="seconds a connection has to send its whole request (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Serve until interrupted; the secret comes from ``$PERFBOT_WEBHOOK_SECRET``."""
+    """Serve until interrupted; the secret comes from ``$PERFBOT_WEBHOOK_SECRET``, the one repository served
+    from ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
     secret = os.environ.get("PERFBOT_WEBHOOK_SECRET")
     if not secret:
         raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
-    serve(args.host, args.port, secret, run_request)
+    repository = configured_repository()
+    if repository is None:
+        raise BadInput(
+            "set PERFBOT_REPOSITORY=owner/name, or serve from a clone whose origin is that repository: "
+            "comments on any other repository are ignored"
+        )
+    if args.max_connections < 1 or args.request_timeout <= 0:
+        raise BadInput("--max-connections and --request-timeout must be positive")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(
+        args.host,
+        args.port,
+        secret,
+        run_request,
+        repository=repository,
+        max_connections=args.max_connections,
+        request_timeout=args.request_timeout,
+    )
     return 0
