@@ -13,12 +13,17 @@ from torch.utils.data import DataLoader, Dataset
 
 from model import GPT, GPTConfig
 
+# `vocab`: the data's vocabulary, what its tokenizer gives; the model's `vocab_size` may be rounded up past it.
 SIZES = {
     "tiny": dict(
-        config=GPTConfig(block_size=64, vocab_size=512, n_layer=2, n_head=2, n_embd=64), batch_size=8
+        vocab=512,
+        config=GPTConfig(block_size=64, vocab_size=512, n_layer=2, n_head=2, n_embd=64),
+        batch_size=8,
     ),
     "gpu": dict(
-        config=GPTConfig(block_size=1024, vocab_size=50257, n_layer=12, n_head=12, n_embd=768), batch_size=12
+        vocab=50257,
+        config=GPTConfig(block_size=1024, vocab_size=50257, n_layer=12, n_head=12, n_embd=768),
+        batch_size=12,
     ),
 }
 
@@ -58,7 +63,7 @@ def main():
     num_workers = args.num_workers
 
     dataset = TokenStream(
-        config.vocab_size,
+        size["vocab"],
         config.block_size,
         (args.max_steps + 1) * batch_size * (config.block_size + 1),
         args.seed,

@@ -1,0 +1,334 @@
+"""Vocabulary padding: a from-scratch model's ``vocab_size`` rounded up to a multiple of 64 (50257 → 50304).
+
+The embedding and output matmuls then have a size tensor cores tile evenly. Padded where the size is an
+integer literal that a config class of the repository holds: a class field (``vocab_size: int = 50257``),
+an ``__init__`` default, or ``vocab_size=50257`` passed to such a class.
+
+Why it is harmless, and when it is not: the extra ids never occur in the data (a tokenizer of the original
+size makes it), so their embedding rows are never looked up; their output logits enter the softmax's
+normaliser, which costs ``(padded - vocab) / padded`` of the probability mass at initialisation (0.09% for
+GPT-2, about +0.001 in the loss) and which training drives down, since they are never a target. That holds
+only if the size reaches nothing but the embedding and output layers, so every read of ``.vocab_size`` in
+the repository must be an argument of ``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other
+read (sizing the data, a tokenizer, an ``assert`` against one) is refused, as is a repository that samples from
+the logits (``generate``: a padded id could come out), a tokenizer built with the literal, and a Hugging Face
+config (``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there).
+
+Measured (``experiments/from_scratch_gpt``): the mean loss over steps 160-300 of the example GPT moved by
+-0.007 to +0.005 across three seeds, within seed noise; tier 2 because the loss is not the same number.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from optimizations.codemod import code_of, keyword, qualified_under
+from optimizations.registry import Example, Optimization, RepoContext, parse_module
+from optimizations.training_loops import PlannedCodemod
+
+FIELD = "vocab_size"
+MULTIPLE = 64
+LAYERS = ("Embedding", "Linear")
+SHAPES = ("view", "reshape")
+SAMPLERS = ("multinomial", "argmax", "topk")
+TOKENIZER_PACKAGES = ("tokenizers", "sentencepiece", "tiktoken")
+TOKENIZER_WORDS = ("token", "bpe", "wordpiece", "unigram", "sentencepiece")
+
+
+def padded(size: int) -> int:
+    """``size`` rounded up to a multiple of :data:`MULTIPLE`."""
+    return -(-size // MULTIPLE) * MULTIPLE
+
+
+def _holds_field(cls: cst.ClassDef) -> bool:
+    """The class has a ``vocab_size`` field or ``__init__`` parameter."""
+    for statement in cls.body.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets = [small.target] if isinstance(small, cst.AnnAssign) else []
+                if isinstance(small, cst.Assign):
+                    targets = [t.target for t in small.targets]
+                if any(m.matches(t, m.Name(FIELD)) for t in targets):
+                    return True
+        elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+            if any(p.name.value == FIELD for p in statement.params.params + statement.params.kwonly_params):
+                return True
+    return False
+
+
+def _int_literal(node: cst.BaseExpression | None) -> int | None:
+    return int(node.evaluated_value) if isinstance(node, cst.Integer) else None
+
+
+class _Repository:
+    """What the rest of the repository does with ``vocab_size``: config classes that hold it, reads that go
+    beyond sizing layers, and sampling from logits."""
+
+    def __init__(self, repo: RepoContext):
+        self.config_classes: set[str] = set()
+        self.problems: list[str] = []
+        for path in RepoContext(repo.root).python_files():
+            text = repo.read(path)
+            if FIELD in text or any(s in text for s in SAMPLERS):
+                self._scan(path, text)
+
+    def _scan(self, path: str, text: str) -> None:
+        wrapper = MetadataWrapper(parse_module(text, path))
+        positions = wrapper.resolve(PositionProvider)
+        parents = wrapper.resolve(ParentNodeProvider)
+        module = wrapper.module
+        for cls in m.findall(module, m.ClassDef()):
+            if _holds_field(cls):
+                self.config_classes.add(cls.name.value)
+        for node in m.findall(module, m.Attribute(attr=m.Name(FIELD))):
+            if not self._sizes_a_layer(node, parents):
+                where = f"{path}:{positions[node].start.line}"
+                self.problems.append(f"`{code_of(node)}` is read at {where} beyond sizing the layers")
+        for function in m.findall(module, m.FunctionDef()):
+            name = function.name.value
+            if name.startswith(("generate", "sample")):
+                calls = [c for c in m.findall(function, m.Call()) if _callee(c) in SAMPLERS]
+                if calls:
+                    where = f"{path}:{positions[calls[0]].start.line}"
+                    self.problems.append(
+                        f"{name}() samples from the logits at {where}: a padded id could come out"
+                    )
+
+    def _sizes_a_layer(self, node: cst.Attribute, parents) -> bool:
+        """A write (``self.vocab_size = ...``), or an argument of ``nn.Embedding``/``nn.Linear``/``.view``."""
+        up = parents[node]
+        if isinstance(up, cst.AssignTarget):
+            return True
+        while isinstance(up, (cst.Arg, cst.UnaryOperation, cst.BinaryOperation)):
+            if isinstance(up, cst.Arg):
+                call = parents[up]
+                return isinstance(call, cst.Call) and (
+                    _callee(call) in LAYERS
+                    or isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value in SHAPES
+                )
+            up = parents[up]
+        return False
+
+
+def _callee(call: cst.Call) -> str:
+    func = call.func
+    return (
+        func.attr.value
+        if isinstance(func, cst.Attribute)
+        else func.value
+        if isinstance(func, cst.Name)
+        else ""
+    )
+
+
+class _Pad(PlannedCodemod):
+    def plan(self, module: cst.Module) -> None:
+        self.repository: _Repository | None = None
+        candidates: list[tuple[cst.CSTNode, cst.Integer]] = []
+        refusals: list[tuple[cst.CSTNode, cst.Integer, str]] = []
+        for cls in self.nodes(cst.ClassDef):
+            for owner, literal in self._class_literals(cls):
+                if "token" in cls.name.value.lower():
+                    refusals.append((owner, literal, f"{cls.name.value} is a tokenizer class"))
+                else:
+                    candidates.append((owner, literal))
+        for call in self.nodes(cst.Call):
+            given = keyword(call, FIELD)
+            size = _int_literal(given.value) if given is not None else None
+            if size is None or size % MULTIPLE == 0:
+                continue
+            names = self.names(call.func)
+            callee = _callee(call)
+            if qualified_under(names, ("transformers",), (callee,)):
+                refusals.append(
+                    (
+                        call,
+                        given.value,
+                        "a Hugging Face config: use model.resize_token_embeddings("
+                        "len(tokenizer), pad_to_multiple_of=64) there",
+                    )
+                )
+            elif qualified_under(names, TOKENIZER_PACKAGES, (callee,)) or any(
+                w in callee.lower() for w in TOKENIZER_WORDS
+            ):
+                refusals.append(
+                    (call, given.value, f"`{callee}(...)` builds a tokenizer with this vocabulary")
+                )
+            elif callee in self._repository().config_classes:
+                candidates.append((given, given.value))
+        message = "vocab_size {} → {} (a multiple of 64; the extra ids never occur in the data)"
+        for owner, literal, reason in refusals:
+            size = _int_literal(literal)
+            self.refused(owner, message.format(size, padded(size)), reason)
+        if not candidates:
+            return
+        problems = self._repository().problems
+        for owner, literal in candidates:
+            size = _int_literal(literal)
+            if problems:
+                self.refused(owner, message.format(size, padded(size)), "; ".join(problems))
+                continue
+            self.replacements[literal] = lambda updated, size=size: updated.with_changes(
+                value=str(padded(size))
+            )
+            self.changed(owner, message.format(size, padded(size)))
+
+    def _repository(self) -> _Repository:
+        if self.repository is None:
+            self.repository = _Repository(self.repo)
+        return self.repository
+
+    def _class_literals(self, cls: cst.ClassDef):
+        """``(node, literal)`` for each ``vocab_size`` literal the class sets: fields and ``__init__`` defaults."""
+        for statement in cls.body.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.AnnAssign) and m.matches(small.target, m.Name(FIELD)):
+                        value = small.value
+                    elif isinstance(small, cst.Assign) and any(
+                        m.matches(t.target, m.Name(FIELD)) for t in small.targets
+                    ):
+                        value = small.value
+                    else:
+                        continue
+                    size = _int_literal(value)
+                    if size is not None and size % MULTIPLE:
+                        yield statement, value
+            elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+                for param in statement.params.params + statement.params.kwonly_params:
+                    size = _int_literal(param.default)
+                    if param.name.value == FIELD and size is not None and size % MULTIPLE:
+                        yield param, param.default
+
+
+class VocabPadding(Optimization):
+    """A from-scratch model's vocabulary size rounded up to a multiple of 64 for tensor-core-friendly matmuls."""
+
+    id = "vocab_padding"
+    title = "vocabulary size padded to a multiple of 64"
+    tier = 2
+    expected = "+5% tokens/s compiled, +40% uncompiled (example GPT, H100); loss unchanged within seed noise"
+    summary = "vocab_size=50257 → 50304 where the size only shapes the embedding and output layers"
+    scope = "model"
+    keywords = (
+        "pad the vocabulary",
+        "vocabulary padding",
+        "vocab padding",
+        "pad vocab",
+        "vocab_size",
+        "50304",
+    )
+    codemods = (_Pad,)
+    needs = (FIELD,)
+
+    examples = (
+        Example(
+            "config_field",
+            path="model.py",
+            before="""\
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50257  # GPT-2 BPE
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+""",
+            after="""\
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2 BPE
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+""",
+        ),
+        Example(
+            "config_built_in_another_file",
+            before="""\
+from model import GPTConfig
+
+SIZES = {"small": GPTConfig(n_layer=12, vocab_size=50257), "tiny": GPTConfig(n_layer=2, vocab_size=512)}
+""",
+            after="""\
+from model import GPTConfig
+
+SIZES = {"small": GPTConfig(n_layer=12, vocab_size=50304), "tiny": GPTConfig(n_layer=2, vocab_size=512)}
+""",
+            files={
+                "model.py": """\
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    n_layer: int = 12
+    vocab_size: int = 50304
+
+
+def head(config, width):
+    return nn.Linear(width, config.vocab_size)
+"""
+            },
+        ),
+        Example(
+            "already_a_multiple_of_64",
+            before="""\
+class Config:
+    vocab_size = 32000
+""",
+        ),
+        Example(
+            "refuses_size_checked_against_tokenizer",
+            before="""\
+from dataclasses import dataclass
+
+import tiktoken
+
+
+@dataclass
+class Config:
+    vocab_size: int = 50257
+
+
+def check(config):
+    assert config.vocab_size == tiktoken.get_encoding("gpt2").n_vocab
+""",
+            refusal="`config.vocab_size` is read at train.py:12",
+        ),
+        Example(
+            "refuses_hugging_face_config",
+            before="""\
+from transformers import GPT2Config
+
+config = GPT2Config(vocab_size=50257, n_layer=12)
+""",
+            refusal="resize_token_embeddings",
+        ),
+    )
