@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bot.plan import Plan, PlanItem
-from optimizations.registry import Optimization
+from optimizations.registry import Optimization, SourceCache
 
 NEAR_LINES = 3  # a site this many lines around the hinted line (or range) counts as "there"
 _RANGE = re.compile(r":(\d+)(?:\s*-\s*(\d+))?")
@@ -30,10 +30,14 @@ def hinted_lines(item: PlanItem) -> tuple[str, range] | None:
 
 
 def match_by_location(
-    plan: Plan, root: Path, optimizations: list[Optimization], exclude: tuple[str, ...] = ()
+    plan: Plan,
+    root: Path,
+    optimizations: list[Optimization],
+    exclude: tuple[str, ...] = (),
+    sources: SourceCache | None = None,
 ) -> Plan:
     """The plan with every auto-apply item that names no optimization matched to the optimizations whose
-    scan finds a changeable site where its hint points."""
+    scan finds a changeable site where its hint points (``sources``: the run's parsed files)."""
     items = []
     for item in plan.items:
         where = hinted_lines(item) if item.needs_human else None
@@ -44,7 +48,7 @@ def match_by_location(
         found = [
             (o.id, f"{path}:{site.line} is a site of {o.id} (bot scan)")
             for o in optimizations
-            for site in o.find(root, exclude, (path,))
+            for site in o.find(root, exclude, (path,), sources=sources)
             if site.applicable and site.path == path and site.line in lines
         ]
         found = list(dict(found).items())  # one reason per optimization

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bot.render import render
 from bot.scope import excluded, preflight
-from optimizations.registry import Optimization, Site, registry
+from optimizations.registry import OnStep, Optimization, Site, SourceCache, registry
 
 
 @dataclass
@@ -27,11 +27,19 @@ class Finding:
         return [s for s in self.sites if not s.applicable]
 
 
-def scan(root: Path) -> list[Finding]:
-    """Run every registered optimization's ``find`` over the repository (which must parse)."""
+def scan(root: Path, on_step: OnStep | None = None) -> list[Finding]:
+    """Run every registered optimization's ``find`` over the repository (which must parse), each file parsed
+    once for all of them; ``on_step(done, total, optimization_id)`` after each optimization."""
     exclude = excluded(root)
-    preflight(root, exclude)
-    return [Finding(o, o.find(root, exclude)) for o in registry().values()]
+    sources = SourceCache()
+    preflight(root, exclude, sources)
+    optimizations = list(registry().values())
+    findings = []
+    for done, optimization in enumerate(optimizations, start=1):
+        findings.append(Finding(optimization, optimization.find(root, exclude, sources=sources)))
+        if on_step is not None:
+            on_step(done, len(optimizations), optimization.id)
+    return findings
 
 
 def _keys():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.conventions import tool_settings
 from bot.errors import BadInput
-from optimizations.registry import RepoContext, TransformError, parse_module
+from optimizations.registry import RepoContext, SourceCache, TransformError
 
 
 def excluded(root: Path) -> tuple[str, ...]:
@@ -18,12 +18,13 @@ def excluded(root: Path) -> tuple[str, ...]:
     return tuple(globs)
 
 
-def preflight(root: Path, exclude: tuple[str, ...]) -> None:
-    """Refuse to start when a file in scope does not parse: nothing is changed, and the message names it."""
-    ctx = RepoContext(root, exclude)
+def preflight(root: Path, exclude: tuple[str, ...], sources: SourceCache | None = None) -> None:
+    """Refuse to start when a file in scope does not parse: nothing is changed, and the message names it.
+    The parses go into ``sources``, for the rest of the run to share."""
+    ctx = RepoContext(root, exclude, sources=sources)
     for path in ctx.python_files():
         try:
-            parse_module(ctx.read(path), path)
+            ctx.sources.parse(path, ctx.read(path))
         except TransformError as exc:
             raise BadInput(str(exc)) from exc
         except UnicodeDecodeError as exc:

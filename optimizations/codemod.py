@@ -11,14 +11,15 @@ where they were.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.codemod.visitors import AddImportsVisitor
+from libcst.codemod import CodemodCommand, CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from optimizations.registry import Optimization, RepoContext, Site
+from optimizations.registry import Optimization, ParsedFile, RepoContext, Site
 
 NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -232,6 +233,34 @@ def insert_after_imports(module: cst.Module, statements: Sequence[cst.BaseStatem
     return module.with_changes(body=body[:index] + placed + body[index:])
 
 
+def _is_import_line(statement: cst.BaseStatement) -> bool:
+    """One ``import``/``from ... import`` alone on a line: what ``AddImportsVisitor`` counts as the import block."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], (cst.Import, cst.ImportFrom))
+    )
+
+
+def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
+    """The imports ``context`` asks for, added by libcst's ``AddImportsVisitor`` over the module's leading
+    import block alone. The visitor reads and edits only that block (after a docstring) and the blank lines
+    before the next statement, so that statement stands in as ``pass`` and the rest of the file is spliced
+    back untouched instead of being traversed twice per codemod."""
+    body = module.body
+    end = next((i for i in range(1, len(body)) if not _is_import_line(body[i])), len(body))
+    if end == len(body):
+        return AddImportsVisitor(context).transform_module(module)
+    follower = body[end]
+    stand_in = cst.SimpleStatementLine([cst.Pass()], leading_lines=follower.leading_lines)
+    *head, moved = (
+        AddImportsVisitor(context).transform_module(module.with_changes(body=[*body[:end], stand_in])).body
+    )
+    return module.with_changes(
+        body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
+    )
+
+
 def defines(module: cst.Module, name: str) -> bool:
     """True when the module's top level assigns or defines ``name``."""
     for statement in module.body:
@@ -253,12 +282,15 @@ def defines(module: cst.Module, name: str) -> bool:
     return False
 
 
-class OptimizationCodemod(VisitorBasedCodemodCommand):
+class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
     """The codemod of one optimization over one file: the edits, and the sites it changes or refuses.
 
-    :meth:`Optimization.transform_source` constructs it as ``codemod(context, optimization, repo)``: the
-    file's path is ``context.filename``, sites carry ``optimization.id``, and ``repo`` is the repository the
-    file is in (other files to read or edit, runtime helpers to vendor).
+    A plain ``CSTTransformer``, not libcst's matcher-decoratable one: ``@m.visit``/``@m.call_if_inside``
+    decorators are not supported, as checking every node for them made each pass about four times slower.
+
+    :meth:`Optimization.transform_source` constructs it as ``codemod(context, optimization, repo)`` and runs
+    it with :meth:`transform_parsed`: the file's path is ``context.filename``, sites carry ``optimization.id``,
+    and ``repo`` is the repository the file is in (other files to read or edit, runtime helpers to vendor).
     """
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
@@ -270,10 +302,27 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         self.path = context.filename
         self.sites: list[Site] = []
         self.imported_modules: set[str] = set()
+        self.parsed: ParsedFile | None = None
+
+    def transform_parsed(self, parsed: ParsedFile) -> cst.Module:
+        """``transform_module`` over a file parsed once for the run: the metadata comes from the file's shared
+        wrapper (each provider resolved once for every codemod), not from a copy of the tree."""
+        self.parsed = parsed
+        self.context = replace(self.context, wrapper=parsed.wrapper)
+        try:
+            with self.resolve(parsed.wrapper):
+                tree = self.transform_module_impl(parsed.module)
+        finally:
+            self.context = replace(self.context, wrapper=None)
+        if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
+            tree = add_imports(self.context, tree)
+        if RemoveImportsVisitor.CONTEXT_KEY in self.context.scratch:
+            tree = RemoveImportsVisitor(self.context).transform_module(tree)
+        return tree
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         self.imported_modules = imported_modules(tree)
-        return super().transform_module_impl(tree)
+        return tree.visit(self)
 
     def need_module(self, module: str) -> None:
         """``import <module>``, unless the file already has it anywhere at module level.
@@ -289,6 +338,10 @@ class OptimizationCodemod(VisitorBasedCodemodCommand):
         target = self.repo.vendor(runtime_module, self.path)
         relative = 1 if target.startswith(".") else 0
         AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
+
+    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
+        """The file's nodes of these types, in source order, from one walk shared by every codemod."""
+        return self.parsed.nodes(*types)
 
     def names(self, node: cst.CSTNode) -> set[str]:
         """Fully qualified names a node (a call's callee, say) may refer to."""

@@ -180,6 +180,11 @@ class SettingSwitch(OptimizationCodemod):
     field_comment: ClassVar[str]  # the comment above a dataclass field this codemod adds
     flag_hint: ClassVar[str]  # the command-line flags a human adds when nothing in the repository sets it
 
+    @classmethod
+    def needs(cls) -> tuple[str, ...]:
+        """Names a file must mention for this codemod to find a site: its config classes, the argument parsers."""
+        return (*cls.configs, *(parser for _, parser in ARGUMENT_PARSERS))
+
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.scope: TrainingScope | None = None

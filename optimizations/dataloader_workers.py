@@ -3,7 +3,8 @@
 Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
 ``torch.utils.data.DataLoader(...)`` calls. The worker count is computed once per module at run time
 (``min(4, cpu_count - 1)``) so a one-core machine gets 0, and the options that torch rejects with 0 workers
-(persistent workers, a prefetch factor) are only switched on when there are workers.
+(persistent workers, a prefetch factor) are only switched on when there are workers. Memory is pinned only
+where ``torch.cuda.is_available()``: without an accelerator torch warns that pinning does nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import is_training_config
+from optimizations.hf import HF_CONFIGS, is_training_config
 from optimizations.registry import Example, Optimization, RepoContext
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
@@ -36,7 +37,7 @@ WORKERS_COMMENT = (
 # keyword -> value template, for TrainingArguments-style configs and for torch's DataLoader.
 HF_SETTINGS = {
     "dataloader_num_workers": "{workers}",
-    "dataloader_pin_memory": "True",
+    "dataloader_pin_memory": "torch.cuda.is_available()",
     "dataloader_persistent_workers": "{workers} > 0",
     "dataloader_prefetch_factor": "2 if {workers} > 0 else None",
 }
@@ -177,7 +178,7 @@ class _AddWorkers(OptimizationCodemod):
             call = replace_keyword(call, label, _setting(settings[label]))
         missing = [(k, _setting(v)) for k, v in settings.items() if keyword(call, k) is None]
         call = add_keywords(call, missing)
-        if settings is TORCH_SETTINGS:
+        if any(name in ("pin_memory", "dataloader_pin_memory") for name, _ in missing):
             self.need_module("torch")
         self.changed(original_node, message)
         self.edited = True
@@ -205,6 +206,7 @@ class DataloaderWorkers(Optimization):
     scope = "data"
     keywords = ("dataloader_num_workers", "dataloader workers", "num_workers", "dataloader_pin_memory")
     codemods = (_AddWorkers,)
+    needs = (*HF_CONFIGS, "DataLoader")
 
     examples = (
         Example(
@@ -219,13 +221,14 @@ def build(out):
             after="""\
 from trl import SFTConfig
 import os
+import torch
 
 # perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
 DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def build(out):
-    return SFTConfig(output_dir=out, packing=False, dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=True, dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    return SFTConfig(output_dir=out, packing=False, dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
 """,
         ),
         Example(
@@ -246,6 +249,7 @@ def build(cfg):
             after="""\
 import os
 import transformers as hf
+import torch
 
 # perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
 DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
@@ -256,7 +260,7 @@ def build(cfg):
         output_dir=cfg.out,  # where checkpoints go
         dataloader_num_workers=DATALOADER_WORKERS,
         bf16=True,  # H100
-        dataloader_pin_memory=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
         dataloader_persistent_workers=DATALOADER_WORKERS > 0,
         dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
     )

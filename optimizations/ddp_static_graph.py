@@ -35,7 +35,7 @@ from optimizations.codemod import (
     literal_value,
     qualified_under,
 )
-from optimizations.hf import is_training_config
+from optimizations.hf import HF_CONFIGS, is_training_config
 from optimizations.registry import Example, Optimization, RepoContext
 from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
 
@@ -302,6 +302,7 @@ class DdpStaticGraph(Optimization):
     scope = "ddp"
     keywords = ("find_unused_parameters", "static_graph", "static graph")
     codemods = (_StaticGraph,)
+    needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")
 
     examples = (
         Example(

@@ -182,6 +182,7 @@ class DpoPrecompute(Optimization):
     )
     # Where precompute is switched on, the trainers' datasets get one cache file for every rank.
     codemods = (_Precompute, _SharedCache)
+    needs = _Precompute.needs()
 
     examples = (
         Example(

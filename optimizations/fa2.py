@@ -1,27 +1,28 @@
-"""FlashAttention where it can run: ``attn_implementation`` chosen at run time instead of a fixed ``"sdpa"``.
+"""Attention picked at run time: FlashAttention 4/3/2, FlexAttention or SDPA instead of a fixed ``"sdpa"``.
 
 Targets ``from_pretrained``/``from_config`` of transformers model classes (``AutoModel*`` and concrete ones)
 and the ``model_init_kwargs`` dicts of TRL configs (which TRL hands to ``from_pretrained``). An
 ``attn_implementation`` of ``"sdpa"``/``"eager"``, or none at all, becomes a call of
 ``pick_attention_implementation`` from a vendored helper (``optimizations/runtime/attention.py``, copied
-beside the file as ``_perfbot_attention.py``). That helper returns ``"flash_attention_3"`` (Hopper) or
-``"flash_attention_2"`` (Ampere and newer) only where the package really imports, transformers accepts it,
-the weights are bf16/fp16 and the model class supports it, and what the call asked for before everywhere
-else, so the patched program runs unchanged on CPU or without ``flash-attn``.
+beside the file as ``_perfbot_attention.py``). On a CUDA GPU that helper returns the first of FlashAttention
+4, 3 and 2, FlexAttention (block-sparse masks for packed and padded batches; the usual pick where
+``flash-attn`` is not installed) and SDPA that the installed packages, transformers, the GPU, the weights'
+dtype and the model class accept (FlexAttention after a one-time probe on the GPU), else what the call asked
+for before; without a GPU it returns what the call asked for, so CPU runs are unchanged.
+``PERFBOT_ATTENTION=<name>`` forces a choice.
 
 The helper needs the model class and the checkpoint to check support (``Auto*`` classes map to a concrete
 class through the checkpoint's config): the call's own class and first argument are passed, and a first
 argument that is not a plain name is bound once with ``:=`` so that it is not evaluated twice. Refused: an
 ``attn_implementation`` set from an expression (perfbot does not guess what it holds), calls with
-``**kwargs`` that may carry one, weights loaded in float32 (FlashAttention runs in half precision only), and
-``model_init_kwargs`` whose model is not visible where the config is built or whose dtype is TRL's float32
-default.
+``**kwargs`` that may carry one, weights loaded in float32 (FlashAttention and FlexAttention are picked for
+half precision only), and ``model_init_kwargs`` whose model is not visible where the config is built or whose
+dtype is TRL's float32 default.
 """
 
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from optimizations.codemod import (
     OptimizationCodemod,
@@ -34,7 +35,7 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import MODEL_CLASS, MODEL_LOADERS, is_training_config
+from optimizations.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
 from optimizations.registry import Example, Optimization, RepoContext
 from optimizations.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 
@@ -62,8 +63,8 @@ class _PickAttention(OptimizationCodemod):
     # -- pre-pass ---------------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
-        self.used_names = {name.value for name in m.findall(node, m.Name())}
-        for call in m.findall(node, m.Call()):
+        self.used_names = {name.value for name in self.nodes(cst.Name)}
+        for call in self.nodes(cst.Call):
             if not is_training_config(self.names(call.func)):
                 continue
             argument = keyword(call, "model_init_kwargs")
@@ -168,8 +169,9 @@ class _PickAttention(OptimizationCodemod):
         dtype = dtype_arg.value if dtype_arg else None
         if reason is None and dtype is not None and self._is_float32(dtype):
             reason = (
-                f"the model is loaded in float32 (`{code_of(dtype)}`): FlashAttention runs in bf16/fp16 only; "
-                "load it in torch.bfloat16 (and train with bf16) to use it"
+                f"the model is loaded in float32 (`{code_of(dtype)}`): "
+                "FlashAttention and FlexAttention need bf16/fp16; load it in torch.bfloat16 (and train with bf16) "
+                "to use them"
             )
         if reason is not None:
             self.refused(original_node, message, reason)
@@ -239,11 +241,13 @@ class _PickAttention(OptimizationCodemod):
         dtype = entries.get("dtype", entries.get("torch_dtype"))
         if reason is None and dtype is None:
             reason = (
-                f'{TRL_DTYPE_DEFAULT}, and FlashAttention runs in bf16/fp16 only: add "dtype": "bfloat16"'
+                f"{TRL_DTYPE_DEFAULT}, and FlashAttention and FlexAttention need bf16/fp16: "
+                'add "dtype": "bfloat16"'
             )
         if reason is None and self._is_float32(dtype):
             reason = (
-                f"the model is loaded in float32 (`{code_of(dtype)}`): FlashAttention runs in bf16/fp16 only"
+                f"the model is loaded in float32 (`{code_of(dtype)}`): "
+                "FlashAttention and FlexAttention need bf16/fp16"
             )
         source = None
         if reason is None:
@@ -300,7 +304,8 @@ class _PickAttention(OptimizationCodemod):
 
 def _message(callee: str, fallback: str | None) -> str:
     otherwise = {None: "", "None": ", else transformers' default"}.get(fallback, f", else {fallback}")
-    return f"{callee}: attn_implementation picked at run time (FlashAttention 3/2 where it runs{otherwise})"
+    picked = "FlashAttention 4/3/2, FlexAttention or SDPA where it runs"
+    return f"{callee}: attn_implementation picked at run time ({picked}{otherwise})"
 
 
 def _is_dict(node: cst.BaseExpression, names) -> bool:
@@ -358,13 +363,13 @@ def _append_element(node: cst.Dict, key: cst.BaseExpression, value: cst.BaseExpr
 
 
 class FlashAttention(Optimization):
-    """FlashAttention 3/2 picked at run time where it can run; the repository's own choice everywhere else."""
+    """FlashAttention 4/3/2, FlexAttention or SDPA picked at run time; the call's own choice without a GPU."""
 
     id = "fa2"
-    title = "pick FlashAttention at run time where it can run"
+    title = "attention picked at run time: FlashAttention 4/3/2, FlexAttention or SDPA"
     tier = 1
-    expected = "+5-20% SFT tokens/s, more at long sequences"
-    summary = "attn_implementation picked at run time: FlashAttention 3/2 when installed, supported and bf16"
+    expected = "+5-50% SFT tokens/s, most on packed batches"
+    summary = "attn_implementation picked at run time: FlashAttention 4/3/2, else FlexAttention, else SDPA"
     scope = "model"
     keywords = (
         "flash_attention_2",
@@ -373,8 +378,11 @@ class FlashAttention(Optimization):
         "flash-attn",
         "fa2",
         "attn_implementation",
+        "flex attention",
+        "flexattention",
     )
     codemods = (_PickAttention,)
+    needs = (*HF_CONFIGS, *MODEL_LOADERS)
 
     examples = (
         Example(
@@ -581,7 +589,7 @@ from transformers import AutoModelForCausalLM
 def load(path):
     return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
 """,
-            refusal="FlashAttention runs in bf16/fp16 only",
+            refusal="FlashAttention and FlexAttention need bf16/fp16",
         ),
         Example(
             "refuses_attn_implementation_expression",

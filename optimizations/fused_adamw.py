@@ -46,7 +46,7 @@ class _Refused(Exception):
 
 class _Fuse(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
-        for call in m.findall(module, m.Call()):
+        for call in self.nodes(cst.Call):
             if qualified_under(self.names(call.func), ("torch.optim",), OPTIMIZERS):
                 self._plan_optimizer(call)
 
@@ -181,6 +181,7 @@ class FusedAdamW(Optimization):
     scope = "optim"
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
+    needs = OPTIMIZERS
 
     examples = (
         Example(

@@ -29,7 +29,7 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import is_training_config
+from optimizations.hf import HF_CONFIGS, is_training_config
 from optimizations.registry import Example, Optimization, RepoContext
 from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
 
@@ -173,6 +173,7 @@ class LigerGuard(Optimization):
     scope = "train"
     keywords = ("use_liger_kernel", "liger")
     codemods = (_GuardLiger,)
+    needs = HF_CONFIGS
 
     examples = (
         Example(

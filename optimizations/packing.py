@@ -95,6 +95,7 @@ class Packing(Optimization):
         "enable packing",
     )
     codemods = (_Pack,)
+    needs = _Pack.needs()
 
     examples = (
         Example(

@@ -56,7 +56,7 @@ def _is_none_pair(node: cst.BaseExpression) -> bool:
 class _Stream(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         wrapped: set[cst.CSTNode] = set()
-        for node in m.findall(module, m.Call()):
+        for node in self.nodes(cst.Call):
             names = self.names(node.func)
             if any(name.rpartition(".")[2] == TRAINER_WRAPPER for name in names) and node.args:
                 wrapped.add(node.args[0].value)
@@ -175,6 +175,7 @@ class PerLayerStepper(Optimization):
         "offload optimizer state",
     )
     codemods = (_Stream,)
+    needs = ("AdamW", "Adam", "Trainer")
 
     examples = (
         Example(

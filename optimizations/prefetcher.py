@@ -30,9 +30,15 @@ from optimizations.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.hf import is_training_config
+from optimizations.hf import HF_CONFIGS, is_training_config
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, training_loops, walk
+from optimizations.training_loops import (
+    BACKWARD,
+    NESTED_SCOPES,
+    PlannedCodemod,
+    is_method_call,
+    walk,
+)
 
 RUNTIME_MODULE = "prefetcher"
 PREFETCHER = "CudaPrefetcher"
@@ -57,10 +63,10 @@ class _Refused(Exception):
 
 class _Prefetch(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
-        for loop in training_loops(module):
+        for loop in self.training_loops():
             if isinstance(loop, cst.For):
                 self._plan_loop(loop)
-        for call in m.findall(module, m.Call()):
+        for call in self.nodes(cst.Call):
             if is_training_config(self.names(call.func)):
                 self._plan_trainer_config(call)
 
@@ -330,6 +336,7 @@ class Prefetcher(Optimization):
     scope = "data"
     keywords = ("prefetch", "cuda prefetcher", "non_blocking", "non-blocking", "h2d", "host-to-device")
     codemods = (_Prefetch,)
+    needs = (BACKWARD, *HF_CONFIGS)
 
     examples = (
         Example(

@@ -3,37 +3,44 @@
 Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
 in its own module, carrying an ``id``, a default tier, the win it is expected to bring, the phrases that name
 it in a plan, the before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
-The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where) and
-``apply`` (the edited files, ready to commit).
+The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where),
+``dry_run`` (that and the edited files) and ``apply`` (the edited files written, ready to commit).
 
 Built-in optimizations are found by importing every module of this package; third-party packages register
-theirs under the entry-point group ``bot.optimizations``.
+theirs under the entry-point group ``bot.optimizations``. :func:`listings` reads what ``bot list`` shows from
+the modules' source instead, so listing them loads no libcst (this module imports it only where it parses).
+
+One run (a scan, an apply) shares a :class:`SourceCache`: each file text is parsed, and its libcst metadata
+resolved, once for every optimization that reads it; an optimization's ``needs`` skip files it cannot change.
 """
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import importlib
 import pkgutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import metadata, resources
+from importlib import resources
 from itertools import chain
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
-import libcst as cst
-from libcst.codemod import CodemodContext
-
 if TYPE_CHECKING:
+    import libcst as cst
+
     from optimizations.codemod import OptimizationCodemod
 
 ENTRY_POINT_GROUP = "bot.optimizations"
 VENDORED_PREFIX = "_perfbot_"
 DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", "docs/*", "examples/*/.venv/*")
+
+# A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
+OnStep = Callable[[int, int, str], None]
 
 
 class TransformError(Exception):
@@ -97,14 +104,75 @@ class Change:
     def refused(self) -> list[Site]:
         return [s for s in self.sites if not s.applicable]
 
+    def write(self, root: Path) -> None:
+        """Write the edited files into the repository at ``root``."""
+        for path, text in self.files.items():
+            (Path(root) / path).parent.mkdir(parents=True, exist_ok=True)
+            (Path(root) / path).write_text(text, encoding="utf-8")
+
+
+class ParsedFile:
+    """One version of a file, parsed once, with a metadata wrapper that keeps every provider it resolves."""
+
+    def __init__(self, path: str, source: str):
+        import libcst as cst
+
+        self.path = path
+        self.source = source
+        self.module = parse_module(source, path)
+        # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
+        self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self._walked: list[cst.CSTNode] | None = None
+
+    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
+        """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
+        module is walked once for every codemod that asks."""
+        if self._walked is None:
+            self._walked, stack = [], [self.module]
+            while stack:
+                node = stack.pop()
+                self._walked.append(node)
+                stack.extend(reversed(node.children))
+        return [node for node in self._walked if isinstance(node, types)]
+
+
+class SourceCache:
+    """The files one run has parsed, by path and text: every optimization that reads a text shares its parse
+    and metadata, and a file an earlier optimization edited is parsed again in its new text. The two texts of
+    each path used last are kept (the file, and a first codemod's edit that a follow-up codemod reads)."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, list[ParsedFile]] = {}
+
+    def parse(self, path: str, source: str) -> ParsedFile:
+        """``source``, the text of ``path``, parsed; :class:`TransformError` when it does not parse."""
+        versions = self._parsed.setdefault(path, [])
+        found = next((parsed for parsed in versions if parsed.source == source), None)
+        if found is None:
+            found = ParsedFile(path, source)
+        else:
+            versions.remove(found)
+        versions[:] = [*versions[1 - self.KEEP :], found]
+        return found
+
 
 class RepoContext:
-    """The repository a transform runs over: which files are in scope, and vendoring of runtime modules."""
+    """The repository a transform runs over: which files are in scope, their parses (``sources``, shared with
+    the rest of the run when given), and vendoring of runtime modules."""
 
-    def __init__(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        root: Path,
+        exclude: tuple[str, ...] = (),
+        focus: tuple[str, ...] = (),
+        sources: SourceCache | None = None,
+    ):
         self.root = Path(root)
         self.exclude = DEFAULT_EXCLUDES + tuple(exclude)
         self.focus = tuple(focus)
+        self.sources = SourceCache() if sources is None else sources
         self.vendored: dict[str, str] = {}
         # Non-Python files a transform rewrote (a YAML config, say), by path: committed with the Python edits.
         self.edits: dict[str, str] = {}
@@ -179,6 +247,8 @@ class Optimization:
     ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
     over the previous one's output; the ones after the first are follow-ups that run only where an earlier
     one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
+    ``needs`` are words a file must contain for the codemods to find anything in it (a class or method name
+    they match): other files are skipped unparsed.
     """
 
     id: ClassVar[str]
@@ -191,31 +261,52 @@ class Optimization:
     keywords: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
+    needs: ClassVar[tuple[str, ...]] = ()
+
+    def might_apply(self, source: str) -> bool:
+        """False when a file with this text cannot have a site: it mentions none of ``needs``."""
+        return not self.needs or any(word in source for word in self.needs)
 
     def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
         """Rewrite one file; report every site looked at. Must be idempotent."""
+        from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
+
         result = FileResult(source)
         for position, codemod in enumerate(self.codemods):
             if position and not any(site.applicable for site in result.sites):
                 break
             command = codemod(CodemodContext(filename=path), self, ctx)
-            edited = command.transform_module(parse_module(result.source, path))
+            edited = command.transform_parsed(ctx.sources.parse(path, result.source))
             result = FileResult(edited.code, result.sites + command.sites)
         return result
 
-    def _run(
-        self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()
-    ) -> tuple[dict[str, str], list[Site]]:
-        ctx = RepoContext(root, exclude, focus)
+    def dry_run(
+        self,
+        root: Path,
+        exclude: tuple[str, ...] = (),
+        focus: tuple[str, ...] = (),
+        *,
+        sources: SourceCache | None = None,
+        on_step: OnStep | None = None,
+    ) -> Change:
+        """The edits and every site changed or refused, nothing written: ``files`` is empty when nothing would
+        change, and ``refused`` says why. ``focus``: only these files (paths or path suffixes, as a plan's
+        File:Line hints give them); ``sources``: the run's parses; ``on_step``: called once per file."""
+        root = Path(root)
+        ctx = RepoContext(root, exclude, focus, sources)
         files: dict[str, str] = {}
         sites: list[Site] = []
-        for path in ctx.python_files():
+        paths = ctx.python_files()
+        for done, path in enumerate(paths, start=1):
             source = ctx.read(path)
-            result = self.transform_source(source, path, ctx)
-            sites.extend(result.sites)
-            if result.source != source:
-                check_compiles(result.source, path)
-                files[path] = result.source
+            if self.might_apply(source):
+                result = self.transform_source(source, path, ctx)
+                sites.extend(result.sites)
+                if result.source != source:
+                    check_compiles(result.source, path)
+                    files[path] = result.source
+            if on_step is not None:
+                on_step(done, len(paths), path)
         for path, text in ctx.edits.items():
             if text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
@@ -223,24 +314,33 @@ class Optimization:
             for target, text in ctx.vendored.items():
                 if not (root / target).exists() or (root / target).read_text(encoding="utf-8") != text:
                     files[target] = text
-        return files, sites
-
-    def find(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()) -> list[Site]:
-        """Every site this optimization would change or refuses, without touching the repository.
-
-        ``focus``: only these files (paths or path suffixes, as a plan's File:Line hints give them).
-        """
-        return self._run(Path(root), exclude, focus)[1]
-
-    def apply(self, root: Path, exclude: tuple[str, ...] = (), focus: tuple[str, ...] = ()) -> Change | None:
-        """Write the edited files into the repository; ``None`` when there is nothing to change."""
-        files, sites = self._run(Path(root), exclude, focus)
-        if not files:
-            return None
-        for path, text in files.items():
-            (Path(root) / path).parent.mkdir(parents=True, exist_ok=True)
-            (Path(root) / path).write_text(text, encoding="utf-8")
         return Change(self.id, files, sites)
+
+    def find(
+        self,
+        root: Path,
+        exclude: tuple[str, ...] = (),
+        focus: tuple[str, ...] = (),
+        *,
+        sources: SourceCache | None = None,
+    ) -> list[Site]:
+        """Every site this optimization would change or refuses, without touching the repository."""
+        return self.dry_run(root, exclude, focus, sources=sources).sites
+
+    def apply(
+        self,
+        root: Path,
+        exclude: tuple[str, ...] = (),
+        focus: tuple[str, ...] = (),
+        *,
+        sources: SourceCache | None = None,
+    ) -> Change | None:
+        """Write the edited files into the repository; ``None`` when there is nothing to change."""
+        change = self.dry_run(root, exclude, focus, sources=sources)
+        if not change.files:
+            return None
+        change.write(root)
+        return change
 
     def matches(self, text: str) -> bool:
         """True when a plan row's text names this optimization."""
@@ -258,6 +358,8 @@ def check_compiles(source: str, path: str) -> None:
 
 def parse_module(source: str, path: str) -> cst.Module:
     """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line."""
+    import libcst as cst
+
     advice = "fix the syntax error or exclude the file with [tool.bot] exclude"
     try:
         compile(source, path, "exec", dont_inherit=True)
@@ -294,23 +396,33 @@ def _defined_in(module: ModuleType) -> list[type[Optimization]]:
     ]
 
 
-def _package_optimizations(package: str) -> Iterator[type[Optimization]]:
-    """The optimizations defined in the modules of ``package`` (sub-packages, such as ``runtime``, skipped)."""
+def _modules(package: str) -> Iterator[pkgutil.ModuleInfo]:
+    """The modules of ``package`` (sub-packages, such as ``runtime``, skipped)."""
     root = importlib.import_module(package)
     for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}."):
-        if info.ispkg:
-            continue
-        try:
-            module = importlib.import_module(info.name)
-        except Exception as exc:
-            raise RegistryError(
-                f"{info.name} does not import ({exc!r}); fix it to list the optimizations"
-            ) from exc
-        yield from _defined_in(module)
+        if not info.ispkg:
+            yield info
+
+
+def _module_optimizations(name: str) -> list[type[Optimization]]:
+    """The optimizations module ``name`` defines, imported."""
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:
+        raise RegistryError(f"{name} does not import ({exc!r}); fix it to list the optimizations") from exc
+    return _defined_in(module)
+
+
+def _package_optimizations(package: str) -> Iterator[type[Optimization]]:
+    """The optimizations defined in the modules of ``package``."""
+    for info in _modules(package):
+        yield from _module_optimizations(info.name)
 
 
 def _plugin_optimizations(group: str) -> Iterator[type[Optimization]]:
     """The optimizations third-party packages register under the entry-point ``group``."""
+    from importlib import metadata  # here: `bot --help` imports this module and needs no entry points
+
     for entry in metadata.entry_points(group=group):
         try:
             cls = entry.load()
@@ -337,6 +449,21 @@ def _checked(cls: type[Optimization]) -> type[Optimization]:
     return cls
 
 
+def _registered(entries: Iterator[tuple[str, str, object]], package: str, group: str) -> dict[str, object]:
+    """``(id, where, value)`` entries by id: two places registering one id, or none at all, is an error."""
+    found: dict[str, tuple[str, object]] = {}
+    for key, where, value in entries:
+        known, _ = found.setdefault(key, (where, value))
+        if known != where:
+            raise RegistryError(f"two optimizations register the id {key!r}: {known} and {where}; rename one")
+    if not found:
+        raise RegistryError(
+            f"no optimizations found in the {package} package or under the {group} entry points: run from a "
+            f"perfbot checkout (its root on PYTHONPATH) or `pip install perfbot`"
+        )
+    return {key: value for key, (_, value) in found.items()}
+
+
 def discover(package: str = __package__, group: str = ENTRY_POINT_GROUP) -> dict[str, Optimization]:
     """Every optimization defined in a module of ``package``, and every one registered under the entry-point
     ``group``, by id, in tier then id order.
@@ -344,19 +471,72 @@ def discover(package: str = __package__, group: str = ENTRY_POINT_GROUP) -> dict
     A new module in the package is found without reinstalling, and from a source checkout on ``PYTHONPATH``;
     entry points are for optimizations shipped in other packages.
     """
-    found: dict[str, type[Optimization]] = {}
-    for cls in chain(_package_optimizations(package), _plugin_optimizations(group)):
-        known = found.setdefault(cls.id, _checked(cls))
-        if known is not cls:
-            raise RegistryError(
-                f"two optimizations register the id {cls.id!r}: {_where(known)} and {_where(cls)}; rename one"
-            )
-    if not found:
-        raise RegistryError(
-            f"no optimizations found in the {package} package or under the {group} entry points: run from a "
-            f"perfbot checkout (its root on PYTHONPATH) or `pip install perfbot`"
-        )
+    classes = chain(_package_optimizations(package), _plugin_optimizations(group))
+    found = _registered(((cls.id, _where(cls), _checked(cls)) for cls in classes), package, group)
     return {cls.id: cls() for cls in sorted(found.values(), key=lambda cls: (cls.tier, cls.id))}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``bot list`` shows of a registered optimization."""
+
+    id: str
+    title: str
+    tier: int
+    expected: str
+    summary: str
+
+    @classmethod
+    def of(cls, optimization: type[Optimization]) -> Listing:
+        """The listing of an optimization class."""
+        return cls(*(getattr(optimization, name) for name in REQUIRED))
+
+
+def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | None:
+    """The optimizations a module defines, read from its source: classes that assign ``id`` and the other
+    listed attributes as literals. ``None`` when the module must be imported to know (no source, a computed
+    value)."""
+    path = Path(getattr(info.module_finder, "path", "")) / f"{info.name.rpartition('.')[2]}.py"
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError):
+        return None
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        values = {
+            target.id: statement.value
+            for statement in node.body
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None
+            for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+            if isinstance(target, ast.Name) and target.id in REQUIRED
+        }
+        if "id" not in values:
+            continue
+        try:
+            listing = Listing(*(ast.literal_eval(values[name]) for name in REQUIRED))
+        except (KeyError, ValueError, TypeError, SyntaxError):
+            return None
+        found.append((listing, f"{info.name}:{node.name}"))
+    return found
+
+
+def _package_listings(package: str) -> Iterator[tuple[Listing, str]]:
+    for info in _modules(package):
+        found = _literal_listings(info)
+        if found is None:
+            found = [(Listing.of(cls), _where(cls)) for cls in _module_optimizations(info.name)]
+        yield from found
+
+
+def listings(package: str = __package__, group: str = ENTRY_POINT_GROUP) -> list[Listing]:
+    """What :func:`discover` registers, as listings in tier then id order, read from the package's source
+    where the attributes are literals: no codemod (and no libcst) is imported. Plugins are loaded."""
+    plugins = ((Listing.of(_checked(cls)), _where(cls)) for cls in _plugin_optimizations(group))
+    entries = chain(_package_listings(package), plugins)
+    found = _registered(((listing.id, where, listing) for listing, where in entries), package, group)
+    return sorted(found.values(), key=lambda listing: (listing.tier, listing.id))
 
 
 @cache

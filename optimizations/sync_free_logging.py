@@ -24,13 +24,13 @@ from libcst.helpers import parse_template_expression, parse_template_statement
 from optimizations.codemod import code_of, literal_value
 from optimizations.registry import Example, Optimization
 from optimizations.training_loops import (
+    BACKWARD,
     LOOPS,
     NESTED_SCOPES,
     PlannedCodemod,
     float_of,
     is_method_call,
     loss_names,
-    training_loops,
     walk,
 )
 
@@ -53,7 +53,7 @@ class _Refused(Exception):
 class _SyncFree(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         self.materialized: set[tuple[int, str]] = set()
-        for loop in training_loops(module):
+        for loop in self.training_loops():
             losses = loss_names(loop)
             for node in walk(loop.body, NESTED_SCOPES + LOOPS):
                 loss = self._host_read_of_loss(node, losses)
@@ -233,6 +233,7 @@ class SyncFreeLogging(Optimization):
     scope = "train"
     keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
     codemods = (_SyncFree,)
+    needs = (BACKWARD,)
 
     examples = (
         Example(

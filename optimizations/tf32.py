@@ -15,7 +15,6 @@ the last digits. A file that already sets TF32 (any API) is left alone; one that
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import parse_template_expression
 
@@ -28,9 +27,9 @@ from optimizations.codemod import (
     literal_value,
     star_kwargs,
 )
-from optimizations.hf import TF32_CHECK, is_training_config
+from optimizations.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import PlannedCodemod, training_loops
+from optimizations.training_loops import BACKWARD, PlannedCodemod
 
 RUNTIME_MODULE = "gpu_flags"
 ENABLE = "enable_tf32"
@@ -56,7 +55,7 @@ class _Tf32(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         settings = dict(self._settings(module, TF32_SETTINGS))
         vendored = f"_perfbot_{RUNTIME_MODULE}.{ENABLE}"
-        calls = m.findall(module, m.Call())
+        calls = self.nodes(cst.Call)
         if any(any(name.endswith(vendored) for name in self.names(call.func)) for call in calls):
             return  # enable_tf32() is already called
         deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
@@ -64,7 +63,7 @@ class _Tf32(PlannedCodemod):
             if is_training_config(self.names(call.func)):
                 self._plan_trainer_config(call)
         functions: list[cst.CSTNode] = []
-        for loop in training_loops(module):
+        for loop in self.training_loops():
             owner = self.enclosing_body(loop)
             if all(owner is not seen for seen in functions):
                 functions.append(owner)
@@ -73,7 +72,7 @@ class _Tf32(PlannedCodemod):
 
     def _settings(self, module: cst.Module, table: dict, only_matching: bool = False):
         """``(node, matches)`` for each assignment to, or call of, a setting in ``table``."""
-        for node in m.findall(module, m.Assign() | m.Call()):
+        for node in self.nodes(cst.Assign, cst.Call):
             if isinstance(node, cst.Assign):
                 targets, value = [t.target for t in node.targets], node.value
             elif isinstance(node, cst.Call) and node.args:
@@ -158,6 +157,7 @@ class Tf32(Optimization):
     scope = "train"
     keywords = ("tf32", "tensorfloat", "allow_tf32", "fp32_precision", "cudnn.benchmark")
     codemods = (_Tf32,)
+    needs = (BACKWARD, *HF_CONFIGS)
 
     examples = (
         Example(

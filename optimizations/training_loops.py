@@ -26,6 +26,8 @@ from optimizations.codemod import NESTED_SCOPES, OptimizationCodemod, imported_m
 from optimizations.registry import Optimization, RepoContext
 
 LOOPS = (cst.For, cst.While)
+# The method a training loop calls: a file without this word has no training loop.
+BACKWARD = "backward"
 LOG_METHODS = frozenset(
     {
         "info",
@@ -57,7 +59,7 @@ def is_method_call(node: cst.CSTNode, *methods: str) -> bool:
 
 def backward_calls(loop: cst.For | cst.While) -> list[cst.Call]:
     """The ``.backward()`` calls of the loop's own body (not of nested loops or functions)."""
-    return [n for n in walk(loop.body, NESTED_SCOPES + LOOPS) if is_method_call(n, "backward")]
+    return [n for n in walk(loop.body, NESTED_SCOPES + LOOPS) if is_method_call(n, BACKWARD)]
 
 
 def training_loops(module: cst.Module) -> list[cst.For | cst.While]:
@@ -174,6 +176,9 @@ class PlannedCodemod(OptimizationCodemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         self.imported_modules = imported_modules(tree)
         self.plan(tree)
+        planned = self.replacements or self.inserted_before or self.inserted_after or self.dropped
+        if not (planned or self.runtime_imports):
+            return tree  # nothing to edit: no pass over the tree
         for runtime_module, name in sorted(self.runtime_imports):
             self.import_runtime(runtime_module, name)
         return tree.visit(self)
@@ -191,6 +196,10 @@ class PlannedCodemod(OptimizationCodemod):
         return updated
 
     # -- planning helpers ---------------------------------------------------------------------------------
+    def training_loops(self) -> list[cst.For | cst.While]:
+        """:func:`training_loops` of the module, from the file's shared node index."""
+        return [loop for loop in self.nodes(*LOOPS) if backward_calls(loop)]
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 

@@ -8,7 +8,7 @@ import json
 from bot.commands import FromComment
 from bot.render import markdown_cell
 from bot.terminal import print_table
-from optimizations.registry import registry
+from optimizations.registry import listings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Print id, default tier, expected win and summary of every registered optimization."""
-    optimizations = list(registry().values())
+    optimizations = listings()
     if comment is not None:
         rows = [
             f"| `{o.id}` | {o.tier} | {markdown_cell(o.expected)} | {markdown_cell(o.summary)} |"

@@ -1,0 +1,192 @@
+"""One parse and one metadata resolution per file text, shared by every optimization of a run; the `needs`
+pre-filter; dry runs that report refusals without a second pass; and `bot list` without libcst."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+import pytest
+from git_repos import EXAMPLE, committed_example, make_repo
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import ScopeProvider
+
+from bot.scan import scan
+from optimizations import registry as registry_module
+from optimizations.codemod import add_imports
+from optimizations.registry import Listing, SourceCache, get, listings, registry
+
+SFT = """\
+from trl import SFTConfig
+
+
+def build(out):
+    return SFTConfig(output_dir=out, packing=False)
+"""
+DPO_WITH_KWARGS = """\
+from trl import DPOConfig
+
+
+def build(overrides):
+    return DPOConfig(output_dir="out", **overrides)
+"""
+
+
+def _examples_with_sites():
+    for optimization in registry().values():
+        for example in optimization.examples:
+            if example.after is not None or example.refusal is not None:
+                yield pytest.param(optimization, example, id=f"{optimization.id}-{example.name}")
+
+
+@pytest.mark.parametrize(("optimization", "example"), list(_examples_with_sites()))
+def test_the_prefilter_admits_every_example_that_changes_or_refuses(optimization, example):
+    assert optimization.might_apply(example.before), f"{optimization.id} needs one of {optimization.needs}"
+
+
+def test_the_prefilter_skips_files_that_mention_nothing_an_optimization_needs():
+    assert not get("packing").might_apply("import torch\n")
+    assert get("packing").might_apply(SFT)
+
+
+def test_one_text_is_parsed_once_and_an_edited_text_again():
+    sources = SourceCache()
+    first = sources.parse("train.py", SFT)
+    assert sources.parse("train.py", SFT) is first
+    edited = sources.parse("train.py", SFT + "x = 1\n")
+    assert edited is not first and edited.module.code == SFT + "x = 1\n"
+    assert sources.parse("train.py", SFT) is first  # a follow-up codemod's edit does not evict the file
+    sources.parse("train.py", SFT + "x = 2\n")
+    assert (
+        sources.parse("train.py", SFT) is first and sources.parse("train.py", SFT + "x = 1\n") is not edited
+    )
+
+
+def test_a_scan_parses_each_text_once_and_resolves_its_scopes_once(tmp_path, monkeypatch):
+    committed_example(tmp_path / "repo")
+    parsed, scopes = Counter(), []
+    original_file, original_scope = registry_module.ParsedFile, ScopeProvider.__init__
+
+    def counting_file(path, source):
+        parsed[(path, source)] += 1
+        return original_file(path, source)
+
+    def counting_scope(self, *args, **kwargs):
+        scopes.append(self)
+        original_scope(self, *args, **kwargs)
+
+    monkeypatch.setattr(registry_module, "ParsedFile", counting_file)
+    monkeypatch.setattr(ScopeProvider, "__init__", counting_scope)
+    scan(tmp_path / "repo")
+    assert parsed and max(parsed.values()) == 1
+    assert 0 < len(scopes) <= len(parsed)
+
+
+def test_a_later_optimization_in_one_run_sees_the_text_an_earlier_one_wrote(tmp_path):
+    shared, separate = tmp_path / "shared", tmp_path / "separate"
+    make_repo(shared, {"train.py": SFT})
+    make_repo(separate, {"train.py": SFT})
+    sources = SourceCache()
+    for name in ("packing", "dataloader_workers", "liger_guard"):
+        get(name).apply(shared, sources=sources)
+        get(name).apply(separate)
+    assert (shared / "train.py").read_text() == (separate / "train.py").read_text()
+    assert "packing=True" in (shared / "train.py").read_text()
+    assert "DATALOADER_WORKERS" in (shared / "train.py").read_text()
+
+
+def test_a_dry_run_writes_nothing_and_says_why_it_changes_nothing(tmp_path):
+    make_repo(tmp_path, {"train.py": DPO_WITH_KWARGS, "other.py": "x = 1\n"})
+    steps = []
+    change = get("dataloader_workers").dry_run(tmp_path, on_step=lambda *step: steps.append(step))
+    assert change.files == {} and not change.applied
+    assert [s.path for s in change.refused] == ["train.py"] and "**overrides" in change.refused[0].reason
+    assert steps == [(1, 2, "other.py"), (2, 2, "train.py")]
+    assert (tmp_path / "train.py").read_text() == DPO_WITH_KWARGS
+
+
+def test_a_dry_run_then_write_is_apply(tmp_path):
+    make_repo(tmp_path / "a", {"train.py": SFT})
+    make_repo(tmp_path / "b", {"train.py": SFT})
+    change = get("packing").dry_run(tmp_path / "a")
+    assert (tmp_path / "a" / "train.py").read_text() == SFT
+    change.write(tmp_path / "a")
+    applied = get("packing").apply(tmp_path / "b")
+    assert change.files == applied.files and change.sites == applied.sites
+    assert (tmp_path / "a" / "train.py").read_text() == (tmp_path / "b" / "train.py").read_text()
+
+
+def test_scan_reports_each_optimization_as_one_step(tmp_path):
+    make_repo(tmp_path, {"train.py": SFT})
+    steps = []
+    findings = scan(tmp_path, on_step=lambda *step: steps.append(step))
+    total = len(registry())
+    assert steps == [(done, total, f.optimization.id) for done, f in enumerate(findings, start=1)]
+
+
+def test_the_shared_node_index_lists_what_findall_finds():
+    for path in sorted(EXAMPLE.glob("*.py")):
+        parsed = SourceCache().parse(path.name, path.read_text())
+        for types, matcher in (((cst.Call,), m.Call()), ((cst.For, cst.While), m.For() | m.While())):
+            assert parsed.nodes(*types) == m.findall(parsed.module, matcher), path.name
+
+
+@pytest.mark.parametrize(
+    "needed",
+    [
+        [("os", None)],
+        [("torch", None), ("_perfbot_gpu_flags", "enable_tf32")],
+        [("transformers", "AutoModel")],
+    ],
+)
+def test_adding_imports_over_the_leading_statements_equals_libcst_over_the_whole_file(needed):
+    odd = {
+        "docstring_only": '"""Doc."""\n',
+        "definition_first": "def f():\n    return 1\n\n\nimport os\n",
+        "commented_follower": '"""Doc."""\nimport sys\n# note\nX = 1\n',
+        "empty": "",
+    }
+    texts = {**{p.name: p.read_text() for p in sorted(EXAMPLE.glob("*.py"))}, **odd}
+    for path, text in texts.items():
+        module = cst.parse_module(text)
+        contexts = [CodemodContext(filename=path), CodemodContext(filename=path)]
+        for context in contexts:
+            for module_name, name in needed:
+                AddImportsVisitor.add_needed_import(context, module_name, name)
+        whole = AddImportsVisitor(contexts[1]).transform_module(module)
+        assert add_imports(contexts[0], module).code == whole.code, path
+
+
+def test_listings_read_from_source_match_the_registry():
+    assert listings() == [Listing.of(type(o)) for o in registry().values()]
+
+
+def test_listing_and_help_import_no_libcst():
+    code = (
+        "import sys; from optimizations.registry import listings; listings(); "
+        "from bot.commands import build_parser; build_parser(filled=[]).format_help(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'libcst'))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_module_whose_listing_is_computed_is_imported(tmp_path, monkeypatch):
+    package = tmp_path / "listing_computed"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "late.py").write_text(
+        "from optimizations.registry import Optimization\n\n"
+        "TIER = 2\n\n\n"
+        "class Late(Optimization):\n"
+        '    id = "late"\n    title = "late"\n    tier = TIER\n    expected = "x"\n    summary = "y"\n'
+        "    def transform_source(self, source, path, ctx):\n        raise NotImplementedError\n"
+    )
+    monkeypatch.syspath_prepend(tmp_path)
+    assert listings("listing_computed", group="no.such.group") == [Listing("late", "late", 2, "x", "y")]
