@@ -17,7 +17,7 @@ from bot.status import ItemStatus
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
-from optimizations.registry import Optimization, Site, registry
+from optimizations.registry import OnStep, Optimization, Site, SourceCache, registry
 
 
 @dataclass
@@ -102,6 +102,7 @@ class TierRun:
     rows: list[Row]
     exclude: tuple[str, ...]
     bench: BenchOptions | None = None
+    sources: SourceCache = field(default_factory=SourceCache)
 
     @classmethod
     def prepare(cls, root: Path, plan: Plan, tier: int, bench: BenchOptions | None = None) -> TierRun:
@@ -110,7 +111,8 @@ class TierRun:
         workspace = Workspace(root)
         workspace.check_ready()
         exclude = excluded(workspace.root)
-        preflight(workspace.root, exclude)
+        sources = SourceCache()
+        preflight(workspace.root, exclude, sources)
         for item in plan.tier(tier):
             hint = item.target_hint
             if hint and not (workspace.root / hint[0]).resolve().is_relative_to(workspace.root.resolve()):
@@ -118,7 +120,7 @@ class TierRun:
                     f"plan item {item.key} points at {hint[0]}, outside the repository {workspace.root}; "
                     "give paths relative to the repository root"
                 )
-        plan = match_by_location(plan, workspace.root, list(registry().values()), exclude)
+        plan = match_by_location(plan, workspace.root, list(registry().values()), exclude, sources)
         rows = plan_rows(plan, tier, registry())
         if not rows:
             raise BadInput(
@@ -126,7 +128,7 @@ class TierRun:
             )
         if bench is not None:
             bench_spec(workspace.root, bench)
-        return cls(workspace, plan, tier, rows, exclude, bench)
+        return cls(workspace, plan, tier, rows, exclude, bench, sources)
 
     def run(
         self,
@@ -135,6 +137,7 @@ class TierRun:
         *,
         push: bool = False,
         open_pr: bool = False,
+        on_step: OnStep | None = None,
     ) -> ApplyResult:
         """Apply the tier's optimizations on the work branch, one commit each, keeping the progress comment
         current; then push, benchmark and open a pull request as asked."""
@@ -166,6 +169,8 @@ class TierRun:
             sha = self._apply_row(row, known[row.optimization], issue)
             if sha:
                 commits.append(sha)
+            if on_step is not None:
+                on_step(number, len(todo), row.optimization)
 
         publish("Commits done" + (", benchmarking" if self.bench else ""))
         if pushing:
@@ -196,8 +201,9 @@ class TierRun:
         workspace = self.workspace
         focus = focus_files(self.plan, row)
         try:
-            change = optimization.apply(workspace.root, self.exclude, focus)
-            if change is not None:
+            change = optimization.dry_run(workspace.root, self.exclude, focus, sources=self.sources)
+            if change.files:
+                change.write(workspace.root)
                 tidy(workspace.root, {path: workspace.committed_text(path) for path in change.files})
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
@@ -206,10 +212,9 @@ class TierRun:
         except BaseException:  # Ctrl-C mid-edit: stop, with the tree as the last commit left it
             workspace.discard()
             raise
-        if change is None:
-            refused = [s for s in optimization.find(workspace.root, self.exclude, focus) if not s.applicable]
+        if not change.files:
             row.status = ItemStatus.NOT_APPLICABLE
-            row.note = describe_refusals(refused) or "no site in this repository"
+            row.note = describe_refusals(change.refused) or "no site in this repository"
             return None
         message = commit_message(
             optimization.scope,

@@ -10,7 +10,7 @@ from bot.commands.options import add_bench_arguments, bench_options
 from bot.conventions import issue_key
 from bot.local_tracker import LocalTracker
 from bot.sources import plan_file_of, plan_from_issue, tracker_for
-from bot.terminal import print_progress
+from bot.terminal import print_progress, progress_bar
 from bot.tracker import PROGRESS
 from bot.workspace import Workspace
 
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     job = TierRun.prepare(root, plan, args.tier, bench)
     if local_issue is not None and isinstance(tracker, LocalTracker):
         tracker.create_issue(issue, *local_issue)
-    result = job.run(tracker, issue, push=args.push, open_pr=args.pr)
+    with progress_bar(f"applying tier {args.tier}") as on_step:
+        result = job.run(tracker, issue, push=args.push, open_pr=args.pr, on_step=on_step)
     progress = result.progress
     if result.pull_request:
         print(f"pull request: {result.pull_request}")

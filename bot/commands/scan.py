@@ -9,6 +9,7 @@ from pathlib import Path
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.scan import render_plan, scan
+from bot.terminal import progress_bar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     root = Path(args.path)
     if not root.is_dir():
         raise BadInput(f"{args.path} is not a directory; pass the root of the training repository")
-    findings = scan(root)
+    with progress_bar("scanning") as on_step:
+        findings = scan(root, on_step)
     if args.plan:
         print(render_plan(root, findings), end="")
         return 0
