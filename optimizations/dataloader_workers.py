@@ -142,6 +142,15 @@ class _AddWorkers(OptimizationCodemod):
             return updated_node  # already loads with workers
         message = f"{callee}(...): {label}={WORKERS}, pinned memory, persistent workers, prefetch factor 2"
         if current is not None and literal_value(current.value) is ...:
+            pinned = settings is TORCH_SETTINGS and keyword(updated_node, "pin_memory") is None
+            if pinned and star_kwargs(updated_node) is None:
+                self.need_module("torch")
+                self.changed(
+                    original_node,
+                    f"{callee}(...): pin_memory=torch.cuda.is_available() "
+                    f"({label} from `{code_of(current.value)}` left as set)",
+                )
+                return add_keywords(updated_node, [("pin_memory", _setting(TORCH_SETTINGS["pin_memory"]))])
             self.refused(
                 original_node,
                 message,
@@ -326,6 +335,24 @@ import torch
 
 def loader(ds):
     return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=8, pin_memory=True)
+""",
+        ),
+        Example(
+            "pins_memory_when_workers_come_from_a_variable",
+            before="""\
+from torch.utils.data import DataLoader
+
+
+def loader(ds, num_workers):
+    return DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
+""",
+            after="""\
+from torch.utils.data import DataLoader
+import torch
+
+
+def loader(ds, num_workers):
+    return DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers, pin_memory=torch.cuda.is_available())
 """,
         ),
         Example(
