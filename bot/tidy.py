@@ -9,8 +9,10 @@ passes the repository's own ``ruff check`` / ``ruff format --check``.
 from __future__ import annotations
 
 import subprocess
-import sys
+from functools import cache
 from pathlib import Path
+
+from ruff.__main__ import find_ruff_bin
 
 RUFF_CONFIGS = ("ruff.toml", ".ruff.toml")
 
@@ -23,9 +25,15 @@ def uses_ruff(root: Path) -> bool:
     return pyproject.exists() and "[tool.ruff" in pyproject.read_text(encoding="utf-8")
 
 
+@cache
+def _ruff_binary() -> str:
+    """The ruff executable (run directly: a ``python -m ruff`` would start an interpreter per call)."""
+    return str(find_ruff_bin())
+
+
 def _ruff(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ruff", *args],
+        [_ruff_binary(), *args],
         cwd=root,
         input=stdin,
         capture_output=True,
