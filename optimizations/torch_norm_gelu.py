@@ -484,7 +484,7 @@ class TorchNormGelu(Optimization):
         "hand-written layer norm",
     )
     codemods = (_NormGelu,)
-    needs = ("mean", "0.044715", "erf")
+    needs = ("sqrt", ".std(", "0.044715", "erf")  # a hand-written norm divides by a root or std
 
     examples = (
         Example(
