@@ -14,7 +14,9 @@ When the repository already controls the setting (``<setting>=<expression>``), t
 the repository defines it (``.get("<setting>", False)``, ``getattr(…, False)``, a dataclass field default) or the
 site is refused for a human. Argument parsers (``HfArgumentParser``, ``TrlParser``) that fill the config from
 flags get their dataclass field defaults and their recipe YAMLs (mappings with two or more TrainingArguments
-keys) switched on, or are reported as needing a human. Settings hidden behind ``**kwargs`` are refused.
+keys) switched on, or are reported as needing a human; where a shell script launches the parser's script, the
+launch flag or the ``--config`` recipe it passes is switched instead (:mod:`optimizations.recipes`). Settings
+hidden behind ``**kwargs`` are refused.
 
 Subclasses name the setting and the config classes, the keywords that go with it, and their refusals.
 """
@@ -42,6 +44,7 @@ from optimizations.codemod import (
     star_kwargs,
 )
 from optimizations.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
+from optimizations.recipes import RecipeSetting, parser_types, switch
 from optimizations.registry import Optimization, RepoContext, Site
 from optimizations.trl_scope import CallSite, TrainingScope
 from optimizations.yaml_settings import settings, turn_on
@@ -179,6 +182,7 @@ class SettingSwitch(OptimizationCodemod):
     configs: ClassVar[tuple[str, ...]]
     field_comment: ClassVar[str]  # the comment above a dataclass field this codemod adds
     flag_hint: ClassVar[str]  # the command-line flags a human adds when nothing in the repository sets it
+    recipe_companions: ClassVar[dict[str, str]] = {}  # flags and recipe keys set together with the setting
 
     @classmethod
     def needs(cls) -> tuple[str, ...]:
@@ -207,6 +211,17 @@ class SettingSwitch(OptimizationCodemod):
     def yaml_blocked(self, siblings: dict[str, object]) -> str | None:
         """Why the setting must stay off in a YAML mapping with these keys and values."""
         return None
+
+    def recipe_setting(self) -> RecipeSetting:
+        """The setting as launch flags and recipe YAMLs spell it."""
+        return RecipeSetting(
+            self.setting,
+            "true",
+            lambda value: value is True,
+            self.recipe_companions,
+            self.field_comment,
+            self.yaml_blocked,
+        )
 
     # -- facts -----------------------------------------------------------------------------------------------
     def _imported(self, node: cst.CSTNode) -> bool:
@@ -397,12 +412,9 @@ class SettingSwitch(OptimizationCodemod):
 
     def _decide_parser(self, site: CallSite) -> None:
         """An argument parser filling one of ``configs`` (or a dataclass with the setting) from flags."""
-        given = keyword(site.call, "dataclass_types")
-        types = given.value if given else site.call.args[0].value if site.call.args else None
-        elements = [e.value for e in types.elements] if isinstance(types, (cst.Tuple, cst.List)) else [types]
         parser = code_of(site.call.func)
         parses_config = None
-        for element in filter(None, elements):
+        for element in parser_types(site.call, self.nodes(cst.Assign)):
             cls = self.scope.classes.get(element.value) if isinstance(element, cst.Name) else None
             bases = [b.value for b in cls.bases] if cls is not None else []
             if any(qualified_under(self.names(e), ("trl",), self.configs) for e in (element, *bases)):
@@ -425,6 +437,12 @@ class SettingSwitch(OptimizationCodemod):
             return
         message = f"`{parser}` fills {parses_config} from flags: {self.setting} in its recipe YAMLs"
         reason = self.blocked(None, site.function)
+        launched = (
+            None if reason else switch(self.repo, self.path, self.recipe_setting(), self.optimization.id)
+        )
+        if launched is not None:
+            self.sites.extend(launched)
+            return
         if reason is None:
             yaml_sites, already = self._turn_on_yaml(
                 lambda siblings: len(RECIPE_FIELDS & siblings.keys()) >= 2

@@ -5,6 +5,10 @@ Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
 (``min(4, cpu_count - 1)``) so a one-core machine gets 0, and the options that torch rejects with 0 workers
 (persistent workers, a prefetch factor) are only switched on when there are workers. Memory is pinned only
 where ``torch.cuda.is_available()``: without an accelerator torch warns that pinning does nothing.
+
+A script whose ``HfArgumentParser``/``TrlParser`` fills such a config from flags gets the settings where each
+shell launch of it takes them from: its ``--dataloader_num_workers`` flag or its ``--config`` recipe
+(``dataloader_num_workers: 4``, pinned memory, persistent workers; :mod:`optimizations.recipes`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import HF_CONFIGS, is_training_config
+from optimizations.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
+from optimizations.recipes import RecipeSetting, parser_types, switch
 from optimizations.registry import Example, Optimization, RepoContext
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
@@ -47,6 +52,16 @@ TORCH_SETTINGS = {
     "persistent_workers": "{workers} > 0",
     "prefetch_factor": "2 if {workers} > 0 else None",
 }
+
+
+# The same settings in launch flags and recipe YAMLs of an argument-parser script (values are fixed there).
+RECIPE_WORKERS = RecipeSetting(
+    "dataloader_num_workers",
+    "4",
+    lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
+    {"dataloader_pin_memory": "true", "dataloader_persistent_workers": "true"},
+    "# perfbot: load batches in worker processes into pinned memory.",
+)
 
 
 def _setting(template: str) -> cst.BaseExpression:
@@ -126,9 +141,26 @@ class _AddWorkers(OptimizationCodemod):
             isinstance(value, cst.Name) and value.value in self.iterable_instances
         )
 
+    def _parser(self, call: cst.Call) -> None:
+        """An argument parser filling a TrainingArguments-family config: workers where its launches set them."""
+        if not any(is_training_config(self.names(e)) for e in parser_types(call, self.nodes(cst.Assign))):
+            return
+        launched = switch(self.repo, self.path, RECIPE_WORKERS, self.optimization.id)
+        if launched is None:
+            self.refused(
+                call,
+                f"`{code_of(call.func)}` fills the config from flags: dataloader workers in its launch",
+                "no shell script launches this script: pass `--dataloader_num_workers 4 "
+                "--dataloader_pin_memory true` where the run is launched",
+            )
+        self.sites.extend(launched or [])
+
     # -- the calls -------------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         names = self.names(original_node.func)
+        if any(qualified_under(names, (package,), (parser,)) for package, parser in ARGUMENT_PARSERS):
+            self._parser(original_node)
+            return updated_node
         if is_training_config(names):
             settings, label = HF_SETTINGS, "dataloader_num_workers"
         elif qualified_under(names, ("torch.utils.data",), ("DataLoader",)):
@@ -215,7 +247,7 @@ class DataloaderWorkers(Optimization):
     scope = "data"
     keywords = ("dataloader_num_workers", "dataloader workers", "num_workers", "dataloader_pin_memory")
     codemods = (_AddWorkers,)
-    needs = (*HF_CONFIGS, "DataLoader")
+    needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
         Example(

@@ -13,8 +13,10 @@ for before; without a GPU it returns what the call asked for, so CPU runs are un
 
 The helper needs the model class and the checkpoint to check support (``Auto*`` classes map to a concrete
 class through the checkpoint's config): the call's own class and first argument are passed, and a first
-argument that is not a plain name is bound once with ``:=`` so that it is not evaluated twice. Refused: an
-``attn_implementation`` set from an expression (perfbot does not guess what it holds), calls with
+argument that is not a plain name is bound once with ``:=`` so that it is not evaluated twice. An
+``attn_implementation`` read from a name or attribute (``model_args.attn_implementation``, as TRL's scripts
+pass it) becomes the picker's fallback: the picker keeps it at run time unless it is sdpa, eager or None.
+Refused: an ``attn_implementation`` set from another expression (perfbot does not guess what it holds), calls with
 ``**kwargs`` that may carry one, weights loaded in float32 (FlashAttention and FlexAttention are picked for
 half precision only), and ``model_init_kwargs`` whose model is not visible where the config is built or whose
 dtype is TRL's float32 default.
@@ -112,6 +114,8 @@ class _PickAttention(OptimizationCodemod):
             return f'"{literal}"', None
         if isinstance(literal, str):
             return None, None
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            return code_of(current), None  # read at run time: the picker keeps any choice but sdpa/eager/None
         return None, (
             f"attn_implementation is set from `{code_of(current)}`; perfbot does not guess what it holds: "
             "choose the implementation where that value is defined"
@@ -590,6 +594,34 @@ def load(path):
     return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
 """,
             refusal="FlashAttention and FlexAttention need bf16/fp16",
+        ),
+        Example(
+            "run_time_choice_becomes_the_fallback",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(model_args):
+    return AutoModelForCausalLM.from_pretrained(
+        model_args.model_name_or_path,
+        attn_implementation=model_args.attn_implementation,
+        dtype=torch.bfloat16,
+    )
+""",
+            after="""\
+import torch
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(model_args):
+    return AutoModelForCausalLM.from_pretrained(
+        model_args.model_name_or_path,
+        attn_implementation=pick_attention_implementation(AutoModelForCausalLM, model_args.model_name_or_path, dtype=torch.bfloat16, fallback=model_args.attn_implementation),
+        dtype=torch.bfloat16,
+    )
+""",
         ),
         Example(
             "refuses_attn_implementation_expression",

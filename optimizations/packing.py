@@ -37,6 +37,7 @@ class _Pack(SettingSwitch):
     configs = ("SFTConfig",)
     field_comment = "# perfbot: pack examples into max_length rows (TRL's padding-free bfd packing)."
     flag_hint = "--packing true --packing_strategy bfd"
+    recipe_companions = {"packing_strategy": "bfd"}
 
     def companions(self, call: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
         return [] if keyword(call, "packing_strategy") is not None else [("packing_strategy", expr('"bfd"'))]

@@ -21,6 +21,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 OVERRIDE = "PERFBOT_ATTENTION"
+# What the picker may replace; any other choice the call made (``fallback``) is the user's and is kept.
+REPLACEABLE = (None, "sdpa", "eager")
 PREFERENCE = ("flash_attention_4", "flash_attention_3", "flash_attention_2", "flex_attention", "sdpa")
 HALF_PRECISION = frozenset({"float16", "bfloat16", "half"})
 # FlashAttention implementation -> (module that must import, transformers' own availability check).
@@ -75,12 +77,17 @@ def pick_attention_implementation(
     architecture named in the checkpoint's config, as TRL does); ``source`` is the checkpoint (path or hub
     id), its config or a model, read to resolve an ``Auto*`` class, a ``dtype`` of ``None``/``"auto"`` and the
     head sizes FlexAttention is probed with. ``fallback`` is what the call asked for before (``None``:
-    transformers' own default), kept without a CUDA GPU so nothing changes on CPU machines.
+    transformers' own default), kept without a CUDA GPU so nothing changes on CPU machines, and kept everywhere
+    when it is a choice other than SDPA or eager (a value read at run time, such as TRL's
+    ``model_args.attn_implementation``, that the user set to ``flash_attention_2`` say).
     """
     forced = os.environ.get(OVERRIDE, "").strip()
     if forced:
         _log_once(f"attention: {forced} ({OVERRIDE} is set)")
         return forced
+    if fallback not in REPLACEABLE:
+        _log_once(f"attention: {fallback}, as the call chose it")
+        return fallback
     capabilities = capabilities or machine_capabilities()
     if capabilities.gpu is None:
         _log_once(f"attention: {fallback or 'the default'}, as the call asked (no CUDA GPU)")

@@ -1,0 +1,272 @@
+"""Where the settings of an argument-parser script come from: the launch scripts that run it and their recipes.
+
+TRL's own scripts (``trl/scripts/sft.py``) build ``TrlParser((ScriptArguments, SFTConfig, ModelConfig))`` and
+read every setting from the command line or a ``--config recipe.yaml``; a shell script launches them
+(``accelerate launch --num_processes 1 sft.py --config recipes/sft.yaml --packing false``). A setting is then
+switched where its value really comes from: a ``--<setting> <value>`` flag of the launch line (the flag wins
+over the recipe), else the recipe YAML the line passes with ``--config`` (keys added, comments and order kept).
+
+Shell lines are read with :mod:`shlex` (line continuations joined), never run. A value the repository set on
+purpose is respected: a flag or recipe key that already turns the setting on is left alone, and a recipe whose
+``false`` carries a comment (the reason it is off) is refused for a human, quoting the comment.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import libcst as cst
+import yaml
+
+from optimizations.codemod import keyword
+from optimizations.registry import RepoContext, Site
+from optimizations.yaml_settings import add_keys, settings
+
+# Commands that run a Python training script given as a path argument.
+LAUNCHERS = ("python", "python3", "accelerate", "torchrun", "deepspeed")
+# Characters of the shell's control operators, which end a command's arguments.
+OPERATORS = ";&|"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One shell command that runs a script: where it is, its ``--flag value`` arguments, and its text span."""
+
+    path: str  # the shell script
+    line: int  # first physical line of the command
+    start: int  # character span of the command (continuations included) in the shell script
+    end: int
+    flags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def config(self) -> str | None:
+        """The recipe passed with ``--config``, relative to the repository root."""
+        return self.flags.get("config")
+
+
+@dataclass(frozen=True)
+class RecipeSetting:
+    """A setting to turn on in launch flags and recipes: its key, the value written, and what goes with it.
+
+    ``is_on`` says whether a value the repository set already turns it on; ``blocked`` why a recipe with these
+    keys and values must keep it off.
+    """
+
+    key: str
+    value: str
+    is_on: Callable[[object], bool]
+    companions: dict[str, str] = field(default_factory=dict)
+    comment: str = ""
+    blocked: Callable[[dict[str, object]], str | None] = lambda siblings: None
+
+
+def parser_types(call: cst.Call, assigns: list[cst.Assign]) -> list[cst.BaseExpression]:
+    """The dataclasses an argument parser call fills: its tuple, or the tuple a name passed to it is assigned
+    (``dataclass_types = (ScriptArguments, SFTConfig, ModelConfig)``, as TRL's scripts write it)."""
+    given = keyword(call, "dataclass_types")
+    first = call.args[0] if call.args and call.args[0].keyword is None else None
+    types = given.value if given else first.value if first else None
+    if isinstance(types, cst.Name):
+        named = [
+            a.value
+            for a in assigns
+            if isinstance(a.value, (cst.Tuple, cst.List))
+            and any(isinstance(t.target, cst.Name) and t.target.value == types.value for t in a.targets)
+        ]
+        types = named[0] if len(named) == 1 else types
+    if isinstance(types, (cst.Tuple, cst.List)):
+        return [e.value for e in types.elements]
+    return [] if types is None else [types]
+
+
+def _commands(text: str) -> list[tuple[int, int, int, str]]:
+    """``(line, start, end, command)`` for each logical line of a shell script, continuations joined."""
+    commands = []
+    pending, first_line, first_start, offset = "", 1, 0, 0
+    for number, raw in enumerate(text.splitlines(keepends=True), start=1):
+        if not pending:
+            first_line, first_start = number, offset
+        offset += len(raw)
+        body = raw.rstrip("\n")
+        if body.endswith("\\"):
+            pending += body[:-1] + " "
+            continue
+        commands.append((first_line, first_start, offset, pending + body))
+        pending = ""
+    if pending:
+        commands.append((first_line, first_start, offset, pending))
+    return commands
+
+
+def _flags(words: list[str]) -> dict[str, str]:
+    """``--key value`` and ``--key=value`` arguments; a flag followed by another flag is ``"true"``."""
+    flags: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("--"):
+            continue
+        name, equals, value = word[2:].partition("=")
+        if not equals:
+            follows = index < len(words) and not words[index].startswith("--")
+            value = words[index] if follows else "true"
+            index += follows
+        flags[name.replace("-", "_")] = value
+    return flags
+
+
+def _words(command: str) -> list[str]:
+    """The shell words of a command, control operators (``&&``, ``;``, ``|``) as words of their own."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=OPERATORS)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return []
+
+
+def launches(repo: RepoContext, script: str) -> list[Launch]:
+    """The commands of the repository's shell scripts that run ``script`` with python/accelerate/torchrun."""
+    found = []
+    for path in repo.files("*.sh"):
+        for line, start, end, command in _commands(repo.read(path)):
+            words = _words(command)
+            runs = next((i for i, w in enumerate(words) if _same_script(w, script, path)), None)
+            if runs is None or not any(PurePosixPath(w).name in LAUNCHERS for w in words[:runs]):
+                continue
+            arguments = words[runs + 1 :]
+            ends = next(
+                (i for i, w in enumerate(arguments) if w and set(w) <= set(OPERATORS)), len(arguments)
+            )
+            flags = _flags(arguments[:ends])
+            if "config" in flags:
+                flags["config"] = str(PurePosixPath(flags["config"]))
+            found.append(Launch(path, line, start, end, flags))
+    return found
+
+
+def _same_script(word: str, script: str, shell: str) -> bool:
+    """True when the shell word names ``script`` (relative to the repository root or to the shell script)."""
+    if not word.endswith(".py"):
+        return False
+    candidate = PurePosixPath(word)
+    beside = PurePosixPath(shell).parent / candidate
+    return script in (str(candidate), str(beside))
+
+
+def _flip_flag(text: str, launch: Launch, setting: RecipeSetting) -> tuple[str, int] | None:
+    """The shell text with the command's ``--<key> <false value>`` set on, plus its companions; and its line."""
+    span = text[launch.start : launch.end]
+    name = "[-_]".join(map(re.escape, setting.key.split("_")))
+    pattern = re.compile(rf"(--{name}(?:=|[ \t]+(?:\\\n[ \t]*)?))(['\"]?)([^\s'\";&|]+)\2")
+    match = pattern.search(span)
+    if match is None:
+        return None
+    extra = "".join(f" --{k} {v}" for k, v in setting.companions.items() if k not in launch.flags)
+    edited = (
+        span[: match.start(3)]
+        + setting.value
+        + span[match.end(3) : match.end()]
+        + extra
+        + span[match.end() :]
+    )
+    line = launch.line + span[: match.start()].count("\n")
+    return text[: launch.start] + edited + text[launch.end :], line
+
+
+def switch(repo: RepoContext, script: str, setting: RecipeSetting, optimization: str) -> list[Site] | None:
+    """Turn ``setting`` on where each launch of ``script`` takes it from; the sites, ``None`` without a launch."""
+    found = launches(repo, script)
+    if not found:
+        return None
+    sites: list[Site] = []
+    done: set[str] = set()
+    for launch in found:
+        message = f"{setting.key} {setting.value}" + "".join(
+            f", {k} {v}" for k, v in setting.companions.items()
+        )
+        if setting.key in launch.flags:
+            if setting.is_on(yaml_value(launch.flags[setting.key])):
+                continue
+            reason = setting.blocked({k: yaml_value(v) for k, v in launch.flags.items()})
+            flipped = _flip_flag(repo.read(launch.path), launch, setting) if reason is None else None
+            if reason is not None:
+                sites.append(
+                    Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)
+                )
+            elif flipped is not None:
+                repo.edit(launch.path, flipped[0])
+                sites.append(Site(launch.path, flipped[1], optimization, f"launch flag --{message}"))
+            continue
+        if launch.config is None or launch.config in done:
+            continue
+        done.add(launch.config)
+        sites.extend(_switch_recipe(repo, launch.config, setting, optimization))
+    return sites
+
+
+def yaml_value(text: str) -> object:
+    """A flag's value as the parsers read booleans and numbers (``false``, ``4``)."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return int(text) if text.isdigit() else text
+
+
+def _switch_recipe(repo: RepoContext, path: str, setting: RecipeSetting, optimization: str) -> list[Site]:
+    """The recipe with the setting and its companions added, or its false value switched; the site."""
+    try:
+        text = repo.read(path)
+    except OSError:
+        return [
+            Site(path, 1, optimization, f"{setting.key}: {setting.value}", False, "the recipe is missing")
+        ]
+    top = _top_keys(text)
+    current = next(
+        (
+            s
+            for s in settings(path, text, setting.key)
+            if s.siblings.keys() <= top.keys() and setting.key in top
+        ),
+        None,
+    )
+    if current is not None and setting.is_on(current.value):
+        return []
+    siblings = current.siblings if current is not None else top
+    message = f"{setting.key}: {setting.value}" + "".join(
+        f", {k}: {v}" for k, v in setting.companions.items()
+    )
+    line = current.line if current is not None else text.count("\n") + 1
+    reason = setting.blocked(siblings)
+    if reason is None and current is not None:
+        comment = text[current.end :].split("\n", 1)[0].strip()
+        if comment.startswith("#"):
+            reason = (
+                f"the recipe sets {setting.key}: {current.text} on purpose ({comment}); change it by hand"
+            )
+    if reason is not None:
+        return [Site(path, line, optimization, message, False, reason)]
+    values = {k: v for k, v in setting.companions.items() if k not in siblings}
+    if current is not None:
+        text = text[: current.start] + setting.value + text[current.end :]
+    else:
+        values = {setting.key: setting.value, **values}
+    added = add_keys(text, values, setting.comment) if values else (text, line)
+    if added is None:
+        return [Site(path, line, optimization, message, False, "the recipe is not a plain YAML mapping")]
+    repo.edit(path, added[0])
+    return [Site(path, line if current is not None else added[1], optimization, f"recipe {message}")]
+
+
+def _top_keys(text: str) -> dict[str, object]:
+    """The top-level keys and values of a recipe (empty when it is not a mapping)."""
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}

@@ -1,0 +1,194 @@
+"""Settings of TRL command-line scripts switched where they come from: launch flags and ``--config`` recipes."""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optimizations.recipes import RecipeSetting, launches, switch
+from optimizations.registry import RepoContext, get
+from optimizations.yaml_settings import add_keys
+from tests.git_repos import make_repo
+
+FIXTURE = Path(__file__).parent / "fixtures" / "trl_recipes"
+PERFBOT = Path(__file__).resolve().parents[1]
+PACKING = RecipeSetting("packing", "true", lambda v: v is True, {"packing_strategy": "bfd"}, "# pack")
+
+
+def _files(root: Path) -> dict[str, str]:
+    """The repository's files (not git's or the bot's own), by relative path."""
+    paths = (p.relative_to(root) for p in sorted(root.rglob("*")) if p.is_file())
+    return {
+        p.as_posix(): (root / p).read_text() for p in paths if not any(x.startswith(".") for x in p.parts)
+    }
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> RepoContext:
+    make_repo(tmp_path / "r", files)
+    return RepoContext(tmp_path / "r")
+
+
+def _bot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args], cwd=PERFBOT, capture_output=True, text=True, check=False
+    )
+
+
+def _only_added(before: str, after: str, allowed: set[str]) -> None:
+    """Every line of ``before`` is in ``after`` unchanged; the lines added are among ``allowed``."""
+    diff = list(difflib.ndiff(before.splitlines(), after.splitlines()))
+    assert not [line for line in diff if line.startswith("- ")]
+    assert {line[2:] for line in diff if line.startswith("+ ")} <= allowed
+
+
+def test_apply_edits_the_launch_flag_and_the_recipes_and_a_second_apply_adds_nothing(tmp_path):
+    files = _files(FIXTURE)
+    repo = make_repo(tmp_path / "copy", files)
+    first = _bot("apply", "--tier", "1", "--repo", str(tmp_path / "copy"))
+    assert first.returncode == 0, first.stdout + first.stderr
+    log = repo.git.log("--format=%(trailers:key=Bot-Optimization,valueonly)", "main..HEAD").split()
+    assert sorted(log) == ["dataloader_workers", "dpo_precompute", "packing"]
+
+    after = _files(tmp_path / "copy")
+    launch = files["scripts/launch_sft.sh"].replace(
+        "--packing false", "--packing true --packing_strategy bfd"
+    )
+    assert after["scripts/launch_sft.sh"] == launch
+    assert after["scripts/launch_dpo.sh"] == files["scripts/launch_dpo.sh"]
+    workers = {
+        "dataloader_num_workers: 4",
+        "dataloader_pin_memory: true",
+        "dataloader_persistent_workers: true",
+        "# perfbot: load batches in worker processes into pinned memory.",
+    }
+    precompute = {
+        "precompute_ref_log_probs: true",
+        "# perfbot: compute the DPO reference log-probs once, before training.",
+    }
+    _only_added(files["recipes/sft_lora.yaml"], after["recipes/sft_lora.yaml"], workers)
+    _only_added(files["recipes/dpo.yaml"], after["recipes/dpo.yaml"], workers | precompute)
+    sft, dpo = (yaml.safe_load(after[f"recipes/{n}.yaml"]) for n in ("sft_lora", "dpo"))
+    assert sft["dataloader_num_workers"] == dpo["dataloader_num_workers"] == 4
+    assert dpo["precompute_ref_log_probs"] is True and "packing" not in sft  # the flag wins over the recipe
+    assert sft["learning_rate"] == 2.0e-4 and sft["attn_implementation"] == "sdpa"
+    assert after["sft.py"] == files["sft.py"]
+
+    head = repo.head.commit.hexsha
+    second = _bot("apply", "--tier", "1", "--repo", str(tmp_path / "copy"))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert repo.head.commit.hexsha == head
+    for name in ("packing", "dataloader_workers", "dpo_precompute"):
+        assert not [s for s in get(name).find(tmp_path / "copy") if s.applicable and s.path != "dpo.py"]
+
+
+def test_scan_reports_the_recipe_and_launch_script_lines(tmp_path):
+    make_repo(tmp_path / "copy", _files(FIXTURE))
+    scanned = _bot("scan", str(tmp_path / "copy"))
+    assert scanned.returncode == 0, scanned.stderr
+    assert "scripts/launch_sft.sh:4  launch flag --packing true" in scanned.stdout
+    assert "recipes/sft_lora.yaml:29  recipe dataloader_num_workers: 4" in scanned.stdout
+    assert "recipes/dpo.yaml:25  recipe precompute_ref_log_probs: true" in scanned.stdout
+
+
+def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
+    ctx = _repo(
+        tmp_path,
+        {
+            "train/sft.py": "",
+            "run.sh": (
+                "# python train/sft.py --packing true\n"
+                "torchrun --nproc-per-node 2 \\\n  train/sft.py \\\n  --config=./recipes/a.yaml --packing False; echo --seed 1\n"
+                "python -m pip install trl\n"
+                "echo train/sft.py\n"
+            ),
+            "train/go.sh": "python3 sft.py --bf16\n",
+        },
+    )
+    found = launches(ctx, "train/sft.py")
+    assert [(f.path, f.line, f.config) for f in found] == [
+        ("run.sh", 2, "recipes/a.yaml"),
+        ("train/go.sh", 1, None),
+    ]
+    assert found[0].flags == {"config": "recipes/a.yaml", "packing": "False"}
+    assert found[1].flags == {"bf16": "true"}
+    sites = switch(ctx, "train/sft.py", PACKING, "packing")
+    assert [(s.path, s.line) for s in sites] == [("run.sh", 4)]
+    assert ctx.edits["run.sh"].endswith(
+        "--packing true --packing_strategy bfd; echo --seed 1\npython -m pip install trl\necho train/sft.py\n"
+    )
+    assert switch(ctx, "other.py", PACKING, "packing") is None
+
+
+def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_left_alone(tmp_path):
+    ctx = _repo(
+        tmp_path,
+        {
+            "sft.py": "",
+            "a.sh": "accelerate launch sft.py --config off.yaml\naccelerate launch sft.py --config on.yaml\n",
+            "off.yaml": "learning_rate: 1.0e-5\npacking: false  # eval needs one example per row\n",
+            "on.yaml": "packing: true\npacking_strategy: wrapped\n",
+        },
+    )
+    sites = switch(ctx, "sft.py", PACKING, "packing")
+    assert [(s.path, s.line, s.applicable) for s in sites] == [("off.yaml", 2, False)]
+    assert "one example per row" in sites[0].reason and not ctx.edits
+
+
+def test_a_recipe_false_without_a_comment_is_switched_and_blocked_recipes_refused(tmp_path):
+    blocked = RecipeSetting(
+        "packing",
+        "true",
+        lambda v: v is True,
+        {"packing_strategy": "bfd"},
+        blocked=lambda keys: "wrapped" if keys.get("packing_strategy") == "wrapped" else None,
+    )
+    ctx = _repo(
+        tmp_path,
+        {
+            "sft.py": "",
+            "a.sh": "python sft.py --config a.yaml\npython sft.py --config b.yaml\n",
+            "a.yaml": "lr: 1\npacking: false\n",
+            "b.yaml": "lr: 1\npacking_strategy: wrapped\n",
+        },
+    )
+    sites = switch(ctx, "sft.py", blocked, "packing")
+    assert [(s.path, s.applicable) for s in sites] == [("a.yaml", True), ("b.yaml", False)]
+    assert ctx.edits == {"a.yaml": "lr: 1\npacking: true\npacking_strategy: bfd\n"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "line"),
+    [
+        ("a: 1  # one\nb: 2\n# tail\n", "a: 1  # one\nb: 2\n# new\nx: true\n# tail\n", 4),
+        ("a: 1  # one\nb:\n  c: 2\n# tail\n", "a: 1  # one\nb:\n  c: 2\n# tail\n# new\nx: true\n", 6),
+        ("a: 1", "a: 1\n# new\nx: true\n", 3),
+    ],
+)
+def test_add_keys_appends_to_the_top_mapping_and_keeps_the_rest(text, expected, line):
+    assert add_keys(text, {"x": "true"}, "# new") == (expected, line)
+    assert add_keys("- a\n- b\n", {"x": "true"}) is None
+
+
+@pytest.mark.parametrize(
+    ("chosen", "picked"), [("flash_attention_2", "flash_attention_2"), ("eager", "flex_attention")]
+)
+def test_the_picker_keeps_a_run_time_choice_other_than_sdpa_eager_or_none(chosen, picked):
+    from optimizations.runtime.attention import PREFERENCE, Capabilities, pick_attention_implementation
+
+    gpu = Capabilities(
+        gpu=(9, 0),
+        implementations=frozenset(PREFERENCE),
+        unavailable={n: "not installed" for n in PREFERENCE[:3]},
+        probe_flex=lambda dtype, config: None,
+    )
+    from transformers import Qwen2ForCausalLM
+
+    assert (
+        pick_attention_implementation(Qwen2ForCausalLM, dtype="bfloat16", fallback=chosen, capabilities=gpu)
+        == picked
+    )
