@@ -15,6 +15,10 @@ through the global hooks alone (see :mod:`benchmarks.metrics`).
 A ``torchrun`` or ``accelerate launch`` command is run through its launcher with this wrapper on every rank, and
 the ranks' records are merged into one (:mod:`benchmarks.distributed`).
 
+A ``.perfbot-plant.json`` file in the working directory (``{"slowdown": 0.1}``) plants a known slowdown: the meter
+waits that fraction of every step (:class:`benchmarks.metrics.Meter`), and the record says so. Only the planted
+commits of ``bot calibrate`` carry one.
+
 The JSON (schema ``perfbot.run/v1``) is written atomically, also when the program fails: ``status`` is ``ok``,
 ``crashed`` (an exception or a non-zero exit, with ``error``) or ``oom`` (out of memory). The exit status is the
 program's (1 for an exception), or 2 when the command is not a Python program.
@@ -58,6 +62,7 @@ from benchmarks.status import RunStatus
 
 SCHEMA = "perfbot.run/v1"
 DEFAULT_OUT = "perfbot-metrics.json"
+PLANT_FILE = ".perfbot-plant.json"
 _PYTHON_EXECUTABLE = re.compile(r"python[0-9.]*")
 _IGNORED_INTERPRETER_FLAGS = {"-u", "-B"}
 
@@ -237,6 +242,17 @@ def run_program(program: PythonProgram, meter: Meter) -> tuple[RunStatus, str | 
     return RunStatus.OK, None, 0
 
 
+def planted_slowdown(directory: str | os.PathLike[str] = ".") -> float:
+    """The slowdown the plant file in ``directory`` asks for (0 without one); a malformed file is an error."""
+    path = Path(directory) / PLANT_FILE
+    if not path.is_file():
+        return 0.0
+    value = json.loads(path.read_text(encoding="utf-8")).get("slowdown")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 10:
+        raise CommandError(f"{path}: 'slowdown' must be a fraction between 0 and 10, got {value!r}")
+    return float(value)
+
+
 def build_record(
     meter: Meter, warmup_steps: int, status: RunStatus, error: str | None, command: Sequence[str]
 ) -> dict[str, Any]:
@@ -254,6 +270,8 @@ def build_record(
     if error is not None:
         record["error"] = error
     record.update(measured)
+    if meter.planted_slowdown:
+        record["planted_slowdown"] = meter.planted_slowdown
     record["env"] = env
     record["command"] = list(command)
     return record
@@ -365,12 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         launch = parse_launcher(command)
         program = parse_command(command) if launch is None else None
-    except (CommandError, LauncherError) as error:
+        slowdown = planted_slowdown()
+    except (CommandError, LauncherError, ValueError) as error:
         print(f"benchmarks.launch: {error}", file=sys.stderr)
         return 2
     if launch is not None:
         return run_distributed(launch, options.out, options.warmup_steps, command)
-    meter = Meter()
+    meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps)
     status, error, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, error, command)
     out = options.out

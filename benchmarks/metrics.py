@@ -28,6 +28,19 @@ The time from that point to the return of ``backward`` is reported as ``allreduc
 gradient all-reduce (plus copying the reduced buckets back into ``.grad``) that backward compute did not hide.
 It is part of the ``backward`` phase, not a phase of its own.
 
+Throughput (``tokens_per_s``, ``samples_per_s``) is the median over the measured steps of each step's count divided
+by its duration, so a straggling step (a collection pause, another tenant's burst) moves it no more than any other
+step would; ``tokens``, ``samples`` and ``step_time_s`` keep the totals and the spread.
+
+A meter made with ``planted_slowdown`` (the self-check of ``bot calibrate``; see :mod:`benchmarks.launch`) waits
+that fraction of every step's duration when the step closes, so the next step lasts that much longer: a known
+regression in an otherwise unchanged program. It waits busy (a sleep would add the CPU's wake-up to the delay);
+on CUDA it synchronises the device first, to time the step.
+
+``host_load_others`` is the share of the host's CPUs that other processes kept busy while the measured steps ran
+(:mod:`benchmarks.host`): a benchmark sharing its machine measures the other tenants too, and the statistics leave
+such runs out (:mod:`benchmarks.stats`). It is null where ``/proc`` is not readable.
+
 On CUDA every boundary records a CUDA event on the current stream (no synchronisation inside the loop; events,
 losses and token counts are resolved once, after the run), so the phases are GPU-timeline durations and
 ``data_wait`` is the GPU time between the step end and the first forward: idle waiting for the host to deliver the
@@ -67,6 +80,8 @@ from typing import Any
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from benchmarks import host
 
 PHASES = ("data_wait", "forward", "backward", "optimizer")
 _DATA_WAIT, _FORWARD, _BACKWARD, _OPTIMIZER = range(4)
@@ -256,7 +271,11 @@ def _resolve_numbers(values: Sequence[int | float | torch.Tensor]) -> list[float
 class Meter:
     """Records training steps through global torch hooks; see the module docstring for what is measured."""
 
-    def __init__(self) -> None:
+    def __init__(self, planted_slowdown: float = 0.0, load_from_step: int = 0) -> None:
+        self.planted_slowdown = planted_slowdown
+        self._plant_since = 0.0
+        self._load_from_step = load_from_step
+        self._load_start: host.Reading | None = None
         self._steps: list[_Step] = []
         self._step = _Step()
         self._started = False
@@ -456,6 +475,9 @@ class Meter:
             pad = getattr(getattr(model, "config", None), "pad_token_id", None)
             self._pad_token_id = pad if isinstance(pad, int) else None
         self._last = _Mark(self._cuda)
+        self._plant_since = self._last.host
+        if self._load_from_step == 0:
+            self._load_start = host.read()
 
     def _boundary(self, event: int) -> None:
         mark = _Mark(self._cuda)
@@ -467,6 +489,20 @@ class Meter:
         self._steps.append(self._step)
         self._step = _Step()
         self._state = _IDLE
+        if self.planted_slowdown > 0:
+            self._plant_delay()
+        if len(self._steps) == self._load_from_step:
+            self._load_start = host.read()
+
+    def _plant_delay(self) -> None:
+        """Wait ``planted_slowdown`` times the time since the previous step closed (its own wait excluded)."""
+        if self._cuda:
+            torch.cuda.synchronize(self._device)
+        now = time.perf_counter()
+        until = now + self.planted_slowdown * (now - self._plant_since)
+        while time.perf_counter() < until:  # busy: a sleeping CPU would add its wake-up to the delay
+            pass
+        self._plant_since = time.perf_counter()
 
     # -- results ------------------------------------------------------------------------------------------------
 
@@ -479,6 +515,7 @@ class Meter:
         """
         if self._started and not self._explicit and self._step.stepped:
             self._close_step()
+        load_end = host.read()
         steps = self._steps
         if self._cuda:
             torch.cuda.synchronize(self._device)
@@ -496,7 +533,7 @@ class Meter:
         saw_tokens = any(tokens[i] is not None for i in measured)
         measured_tokens = round(sum(tokens[i] or 0.0 for i in measured))
         measured_samples = round(sum(samples[i] for i in measured))
-        tokens_per_s = measured_tokens / seconds if saw_tokens and seconds > 0 else None
+        tokens_per_s = median_rate([tokens[i] for i in measured], step_ms) if saw_tokens else None
         phases = {}
         for phase_index, name in enumerate(PHASES):
             values = [phase_ms[i][phase_index] for i in measured]
@@ -543,7 +580,7 @@ class Meter:
             "tokens": measured_tokens,
             "samples": measured_samples,
             "tokens_per_s": tokens_per_s,
-            "samples_per_s": measured_samples / seconds if seconds > 0 else None,
+            "samples_per_s": median_rate([samples[i] for i in measured], step_ms),
             "step_time_s": {
                 key: (v / 1000.0 if v is not None else None) for key, v in summarize(step_ms).items()
             },
@@ -553,10 +590,14 @@ class Meter:
             },
             "allreduce_wait": allreduce_wait,
             "timing": "cuda_events" if self._cuda else "host_clock",
+            "host_load_others": host.others_share(self._load_start, load_end),
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self._device) if self._cuda else None,
             "loss": loss_curve,
             "model_params": model_params,
             "trainable_params": trainable_params,
+            "attn_implementation": getattr(
+                getattr(self._model, "config", None), "_attn_implementation", None
+            ),
             "flops_per_token": flops_per_token,
             "achieved_tflops": achieved,
             "peak_tflops": peak_tflops,
@@ -584,6 +625,12 @@ class Meter:
             loss_numbers = [next(numbers) for _ in range(n_losses)]
             losses.append(sum(loss_numbers) if loss_numbers else None)
         return tokens, samples, losses
+
+
+def median_rate(counts: Sequence[float | None], step_ms: Sequence[float]) -> float | None:
+    """The median over steps of count / step time (steps without a count or a duration left out)."""
+    rates = [c * 1000.0 / ms for c, ms in zip(counts, step_ms, strict=True) if c is not None and ms > 0]
+    return percentile(rates, 50) if rates else None
 
 
 @contextlib.contextmanager

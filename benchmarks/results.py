@@ -1,28 +1,47 @@
-"""The results of a bench run, kept as one JSON file.
+"""The results of a bench run, kept as one JSON file, and the run itself (:func:`run_bench`).
+
+A bench calibrates each workload's measured window on one run at the baseline (enough steps for the
+workload's ``min_time_s``), runs the warm-up rounds and the first ``repeats`` rounds (ABBA order, see
+:func:`benchmarks.runner.round_jobs`), then adds two rounds at a time while some effect's interval is still
+wider than the minimum effect, until it is not, the workload's ``max_repeats`` is reached, or the next two
+rounds would end after the spec's time budget. Why each workload stopped is kept in the file.
 
 The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
-items their trailers name), the workloads as run, every run (status, duration, log tail, metrics) and the
-statistical summary from :func:`benchmarks.stats.summarize`.
+items their trailers name), the workloads as run, every run (status, duration, log tail, metrics), the
+calibration and stopping of each workload, and the statistical summary from :func:`benchmarks.stats.summarize`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import socket
+import statistics
+import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import git
 
-from benchmarks.runner import ProgressCallback, Runner, RunRecord, plan_jobs
-from benchmarks.spec import BenchSpec
+from benchmarks.runner import (
+    BenchJob,
+    ProgressCallback,
+    Runner,
+    RunRecord,
+    calibration_jobs,
+    plan_jobs,
+    round_jobs,
+)
+from benchmarks.spec import DEFAULT_MIN_TIME_CPU_S, DEFAULT_MIN_TIME_GPU_S, BenchSpec, Workload
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds, summarize
 
 SCHEMA = "perfbot.results/v1"
+PRECISE, BUDGET, MAX_REPEATS = "precise", "time budget", "max repeats"
+UNMEASURABLE = "nothing to compare"  # no effect has runs on both sides: more rounds cannot help
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,11 @@ class CommitInfo:
     subject: str
     optimization: str | None = None
     plan_items: list[str] = field(default_factory=list)
+
+    def label(self, first: bool) -> str:
+        """What the commit is, in a table: ``baseline`` for the first revision measured, else its
+        optimization, else its subject."""
+        return "baseline" if first else self.optimization or self.subject
 
 
 @dataclass
@@ -51,6 +75,8 @@ class Results:
     size: str
     seed: int
     thresholds: dict[str, float]
+    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopping: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document."""
@@ -68,6 +94,8 @@ class Results:
             "size": self.size,
             "seed": self.seed,
             "thresholds": self.thresholds,
+            "calibration": self.calibration,
+            "stopping": self.stopping,
         }
 
     @classmethod
@@ -88,6 +116,8 @@ class Results:
             size=data["size"],
             seed=data["seed"],
             thresholds=data["thresholds"],
+            calibration=data.get("calibration", {}),
+            stopping=data.get("stopping", {}),
         )
 
     def save(self, path: Path | str) -> Path:
@@ -118,6 +148,8 @@ def build_results(
     finished_at: str,
     device: str | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    calibration: dict[str, dict[str, Any]] | None = None,
+    stopping: dict[str, dict[str, Any]] | None = None,
 ) -> Results:
     """Assemble the results of finished runs and compute their summary; ``commits`` is baseline first.
 
@@ -135,6 +167,7 @@ def build_results(
                 "steps": workload.steps,
                 "warmup_steps": workload.warmup_steps,
                 "repeats": workload.repeats,
+                "max_repeats": workload.max_repeats,
                 "command": workload.render(spec.size, spec.seed),
             }
             for name, workload in spec.workloads.items()
@@ -147,7 +180,36 @@ def build_results(
         size=spec.size,
         seed=spec.seed,
         thresholds=asdict(thresholds),
+        calibration=dict(calibration or {}),
+        stopping=dict(stopping or {}),
     )
+
+
+def calibrate(workload: Workload, record: RunRecord | None) -> tuple[Workload, dict[str, Any]]:
+    """The workload with enough steps that its measured ones last ``min_time_s`` (10 s on a GPU, 3 s on CPU
+    when it sets none) at the step time ``record`` measured, and what was found. Never fewer steps than asked."""
+    found: dict[str, Any] = {"steps_asked": workload.steps, "steps": workload.steps, "min_time_s": None}
+    metrics = record.metrics if record is not None and record.ok else None
+    if metrics is None:
+        found["note"] = f"calibration run {record.status if record else 'missing'}; steps as configured"
+        return workload, found
+    on_gpu = metrics.get("timing") == "cuda_events"
+    wanted = workload.min_time_s
+    if wanted is None:
+        wanted = DEFAULT_MIN_TIME_GPU_S if on_gpu else DEFAULT_MIN_TIME_CPU_S
+    step_s = (metrics.get("step_time_s") or {}).get("median")
+    found.update(min_time_s=wanted, step_time_s=step_s, device="GPU" if on_gpu else "CPU")
+    if not wanted:
+        found["note"] = "no minimum measured time asked; steps as configured"
+        return workload, found
+    if not isinstance(step_s, int | float) or step_s <= 0:
+        found["note"] = "the calibration run reported no step time; steps as configured"
+        return workload, found
+    steps = max(workload.steps, workload.warmup_steps + math.ceil(wanted / step_s))
+    found.update(
+        steps=steps, note=f"{step_s * 1000:.3g} ms per step: {steps} steps for ≥ {wanted:g} s measured"
+    )
+    return replace(workload, steps=steps), found
 
 
 def run_bench(
@@ -158,11 +220,53 @@ def run_bench(
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     progress: ProgressCallback | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Results:
-    """Benchmark ``commits`` (baseline first) with ``runner`` and return the results (not yet saved)."""
-    jobs = plan_jobs(spec, [commit.sha for commit in commits])
-    started_at = _now()
-    runs = [run for run in runner.run(jobs, progress) if run.repeat >= 0]  # warm-up rounds are not measured
+    """Benchmark ``commits`` (baseline first) with ``runner`` and return the results (not yet saved): calibrate,
+    warm up, measure the first rounds, then add rounds as the module docstring says."""
+    shas = [commit.sha for commit in commits]
+    started_at, started = _now(), clock()
+    batches = _Batches(runner, progress)
+    spec, calibration = _calibrated(spec, shas[0], batches)
+    runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
+    rounds = {name: workload.repeats for name, workload in spec.workloads.items()}
+    stopping: dict[str, dict[str, Any]] = {}
+    while True:
+        summary = summarize(shas, spec.workloads, runs, thresholds)
+        pending = []
+        for name, workload in spec.workloads.items():
+            if name in stopping:
+                continue
+            if not summary[name]["imprecise"]:
+                stopping[name] = {"reason": PRECISE if _any_effect(summary[name]) else UNMEASURABLE}
+            elif rounds[name] + 2 > workload.max_repeats:
+                stopping[name] = {"reason": MAX_REPEATS}
+            else:
+                pending.append(name)
+        if pending and clock() - started + _two_rounds_s(runs, pending, len(shas)) > spec.time_budget_s:
+            stopping.update({name: {"reason": BUDGET} for name in pending})
+            pending = []
+        if not pending:
+            break
+        runs += batches.run(
+            [
+                job
+                for k in (0, 1)
+                for name in pending
+                for job in round_jobs(spec, shas, rounds[name] + k, [name])
+            ]
+        )
+        for name in pending:
+            rounds[name] += 2
+    spent = clock() - started
+    for name, stop in stopping.items():
+        stop.update(
+            rounds=summary[name]["rounds"],
+            imprecise=summary[name]["imprecise"],
+            spent_s=round(spent, 1),
+            budget_s=spec.time_budget_s,
+        )
+        calibration[name]["window_s"] = _median_window(runs, name)
     return build_results(
         repo,
         spec,
@@ -172,7 +276,85 @@ def run_bench(
         finished_at=_now(),
         device=runner.device,
         thresholds=thresholds,
+        calibration=calibration,
+        stopping=stopping,
     )
+
+
+class _Batches:
+    """Runs batches of jobs on one runner, reporting progress over all of them."""
+
+    def __init__(self, runner: Runner, progress: ProgressCallback | None):
+        self.runner, self.progress, self.done = runner, progress, 0
+
+    def run(self, jobs: list[BenchJob]) -> list[RunRecord]:
+        before = self.done
+
+        def report(done: int, total: int, record: RunRecord) -> None:
+            self.progress(before + done, before + total, record)
+
+        records = self.runner.run(jobs, report if self.progress else None)
+        self.done += len(jobs)
+        return records
+
+
+def _calibrated(spec: BenchSpec, baseline: str, batches: _Batches) -> tuple[BenchSpec, dict[str, dict]]:
+    """The spec with calibrated steps, and the calibration of each workload. A first run per workload at the
+    baseline (none when it asks for no minimum time) gives the step time; when its measured steps lasted under
+    half the minimum time, a second run with the steps found measures the step time again (a short first run
+    is mostly warm-up)."""
+    workloads = dict(spec.workloads)
+    calibration = {
+        name: {"steps_asked": w.steps, "steps": w.steps, "min_time_s": 0} for name, w in workloads.items()
+    }
+    asked = {name: w for name, w in workloads.items() if w.min_time_s != 0}
+    for attempt in (1, 2):
+        if not asked:
+            break
+        jobs = calibration_jobs(replace(spec, workloads={n: workloads[n] for n in asked}), baseline)
+        records = {record.workload: record for record in batches.run(jobs)}
+        again = {}
+        for name, original in asked.items():
+            workloads[name], calibration[name] = calibrate(original, records.get(name))
+            calibration[name]["runs"] = attempt
+            window = ((records.get(name) and records[name].metrics) or {}).get("wall_s")
+            wanted = calibration[name]["min_time_s"]
+            if (
+                workloads[name].steps > original.steps
+                and isinstance(window, int | float)
+                and window < wanted / 2
+            ):
+                again[name] = original
+        asked = again
+    return replace(spec, workloads=workloads), calibration
+
+
+def _any_effect(workload_summary: dict[str, Any]) -> bool:
+    """Whether some commit of the workload has an effect with an interval."""
+    return any(
+        (entry.get(key) or {}).get("ci") is not None
+        for entry in workload_summary["commits"].values()
+        for key in ("marginal", "cumulative")
+    )
+
+
+def _two_rounds_s(runs: Sequence[RunRecord], workloads: Sequence[str], commits: int) -> float:
+    """How long two more rounds of ``workloads`` should take, from the mean duration of their runs so far."""
+    total = 0.0
+    for name in workloads:
+        durations = [run.duration_s for run in runs if run.workload == name]
+        total += 2 * commits * (statistics.fmean(durations) if durations else 0.0)
+    return total
+
+
+def _median_window(runs: Sequence[RunRecord], workload: str) -> float | None:
+    """The median measured time (``wall_s``) of the workload's successful runs."""
+    windows = [
+        run.metrics["wall_s"]
+        for run in runs
+        if run.workload == workload and run.ok and isinstance(run.metrics.get("wall_s"), int | float)
+    ]
+    return statistics.median(windows) if windows else None
 
 
 def device_from_runs(runs: Sequence[RunRecord]) -> str | None:

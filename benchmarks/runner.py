@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import git
 
+from benchmarks import host
 from benchmarks.spec import BenchSpec, Workload
 from benchmarks.status import RunStatus
 
@@ -35,8 +36,22 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 LOG_TAIL_LINES = 40
 # Seconds a timed-out job gets between SIGTERM and SIGKILL.
 TERMINATE_GRACE_S = 10.0
+# Longest wait for other processes to quiet down before a job starts.
+QUIET_WAIT_S = 30.0
 # The directory holding the `benchmarks` package, put on PYTHONPATH of every job.
 PERFBOT_ROOT = Path(__file__).resolve().parent.parent
+# The bot's credentials, and what git would use them with: never handed to the benchmarked repository's code.
+BOT_CREDENTIALS = frozenset(
+    {
+        "PERFBOT_TOKEN",
+        "PERFBOT_GIT_TOKEN",
+        "PERFBOT_WEBHOOK_SECRET",
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "ACTIONS_RUNTIME_TOKEN",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,7 @@ class BenchJob:
     repeat: int
     size: str
     seed: int
+    calibration: bool = False
 
     @property
     def command(self) -> str:
@@ -57,11 +73,12 @@ class BenchJob:
     @property
     def key(self) -> str:
         """A short unique name for files of this job."""
-        return f"{self.commit[:12]}-{self.workload.name}-r{self.repeat}"
+        run = "calibration" if self.calibration else f"r{self.repeat}"
+        return f"{self.commit[:12]}-{self.workload.name}-{run}"
 
     @property
     def warmup(self) -> bool:
-        """A job of a discarded warm-up round (negative repeat index)."""
+        """A job whose run is not measured: a warm-up round (negative repeat index) or a calibration run."""
         return self.repeat < 0
 
 
@@ -117,12 +134,26 @@ def launch_command(job: BenchJob, metrics_path: Path) -> list[str]:
     ]
 
 
-def plan_jobs(spec: BenchSpec, commits: Sequence[str]) -> list[BenchJob]:
-    """Every commit × workload × repeat, repeats interleaved across commits (A B C … A B C …).
+def round_jobs(
+    spec: BenchSpec, commits: Sequence[str], repeat: int, workloads: Sequence[str] | None = None
+) -> list[BenchJob]:
+    """Round ``repeat``: each workload (default: all) once at every commit, in ABBA order: the commits forward
+    in even rounds and reversed in odd ones, so over two rounds every commit has run first and last alike."""
+    order = list(commits) if repeat % 2 == 0 else list(reversed(commits))
+    names = spec.workloads if workloads is None else workloads
+    return [
+        BenchJob(commit=sha, workload=spec.workloads[name], repeat=repeat, size=spec.size, seed=spec.seed)
+        for name in names
+        for sha in order
+    ]
 
-    Round ``r`` runs each workload that has at least ``r + 1`` repeats once at every commit, baseline first,
-    so slow drift of the machine (heat, clocks, other tenants) hits every commit alike. The spec's warm-up
-    rounds come first, with negative repeat indices, and are not measured.
+
+def plan_jobs(spec: BenchSpec, commits: Sequence[str]) -> list[BenchJob]:
+    """The first batch of a bench: the warm-up rounds, then each workload's ``repeats`` rounds (ABBA order).
+
+    Round ``r`` runs each workload that has at least ``r + 1`` repeats once at every commit, so slow drift of
+    the machine (heat, clocks, other tenants) hits every commit alike and pairs of runs of one round can be
+    compared. The spec's warm-up rounds come first, with negative repeat indices, and are not measured.
     """
     if not commits:
         raise ValueError("no commits to benchmark")
@@ -134,11 +165,21 @@ def plan_jobs(spec: BenchSpec, commits: Sequence[str]) -> list[BenchJob]:
         for sha in commits
     ]
     return warmup + [
-        BenchJob(commit=sha, workload=workload, repeat=repeat, size=spec.size, seed=spec.seed)
+        job
         for repeat in range(rounds)
+        for job in round_jobs(
+            spec, commits, repeat, [name for name, w in spec.workloads.items() if repeat < w.repeats]
+        )
+    ]
+
+
+def calibration_jobs(spec: BenchSpec, baseline: str) -> list[BenchJob]:
+    """One unmeasured run of each workload at the baseline, whose step time sets the measured window."""
+    return [
+        BenchJob(
+            commit=baseline, workload=workload, repeat=-1, size=spec.size, seed=spec.seed, calibration=True
+        )
         for workload in spec.workloads.values()
-        if repeat < workload.repeats
-        for sha in commits
     ]
 
 
@@ -190,7 +231,9 @@ class LocalRunner:
 
     ``work_dir`` receives a fresh ``bench-*`` folder per :meth:`run` with the worktrees (removed afterwards)
     and each job's ``metrics.json`` and ``log.txt`` (kept). ``launch`` builds each job's argv; it defaults to
-    :func:`launch_command`.
+    :func:`launch_command`. With ``quiet_below`` set, a job run on its own waits (up to ``quiet_wait_s``)
+    until other processes keep at most that share of the host's CPUs busy, so fewer runs are lost to the
+    statistics' disturbed-run rule (``bot bench`` sets it; None starts at once).
     """
 
     def __init__(
@@ -201,12 +244,15 @@ class LocalRunner:
         gpus: Sequence[str] | None = None,
         launch: LaunchCommand = launch_command,
         log_tail_lines: int = LOG_TAIL_LINES,
+        quiet_below: float | None = None,
+        quiet_wait_s: float = QUIET_WAIT_S,
     ):
         self.repo = repo if isinstance(repo, git.Repo) else git.Repo(repo, search_parent_directories=True)
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
         self.gpus = list(visible_gpus() if gpus is None else gpus)
         self.launch = launch
         self.log_tail_lines = log_tail_lines
+        self.quiet_below, self.quiet_wait_s = quiet_below, quiet_wait_s
         self._processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -282,6 +328,9 @@ class LocalRunner:
         """Run one job to completion or timeout; never raises."""
         job_dir.mkdir(parents=True, exist_ok=True)
         metrics_path, log_path = job_dir / "metrics.json", job_dir / "log.txt"
+        waited = 0.0
+        if self.quiet_below is not None and len(self.gpus) <= 1:
+            waited = host.wait_until_quiet(self.quiet_below, self.quiet_wait_s)
         started = time.monotonic()
         timed_out = False
         returncode: int | None = None
@@ -318,6 +367,8 @@ class LocalRunner:
         tail = _tail(log_path, self.log_tail_lines)
         if timed_out:
             tail += f"\n[perfbot] timed out after {job.workload.timeout_s:g} s; process group killed"
+        if waited >= 1.0:
+            tail += f"\n[perfbot] waited {waited:.0f} s for other processes to quiet down before starting"
         status = _status(returncode, timed_out, metrics, tail)
         if status != RunStatus.OK and metrics is None and returncode == 0:
             tail += f"\n[perfbot] exited 0 but wrote no metrics to {metrics_path}"
@@ -333,7 +384,7 @@ class LocalRunner:
 
 
 def _job_environment(job: BenchJob, gpus: list[str]) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in BOT_CREDENTIALS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PERFBOT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONHASHSEED"] = str(job.seed)
     if gpus:

@@ -8,14 +8,19 @@ seed = 0                   # substituted for {seed}; the same at every commit
 
 [tool.bot.workloads.sft]
 command = "python train_sft.py --size {size} --max-steps {steps} --seed {seed}"
-steps = 40                 # total optimizer steps the program runs
+steps = 40                 # at least this many optimizer steps (calibration may add more)
 warmup_steps = 5           # excluded from timing
-repeats = 3
+min_time_s = 10            # measured steps last at least this long (default: 10 on a GPU, 3 on CPU)
+repeats = 4                # rounds at least (each commit once per round, ABBA order)
+max_repeats = 20           # rounds at most, while effects are still wider than the minimum effect
 primary = "tokens_per_s"   # the metric a win or a regression is judged on
 higher_is_better = true
 timeout_s = 1800
 gpus = 1
 ```
+
+``time_budget_s`` (default 1800) in ``[tool.bot]`` bounds a whole bench: no round starts that would end after
+it. ``--steps``, ``--repeats``, ``--max-repeats``, ``--min-time`` and ``--time-budget`` override these.
 """
 
 from __future__ import annotations
@@ -27,7 +32,12 @@ from typing import Any
 
 DEFAULT_SIZE = "tiny"
 DEFAULT_SEED = 0
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 4
+DEFAULT_MAX_REPEATS = 20
+DEFAULT_TIME_BUDGET_S = 1800.0
+# Measured time per run a calibration aims for when the workload sets none, by where it runs.
+DEFAULT_MIN_TIME_GPU_S = 10.0
+DEFAULT_MIN_TIME_CPU_S = 3.0
 DEFAULT_PRIMARY = "tokens_per_s"
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_WARMUP_STEPS = 2
@@ -58,6 +68,8 @@ class Workload:
     higher_is_better: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
     gpus: int = 1
+    max_repeats: int = DEFAULT_MAX_REPEATS
+    min_time_s: float | None = None  # None: the device's default (calibrated on the first run)
 
     def render(self, size: str, seed: int) -> str:
         """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in (other braces are left alone)."""
@@ -78,6 +90,7 @@ class BenchSpec:
     # Whole rounds run before the measured ones and discarded: a machine that has been idle (GPU clocks, a VM
     # growing its memory on first touch) runs its first round slower, whatever the commit.
     warmup_rounds: int = 0
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
     source: Path | None = field(default=None, compare=False)
 
     @classmethod
@@ -97,13 +110,23 @@ class BenchSpec:
         warmup_rounds = _typed(table, "warmup_rounds", int, 0, path, "tool.bot")
         if warmup_rounds < 0:
             raise BenchSpecError(path, "tool.bot.warmup_rounds", "must be 0 or more")
+        budget = float(_typed(table, "time_budget_s", float, DEFAULT_TIME_BUDGET_S, path, "tool.bot"))
+        if budget <= 0:
+            raise BenchSpecError(path, "tool.bot.time_budget_s", f"must be positive, got {budget:g}")
         raw = table.get("workloads")
         if not isinstance(raw, dict) or not raw:
             raise BenchSpecError(
                 path, WORKLOADS_KEY, "missing or empty; add at least one [tool.bot.workloads.<name>]"
             )
         workloads = {name: _workload(name, body, path) for name, body in raw.items()}
-        return cls(workloads=workloads, size=size, seed=seed, warmup_rounds=warmup_rounds, source=path)
+        return cls(
+            workloads=workloads,
+            size=size,
+            seed=seed,
+            warmup_rounds=warmup_rounds,
+            time_budget_s=budget,
+            source=path,
+        )
 
     def override(
         self,
@@ -114,8 +137,12 @@ class BenchSpec:
         warmup_steps: int | None = None,
         seed: int | None = None,
         warmup_rounds: int | None = None,
+        max_repeats: int | None = None,
+        min_time_s: float | None = None,
+        time_budget_s: float | None = None,
     ) -> BenchSpec:
-        """A copy with command-line overrides applied; ``workloads`` keeps only the named ones, in that order."""
+        """A copy with command-line overrides applied; ``workloads`` keeps only the named ones, in that order.
+        ``repeats`` above a workload's ``max_repeats`` raises the maximum with it."""
         where = self.source or Path("pyproject.toml")
         selected = dict(self.workloads)
         if workloads is not None:
@@ -129,19 +156,33 @@ class BenchSpec:
             selected = {name: self.workloads[name] for name in names}
         changes = {
             key: value
-            for key, value in (("steps", steps), ("repeats", repeats), ("warmup_steps", warmup_steps))
+            for key, value in (
+                ("steps", steps),
+                ("repeats", repeats),
+                ("warmup_steps", warmup_steps),
+                ("max_repeats", max_repeats),
+                ("min_time_s", min_time_s),
+            )
             if value is not None
         }
         if changes:
             selected = {name: replace(workload, **changes) for name, workload in selected.items()}
+            if max_repeats is None:
+                selected = {
+                    name: replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
+                    for name, workload in selected.items()
+                }
             for name, workload in selected.items():
                 _check_counts(workload, where, f"{WORKLOADS_KEY}.{name}")
+        if time_budget_s is not None and time_budget_s <= 0:
+            raise BenchSpecError(where, "tool.bot.time_budget_s", f"must be positive, got {time_budget_s:g}")
         return replace(
             self,
             workloads=selected,
             size=self.size if size is None else size,
             seed=self.seed if seed is None else seed,
             warmup_rounds=self.warmup_rounds if warmup_rounds is None else max(0, warmup_rounds),
+            time_budget_s=self.time_budget_s if time_budget_s is None else time_budget_s,
         )
 
 
@@ -154,6 +195,8 @@ _WORKLOAD_KEYS = {
     "higher_is_better",
     "timeout_s",
     "gpus",
+    "max_repeats",
+    "min_time_s",
 }
 
 
@@ -185,7 +228,13 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         higher_is_better=_typed(body, "higher_is_better", bool, True, path, key),
         timeout_s=float(_typed(body, "timeout_s", float, DEFAULT_TIMEOUT_S, path, key)),
         gpus=_typed(body, "gpus", int, 1, path, key),
+        max_repeats=_typed(body, "max_repeats", int, DEFAULT_MAX_REPEATS, path, key),
+        min_time_s=None
+        if "min_time_s" not in body
+        else float(_typed(body, "min_time_s", float, 0, path, key)),
     )
+    if "max_repeats" not in body:  # a table that asks for more repeats than the default maximum gets them
+        workload = replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
     _check_counts(workload, path, key)
     return workload
 
@@ -201,6 +250,14 @@ def _check_counts(workload: Workload, path: Path, key: str) -> None:
         )
     if workload.repeats < 1:
         raise BenchSpecError(path, f"{key}.repeats", f"must be at least 1, got {workload.repeats}")
+    if workload.max_repeats < workload.repeats:
+        raise BenchSpecError(
+            path,
+            f"{key}.max_repeats",
+            f"must be at least repeats ({workload.repeats}), got {workload.max_repeats}",
+        )
+    if workload.min_time_s is not None and workload.min_time_s < 0:
+        raise BenchSpecError(path, f"{key}.min_time_s", f"must be 0 or more, got {workload.min_time_s:g}")
     if workload.gpus < 1:
         raise BenchSpecError(path, f"{key}.gpus", f"must be at least 1, got {workload.gpus}")
     if workload.timeout_s <= 0:

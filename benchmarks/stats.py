@@ -1,18 +1,28 @@
-"""Statistics over benchmark runs: medians with confidence intervals, effects, significance, loss parity.
+"""Statistics over benchmark runs: medians with confidence intervals, paired effects, precision, loss parity.
 
 Choices, so the numbers can be checked by hand:
 
+- **One value per run**: the workload's primary metric as the run measured it (for throughput, the median over
+  its measured steps, :mod:`benchmarks.metrics`). Runs that another tenant disturbed (other processes kept more
+  than ``max_host_load`` of the host's CPUs busy while the steps ran) are left out and counted.
 - **Median CI** is the distribution-free order-statistic interval: ``[x_(k), x_(n-k+1)]`` with the largest
-  ``k`` whose binomial tail ``P(Bin(n, 1/2) <= k-1)`` stays within ``(1 - confidence) / 2``. It needs no seed
-  and no distributional assumption. With few repeats the nominal level cannot be reached (n < 6 for 95%);
-  the interval is then ``[min, max]`` and ``level`` reports the coverage actually achieved (75% for n = 3).
-- **Effects** are ratios candidate / reference of a metric, estimated on log values: the point estimate is
-  the ratio of geometric means, the interval and the p-value come from Welch's t-test on the logs (unequal
-  variances, Welch–Satterthwaite degrees of freedom). The interval excludes 1 exactly when p < alpha, so the
-  two can never disagree. The Student-t CDF is computed here from the regularized incomplete beta function.
+  ``k`` whose binomial tail ``P(Bin(n, 1/2) <= k-1)`` stays within ``(1 - confidence) / 2``. With few repeats
+  the nominal level cannot be reached (n < 6 for 95%); the interval is then ``[min, max]`` and ``level``
+  reports the coverage actually achieved (75% for n = 3).
+- **Run-to-run CV**: the standard deviation of a commit's values over their mean.
+- **Effects** are ratios candidate / reference of the primary metric, estimated on log values and **paired by
+  round**: the runner measures every commit once per round, in ABBA order (forward, then reversed), so each
+  round gives one log-ratio in which the machine's drift and the position in the round cancel over two rounds.
+  The ratio is the geometric mean of the per-round ratios; its interval and p-value are the one-sample t-test
+  of the log-ratios (``scipy.stats.ttest_1samp``). With fewer than two complete pairs but at least two values
+  on each side, Welch's unpaired test on the logs is used instead (``scipy.stats.ttest_ind``). The interval
+  excludes 1 exactly when p < alpha.
 - A change is a **win** or a **regression** only when it is significant (p < alpha) *and* at least the
-  minimum effect (default 3%) in size; anything else is **no change**. With fewer than two successful runs
-  on either side no test is possible and the verdict is **insufficient data**.
+  minimum effect (default 3%) in size; anything else is **no change**. With too few successful runs no test
+  is possible and the verdict is **insufficient data**.
+- **Precision**: an effect is *precise* when its interval's half-width (the larger side, as a fraction of
+  the ratio) is at most the minimum effect; the runner adds rounds until every effect is precise or its time
+  budget runs out (:func:`benchmarks.results.run_bench`).
 - **Loss parity** is compared at equal tokens seen, never at equal steps (packing changes the step count):
   each logged loss is placed at the tokens seen while its steps ran, the curves are interpolated onto a common
   grid over the range every run covers, and the mean loss over the last part of that range is compared with
@@ -25,10 +35,13 @@ Failed runs (crashed, OOM, timeout) are excluded from every statistic and counte
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
+
+from scipy import stats as scipy_stats
 
 if TYPE_CHECKING:
     from benchmarks.runner import RunRecord
@@ -38,6 +51,7 @@ WIN = "win"
 REGRESSION = "regression"
 NO_CHANGE = "no change"
 INSUFFICIENT = "insufficient data"
+PAIRED, UNPAIRED = "paired", "unpaired"
 
 # Metrics whose per-commit medians are reported beside the primary one.
 REPORTED_METRICS = {
@@ -54,7 +68,7 @@ LOSS_GRID_POINTS = 64
 
 @dataclass(frozen=True)
 class Thresholds:
-    """What counts as significant, big enough, or a regression."""
+    """What counts as significant, big enough, precise enough, disturbed, or a regression."""
 
     confidence: float = 0.95
     alpha: float = 0.05
@@ -62,91 +76,10 @@ class Thresholds:
     loss_tolerance: float = 0.05
     loss_tail_fraction: float = 0.25
     memory_threshold: float = 0.10
+    max_host_load: float = 0.10
 
 
 DEFAULT_THRESHOLDS = Thresholds()
-
-# --- Student-t distribution -------------------------------------------------------------------------------
-
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    """``I_x(a, b)``, by the continued fraction of Numerical Recipes (modified Lentz), for a, b > 0."""
-    if a <= 0 or b <= 0:
-        raise ValueError(f"a and b must be positive, got a={a}, b={b}")
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-    max_iterations = 10_000
-
-    def guarded(value: float) -> float:
-        return tiny if abs(value) < tiny else value
-
-    c = 1.0
-    d = 1.0 / guarded(1.0 - (a + b) * x / (a + 1.0))
-    result = d
-    for m in range(1, max_iterations + 1):
-        m2 = 2 * m
-        even = m * (b - m) * x / ((a - 1.0 + m2) * (a + m2))
-        d = 1.0 / guarded(1.0 + even * d)
-        c = guarded(1.0 + even / c)
-        result *= d * c
-        odd = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2))
-        d = 1.0 / guarded(1.0 + odd * d)
-        c = guarded(1.0 + odd / c)
-        step = d * c
-        result *= step
-        if abs(step - 1.0) < 1e-15:
-            return result
-    raise ArithmeticError(f"incomplete beta did not converge for a={a}, b={b}, x={x}")
-
-
-def t_sf(t: float, df: float) -> float:
-    """Survival function ``P(T > t)`` of Student's t with ``df`` degrees of freedom (df may be fractional)."""
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be positive, got {df}")
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def t_cdf(t: float, df: float) -> float:
-    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
-    return t_sf(-t, df)
-
-
-def t_ppf(p: float, df: float) -> float:
-    """The quantile of Student's t: the ``t`` with ``t_cdf(t, df) == p``, by bisection."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if p < 0.5:
-        return -t_ppf(1.0 - p, df)
-    if p == 0.5:
-        return 0.0
-    high = 1.0
-    while t_cdf(high, df) < p:
-        high *= 2.0
-    low = 0.0
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        if t_cdf(middle, df) < p:
-            low = middle
-        else:
-            high = middle
-        if high - low <= 1e-12 * max(1.0, high):
-            break
-    return 0.5 * (low + high)
-
 
 # --- medians and effects ----------------------------------------------------------------------------------
 
@@ -164,11 +97,9 @@ class MedianCI:
 
 def median(values: Sequence[float]) -> float:
     """The sample median."""
-    ordered = sorted(values)
-    if not ordered:
+    if not values:
         raise ValueError("median of no values")
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+    return statistics.median(values)
 
 
 def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianCI:
@@ -178,13 +109,12 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianCI:
     if n == 0:
         raise ValueError("median_ci of no values")
     half_alpha = (1.0 - confidence) / 2.0
-    k, tail = 1, 0.5**n  # tail = P(Bin(n, 1/2) <= k - 1)
-    cumulative = 0.5**n
+    k = 1
     for candidate in range(2, (n + 1) // 2 + 1):
-        cumulative += math.comb(n, candidate - 1) / 2**n
-        if cumulative > half_alpha:
+        if scipy_stats.binom.cdf(candidate - 1, n, 0.5) > half_alpha:
             break
-        k, tail = candidate, cumulative
+        k = candidate
+    tail = float(scipy_stats.binom.cdf(k - 1, n, 0.5))
     return MedianCI(
         median=median(ordered),
         low=ordered[k - 1],
@@ -194,15 +124,67 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianCI:
     )
 
 
+def cv(values: Sequence[float]) -> float | None:
+    """Run-to-run coefficient of variation (sample standard deviation / mean); None below two values."""
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+
+
 @dataclass(frozen=True)
 class Effect:
-    """Ratio candidate / reference (geometric means) with its Welch interval and two-sided p-value."""
+    """Ratio candidate / reference (geometric means) with its interval, two-sided p-value and how it was
+    estimated: ``paired`` over ``n`` rounds, or ``unpaired`` (Welch) with ``n`` the smaller side."""
 
     ratio: float
     low: float
     high: float
     p_value: float
     df: float
+    method: str
+    n: int
+
+    @property
+    def half_width(self) -> float:
+        """The interval's larger side as a fraction of the ratio: 0.03 for ±3%."""
+        return max(self.high / self.ratio, self.ratio / self.low) - 1.0
+
+
+# Below this sum of variances of log values (a ratio known to 1e-10) the samples are identical but for rounding.
+_NO_SPREAD = 1e-20
+
+
+def _effect(diff: float, spread: float, test: Any, confidence: float, method: str, n: int) -> Effect:
+    """The effect of a mean log-difference ``diff`` from a scipy t-test result (``spread``: the sum of the
+    sample variances; without any, a difference is certain and none is certainly none)."""
+    if spread < _NO_SPREAD:
+        return Effect(math.exp(diff), math.exp(diff), math.exp(diff), 0.0 if diff else 1.0, 0.0, method, n)
+    result = test()
+    interval = result.confidence_interval(confidence)
+    return Effect(
+        math.exp(diff),
+        math.exp(interval.low),
+        math.exp(interval.high),
+        float(result.pvalue),
+        float(result.df),
+        method,
+        n,
+    )
+
+
+def paired_log_ratio(pairs: Sequence[tuple[float, float]], confidence: float = 0.95) -> Effect:
+    """The one-sample t-test of per-round log-ratios: ``pairs`` are (candidate, reference) of one round each."""
+    if len(pairs) < 2:
+        raise ValueError("a paired test needs at least two pairs")
+    if min(min(pair) for pair in pairs) <= 0:
+        raise ValueError("effects are ratios of positive values")
+    logs = [math.log(c / r) for c, r in pairs]
+    return _effect(
+        statistics.fmean(logs),
+        statistics.variance(logs),
+        lambda: scipy_stats.ttest_1samp(logs, 0.0),
+        confidence,
+        PAIRED,
+        len(pairs),
+    )
 
 
 def welch_log_ratio(
@@ -215,21 +197,14 @@ def welch_log_ratio(
         raise ValueError("effects are ratios of positive values")
     logs_c = [math.log(v) for v in candidate]
     logs_r = [math.log(v) for v in reference]
-    n_c, n_r = len(logs_c), len(logs_r)
-    mean_c, mean_r = sum(logs_c) / n_c, sum(logs_r) / n_r
-    var_c = sum((v - mean_c) ** 2 for v in logs_c) / (n_c - 1)
-    var_r = sum((v - mean_r) ** 2 for v in logs_r) / (n_r - 1)
-    diff = mean_c - mean_r
-    se2 = var_c / n_c + var_r / n_r
-    if se2 == 0.0:  # no noise at all: any difference is certain, none is certainly none
-        return Effect(
-            math.exp(diff), math.exp(diff), math.exp(diff), 0.0 if diff else 1.0, float(n_c + n_r - 2)
-        )
-    df = se2**2 / ((var_c / n_c) ** 2 / (n_c - 1) + (var_r / n_r) ** 2 / (n_r - 1))
-    se = math.sqrt(se2)
-    p_value = min(1.0, 2.0 * t_sf(abs(diff) / se, df))
-    margin = t_ppf(1.0 - (1.0 - confidence) / 2.0, df) * se
-    return Effect(math.exp(diff), math.exp(diff - margin), math.exp(diff + margin), p_value, df)
+    return _effect(
+        statistics.fmean(logs_c) - statistics.fmean(logs_r),
+        statistics.variance(logs_c) + statistics.variance(logs_r),
+        lambda: scipy_stats.ttest_ind(logs_c, logs_r, equal_var=False),
+        confidence,
+        UNPAIRED,
+        min(len(logs_c), len(logs_r)),
+    )
 
 
 def verdict(effect: Effect, higher_is_better: bool, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> str:
@@ -241,28 +216,50 @@ def verdict(effect: Effect, higher_is_better: bool, thresholds: Thresholds = DEF
 
 
 def compare(
-    candidate: Sequence[float],
-    reference: Sequence[float],
+    candidate: Mapping[int, float],
+    reference: Mapping[int, float],
     higher_is_better: bool,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    paired: bool = True,
 ) -> dict[str, Any]:
-    """The effect of candidate over reference as a JSON-ready dict with ``ratio``, ``ci``, ``p_value``, ``verdict``."""
-    if len(candidate) < 2 or len(reference) < 2:
+    """The effect of candidate over reference, each given as ``{round: value}``, as a JSON-ready dict:
+    ``ratio``, ``ci``, ``p_value``, ``df``, ``method``, ``n``, ``half_width``, ``precise`` and ``verdict``.
+    ``paired=False`` compares the two groups of values with Welch's test whatever their rounds."""
+    pairs = [(candidate[r], reference[r]) for r in sorted(candidate) if r in reference] if paired else []
+    if len(pairs) >= 2:
+        effect = paired_log_ratio(pairs, thresholds.confidence)
+    elif len(candidate) >= 2 and len(reference) >= 2:
+        effect = welch_log_ratio(list(candidate.values()), list(reference.values()), thresholds.confidence)
+    else:
         ratio = None
         if candidate and reference:
-            ratio = math.exp(_mean_log(candidate) - _mean_log(reference))
-        return {"ratio": ratio, "ci": None, "p_value": None, "df": None, "verdict": INSUFFICIENT}
-    effect = welch_log_ratio(candidate, reference, thresholds.confidence)
+            ratio = math.exp(_mean_log(candidate.values()) - _mean_log(reference.values()))
+        return {
+            "ratio": ratio,
+            "ci": None,
+            "p_value": None,
+            "df": None,
+            "method": None,
+            "n": len(pairs),
+            "half_width": None,
+            "precise": False,
+            "verdict": INSUFFICIENT,
+        }
     return {
         "ratio": effect.ratio,
         "ci": [effect.low, effect.high],
         "p_value": effect.p_value,
         "df": effect.df,
+        "method": effect.method,
+        "n": effect.n,
+        "half_width": effect.half_width,
+        "precise": effect.half_width <= thresholds.min_effect,
         "verdict": verdict(effect, higher_is_better, thresholds),
     }
 
 
-def _mean_log(values: Sequence[float]) -> float:
+def _mean_log(values: Any) -> float:
+    values = list(values)
     return sum(math.log(v) for v in values) / len(values)
 
 
@@ -341,32 +338,60 @@ def loss_parity(
 # --- the summary of a bench run ---------------------------------------------------------------------------
 
 
+def disturbed(run: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """A successful run while other processes kept more than ``max_host_load`` of the host's CPUs busy."""
+    load = (run.metrics or {}).get("host_load_others")
+    return run.ok and _is_number(load) and load > thresholds.max_host_load
+
+
 def summarize(
     commits: Sequence[str],
     workloads: Mapping[str, Workload],
     runs: Sequence[RunRecord],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> dict[str, dict[str, Any]]:
-    """Per workload, per commit (baseline first): primary median + CI, marginal and cumulative effects,
-    reported metric medians, peak-memory change and loss parity against the baseline. JSON-ready."""
+    """Per workload, per commit (baseline first): primary median + CI and run-to-run CV, paired marginal and
+    cumulative effects, reported metric medians, peak-memory change and loss parity against the baseline, and
+    whether every effect is precise. JSON-ready."""
     summary = {}
     for name, workload in workloads.items():
+        mine = [r for r in runs if r.workload == name]
         ok_runs = {
-            sha: [r for r in runs if r.commit == sha and r.workload == name and r.ok] for sha in commits
-        }
-        failed = {
-            sha: dict(Counter(r.status for r in runs if r.commit == sha and r.workload == name and not r.ok))
+            sha: [r for r in mine if r.commit == sha and r.ok and not disturbed(r, thresholds)]
             for sha in commits
         }
+        failed = {
+            sha: dict(Counter(r.status for r in mine if r.commit == sha and not r.ok)) for sha in commits
+        }
+        entries = {
+            sha: _commit_summary(workload, commits, index, ok_runs, failed[sha], thresholds)
+            for index, sha in enumerate(commits)
+        }
+        for sha, entry in entries.items():
+            entry["disturbed"] = sum(r.commit == sha and disturbed(r, thresholds) for r in mine)
         summary[name] = {
             "primary": workload.primary,
             "higher_is_better": workload.higher_is_better,
-            "commits": {
-                sha: _commit_summary(workload, commits, index, ok_runs, failed[sha], thresholds)
-                for index, sha in enumerate(commits)
-            },
+            "rounds": len({r.repeat for r in mine}),
+            "imprecise": imprecise(entries),
+            "commits": entries,
         }
     return summary
+
+
+def imprecise(entries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The effects (``<sha> marginal``/``cumulative``) still wider than the minimum effect, among those between
+    commits that both ran successfully (disturbed runs count: a quieter round may measure them); an effect no
+    further round can measure (a side whose every run failed) is not listed."""
+    found = []
+    for sha, entry in entries.items():
+        for key in ("marginal", "cumulative"):
+            effect = entry.get(key)
+            if not effect or effect["precise"] or key == "cumulative" and effect == entry.get("marginal"):
+                continue
+            if all(e["n"] or e.get("disturbed") for e in (entry, entries[effect["against"]])):
+                found.append(f"{sha} {key}")
+    return found
 
 
 def _commit_summary(
@@ -378,29 +403,31 @@ def _commit_summary(
     thresholds: Thresholds,
 ) -> dict[str, Any]:
     sha, baseline = commits[index], commits[0]
-    values = {c: _metric_values(ok_runs[c], (workload.primary,), positive=True) for c in commits}
+    by_round = {c: _values_by_round(ok_runs[c], workload.primary) for c in commits}
+    values = list(by_round[sha].values())
     memory = {c: _metric_values(ok_runs[c], ("peak_memory_bytes",), positive=True) for c in commits}
     entry: dict[str, Any] = {
-        "n": len(values[sha]),
+        "n": len(values),
         "failed": failed,
-        "missing_primary": len(ok_runs[sha]) - len(values[sha]),
-        "values": values[sha],
+        "missing_primary": len(ok_runs[sha]) - len(values),
+        "values": values,
         "median": None,
         "ci": None,
         "ci_level": None,
+        "cv": cv(values),
         "marginal": None,
         "cumulative": None,
         "metrics": _reported_medians(ok_runs[sha]),
         "memory": _memory(memory, commits, index, thresholds),
         "loss": None,
     }
-    if values[sha]:
-        ci = median_ci(values[sha], thresholds.confidence)
+    if values:
+        ci = median_ci(values, thresholds.confidence)
         entry.update(median=ci.median, ci=[ci.low, ci.high], ci_level=ci.level)
     if index > 0:
         previous = commits[index - 1]
         for key, against in (("marginal", previous), ("cumulative", baseline)):
-            effect = compare(values[sha], values[against], workload.higher_is_better, thresholds)
+            effect = compare(by_round[sha], by_round[against], workload.higher_is_better, thresholds)
             entry[key] = {"against": against, **effect}
         parity = loss_parity(
             [r.metrics.get("loss") or [] for r in ok_runs[sha]],
@@ -409,6 +436,15 @@ def _commit_summary(
         )
         entry["loss"] = asdict(parity) if parity else None
     return entry
+
+
+def _values_by_round(ok_runs: Sequence[RunRecord], metric: str) -> dict[int, float]:
+    """``{round: value}`` of the positive, finite values of ``metric``, in round order."""
+    return {
+        run.repeat: value
+        for run in sorted(ok_runs, key=lambda r: r.repeat)
+        for value in _metric_values([run], (metric,), positive=True)
+    }
 
 
 def _memory(

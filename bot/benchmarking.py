@@ -34,6 +34,9 @@ class BenchOptions:
     steps: int | None = None
     repeats: int | None = None
     warmup_rounds: int | None = None
+    max_repeats: int | None = None
+    min_time_s: float | None = None
+    time_budget_s: float | None = None
     runner: str = "local"
     address: str | None = None
     drop_regressions: bool = False
@@ -49,6 +52,9 @@ def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
             steps=options.steps,
             repeats=options.repeats,
             warmup_rounds=options.warmup_rounds,
+            max_repeats=options.max_repeats,
+            min_time_s=options.min_time_s,
+            time_budget_s=options.time_budget_s,
         )
     except BenchSpecError as exc:
         raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
@@ -68,7 +74,9 @@ def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
     if options.runner != "ray":
         if options.address is not None:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")
-        return LocalRunner(workspace.repo, state_dir(workspace.root) / "bench")
+        return LocalRunner(
+            workspace.repo, state_dir(workspace.root) / "bench", quiet_below=DEFAULT_THRESHOLDS.max_host_load
+        )
     from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray  # Ray is an optional extra
 
     try:

@@ -5,13 +5,15 @@ writes). A number the run did not measure is ``None``; nothing here invents one.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.results import Results
 from benchmarks.runner import RunRecord
 from benchmarks.stats import REGRESSION, WIN, LossParity
+from bot.conventions import state_dir
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ class MemoryChange:
 class Measurement:
     """One workload at one commit: the primary metric's median and interval over the successful runs, its
     effects against the commit before (``marginal``) and the baseline (``cumulative``), peak memory, loss
-    parity with the baseline, failed runs by status, and the medians of the other reported metrics."""
+    parity with the baseline, failed runs by status, the medians of the other reported metrics, the run-to-run
+    CV and how many runs were left out as disturbed by other processes."""
 
     workload: str
     sha: str
@@ -87,6 +90,8 @@ class Measurement:
     failed: Mapping[str, int] = field(default_factory=dict)
     missing_primary: int = 0
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    cv: float | None = None
+    disturbed: int = 0
 
     @classmethod
     def from_summary(cls, workload: str, sha: str, data: Mapping[str, Any]) -> Measurement:
@@ -106,6 +111,8 @@ class Measurement:
             failed=dict(data.get("failed") or {}),
             missing_primary=int(data.get("missing_primary") or 0),
             metrics=dict(data.get("metrics") or {}),
+            cv=data.get("cv"),
+            disturbed=int(data.get("disturbed") or 0),
         )
 
 
@@ -157,3 +164,24 @@ def loss_tolerance(results: Results, plan_tolerance: float | None) -> float:
 def runs_of(results: Results, workload: str, sha: str) -> list[RunRecord]:
     """Every run (successful or not) of ``workload`` at ``sha``."""
     return [r for r in results.runs if r.workload == workload and r.commit == sha]
+
+
+def find_results(root: Path, shas: Sequence[str]) -> tuple[Results, Path] | None:
+    """The results file under ``<root>/.bot/results/`` that speaks best for the commits ``shas`` (oldest
+    first, the head last): one that measured the head, then the one that measured most of them, then the
+    newest; None when no readable file measured any of them."""
+    wanted, head = set(shas), shas[-1]
+    best, best_key = None, None
+    for path in sorted((state_dir(root) / "results").glob("*.json")):
+        try:
+            results = Results.load(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        measured = {info.sha for info in results.commits}
+        covered = len(measured & wanted)
+        if not covered:
+            continue
+        key = (head in measured, covered, path.stat().st_mtime)
+        if best_key is None or key > best_key:
+            best, best_key = (results, path), key
+    return best

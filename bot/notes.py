@@ -1,6 +1,6 @@
 """The ``git notes`` entry the bot keeps on each measured commit (ref ``refs/notes/perfbot``): one line per
-workload with the primary metric's median, its effects against the commit before and the baseline, peak
-memory, loss parity and failed runs."""
+workload with the primary metric's median and run-to-run CV, its effects against the commit before and the
+baseline, peak memory, loss parity and failed runs."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def note_text(results: Results, sha: str) -> str:
         parts = [
             f"{workload}: {primary(results, workload)} "
             f"{formatting.median_with_ci(measured, confidence)} n={measured.n}"
+            + (f" CV {formatting.fraction(measured.cv)}" if measured.cv is not None else "")
         ]
         if sha == results.baseline:
             parts.append("baseline")

@@ -84,6 +84,7 @@ def publish_reports(
         commit_url=commit_url,
         title=title,
         results_path=results_path,
+        claims=verdict.claims,
     )
     verdict_body = render_verdict(verdict, plan=plan, progress=progress, commit_url=commit_url, title=title)
     note_body = render_note(

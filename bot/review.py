@@ -3,9 +3,13 @@
 For a commit range it checks plan adherence (each plan item's status, with its commits), lints the Python
 files each commit touched (:mod:`bot.lint`: only errors the commit introduced count), measures the diff of
 each commit, sweeps the added lines for credentials and risky code (:mod:`bot.security`), checks the plan's
-success criteria against the measured numbers, and lists measured regressions. Any new lint error or a
-credential → FAIL; an unmet criterion, a regression, a failed transform or benchmark, or risky code →
-CONCERNS; else PASS.
+success criteria against the measured numbers, sets each commit's claimed win against its measured effect
+(:mod:`bot.claims`), and lists measured regressions. Any new lint error or a credential → FAIL; a criterion
+not met or not measured, a claimed win not measured, measured as a regression or contradicted by its interval,
+a regression, a failed transform or benchmark, or risky code → CONCERNS; else PASS.
+
+Without results given, :func:`review_range` uses the results file under ``.bot/results/`` that measured the
+range (``bot bench`` writes it), preferring one that measured the head, then the newest.
 """
 
 from __future__ import annotations
@@ -20,14 +24,26 @@ import git
 from benchmarks.results import Results
 from benchmarks.stats import WIN
 from bot import history, measurements
+from bot.claims import (
+    BELOW,
+    HELD,
+    INCONCLUSIVE,
+    NOT_BORNE_OUT,
+    REGRESSED,
+    Claim,
+    ClaimCheck,
+    check_claim,
+    claim_of,
+)
 from bot.conventions import TRAILER_REVERT_OF
 from bot.errors import BadInput
 from bot.formatting import NOT_MEASURED, clip, delta, effect_evidence, memory, percent, short
 from bot.lint import PYTHON_SUFFIXES, LintError, Touched, new_lint
+from bot.notes import read_note
 from bot.plan import APPLIED, LOSS, MANUAL, STABILITY, THROUGHPUT, Criterion, Plan, PlanItem
 from bot.progress import Progress
 from bot.regressions import slowdowns
-from bot.security import SecurityHit, scan_added_lines, scan_python
+from bot.security import SecurityHit, scan_added_lines, scan_message, scan_python
 from bot.status import ItemStatus
 from bot.workspace import Workspace
 
@@ -66,6 +82,7 @@ class CommitReview:
     optimization: str | None = None
     plan_items: tuple[str, ...] = ()
     revert_of: str | None = None
+    claim: Claim | None = None
     files: list[str] = field(default_factory=list)
     added: int = 0
     deleted: int = 0
@@ -109,6 +126,8 @@ class Verdict:
     findings: list[Finding]
     measured_head: str = ""
     lint_error: str = ""
+    claims: list[ClaimCheck] = field(default_factory=list)
+    results_from: str = ""
 
     @property
     def added(self) -> int:
@@ -177,6 +196,8 @@ def review_commits(repo: git.Repo, base: str, head: str) -> tuple[list[CommitRev
             optimization=info.optimization,
             plan_items=tuple(info.plan_items),
             revert_of=history.trailer(commit, TRAILER_REVERT_OF),
+            claim=claim_of(_message(commit)),
+            security=scan_message(commit.message),
         )
         hunks = history.hunks(repo, parent, commit.hexsha)
         for change in history.changed_files(repo, parent, commit.hexsha):
@@ -208,6 +229,11 @@ def review_commits(repo: git.Repo, base: str, head: str) -> tuple[list[CommitRev
         by_sha[t.sha].lint.extend(new)
         by_sha[t.sha].preexisting_lint += before
     return reviews, ""
+
+
+def _message(commit: git.Commit) -> str:
+    message = commit.message
+    return message if isinstance(message, str) else message.decode("utf-8", "replace")
 
 
 def commit_findings(reviews: list[CommitReview], lint_error: str) -> list[Finding]:
@@ -478,8 +504,8 @@ def _loss(criterion: Criterion, results: Results) -> tuple[str, str]:
     return "; ".join(parts), status
 
 
-def criteria_findings(checks: list[CriterionCheck], measured: bool) -> list[Finding]:
-    """A concern per unmet criterion, and per unmeasured one when results were given (minor otherwise)."""
+def criteria_findings(checks: list[CriterionCheck]) -> list[Finding]:
+    """A concern per criterion not met or not measured; a minor finding per one to check by hand."""
     findings = []
     for check in checks:
         if check.status == NOT_MET:
@@ -506,7 +532,7 @@ def criteria_findings(checks: list[CriterionCheck], measured: bool) -> list[Find
         elif check.status == UNMEASURED:
             findings.append(
                 Finding(
-                    MAJOR if measured else MINOR,
+                    MAJOR,
                     "criterion",
                     f"Success criterion not measured: {check.text}",
                     (f"target: {check.target}", f"observed: {check.observed}"),
@@ -514,6 +540,50 @@ def criteria_findings(checks: list[CriterionCheck], measured: bool) -> list[Find
                 )
             )
     return findings
+
+
+def claim_findings(checks: list[ClaimCheck], reverted: dict[str, str]) -> list[Finding]:
+    """A concern per claimed win not measured, measured as a regression, or contradicted by its interval; a
+    minor finding per claim measured below its number or too noisy to judge, and once the commit is reverted."""
+    findings = []
+    for check in checks:
+        if check.status == HELD:
+            continue
+        severity = MINOR if check.status in (BELOW, INCONCLUSIVE) or check.sha in reverted else MAJOR
+        title, fix = _CLAIM_ADVICE.get(check.status, _CLAIM_ADVICE[None])
+        findings.append(
+            Finding(
+                severity,
+                "claim",
+                f"{title} at `{short(check.sha)}` ({clip(check.subject, 60)})"
+                + (f", reverted in `{short(reverted[check.sha])}`" if check.sha in reverted else ""),
+                (f"claimed: {check.claim}", f"measured: {check.observed}"),
+                fix,
+                check.sha,
+            )
+        )
+    return findings
+
+
+_CLAIM_ADVICE = {
+    BELOW: (
+        "Measured win smaller than claimed",
+        "State the measured number, not the expected one, where the change is described",
+    ),
+    INCONCLUSIVE: (
+        "Claimed win neither shown nor ruled out",
+        "Benchmark longer (`--max-repeats`, `--time-budget`) until the interval is narrower than the claim",
+    ),
+    NOT_BORNE_OUT: (
+        "Claimed win not borne out",
+        "Drop the claim, or measure where the change should matter (a realistic size, a GPU)",
+    ),
+    REGRESSED: (
+        "Claimed win measured as a regression",
+        "Revert it (`--drop-regressions`) or guard the change off where it slows the run down",
+    ),
+    None: ("Claimed win not measured", "Benchmark the commit (`bot bench`), then review again"),
+}
 
 
 def measured_findings(
@@ -615,7 +685,9 @@ def review(
         findings += found
     measured = final_results or results
     checks = check_criteria(plan, measured, adherence)
-    findings += criteria_findings(checks, measured is not None)
+    findings += criteria_findings(checks)
+    claims = [check_claim(results, r.sha, r.subject, r.claim) for r in reviews if r.claim is not None]
+    findings += claim_findings(claims, reverted)
     tolerance = plan.loss_tolerance if plan else None
     if results is not None:
         findings += measured_findings(results, measurements.loss_tolerance(results, tolerance), reverted)
@@ -657,6 +729,7 @@ def review(
         findings=findings,
         measured_head=measurements.head(measured) if measured else "",
         lint_error=lint_error,
+        claims=claims,
     )
 
 
@@ -689,8 +762,27 @@ def review_range(
     tier: int | None = None,
 ) -> Verdict:
     """``bot review``: the verdict on a commit range of the repository at ``repo_path``."""
-    repo = Workspace(repo_path).repo
+    workspace = Workspace(repo_path)
+    repo = workspace.repo
     base, head = resolve_range(repo, rev_range)
     if base == history.EMPTY_TREE:
         raise BadInput(f"{rev_range} is a root commit; review a range that starts after it")
-    return review(repo, base, head, plan=plan, progress=progress, results=results, tier=tier)
+    found = None
+    if results is None:
+        shas = [base, *(c.hexsha for c in repo.iter_commits(f"{base}..{head}", reverse=True))]
+        found = measurements.find_results(workspace.root, shas)
+        results = found[0] if found else None
+    verdict = review(repo, base, head, plan=plan, progress=progress, results=results, tier=tier)
+    if found:
+        verdict.results_from = str(found[1])
+    elif results is None and (note := read_note(repo, head)):
+        verdict.findings.append(
+            Finding(
+                MINOR,
+                "criterion",
+                f"`{short(head)}` has a perfbot note, but no results file under .bot/results measured the range",
+                tuple(note.splitlines()),
+                "Run `bot bench` in this checkout (or pass `--results`) so the review can check the numbers",
+            )
+        )
+    return verdict

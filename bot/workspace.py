@@ -14,8 +14,10 @@ from bot.errors import BadInput
 
 
 def commit_message(scope: str, change: str, expected: str, body: str, trailers: dict[str, str]) -> str:
-    """``perf(<scope>): <change> (<expected win>)``, a body, and the trailers."""
-    subject = f"perf({scope}): {change}" + (f" ({expected})" if expected else "")
+    """``perf(<scope>): <change>``, a body that ends with the unmeasured ``Expected: <win>``, and the trailers
+    (the measured effect goes to the git note and the comments, never into the permanent history)."""
+    subject = f"perf({scope}): {change}"
+    body = f"{body.strip()}\n\nExpected: {expected} (not measured here)" if expected else body
     trailer_lines = "\n".join(f"{key}: {value}" for key, value in trailers.items())
     return (
         f"{subject}\n\n{body.strip()}\n\n{trailer_lines}\n"

@@ -37,12 +37,14 @@ command = "python train.py --steps {steps} --seed {seed}"
 steps = 10
 warmup_steps = 2
 repeats = 3
+min_time_s = 0.5
 
 [tool.bot.workloads.slow]
 command = "python slow.py --seed {seed}"
 steps = 5
 repeats = 1
 timeout_s = 1.5
+min_time_s = 0
 """
 
 # A fake training program: logs that it ran, then writes metrics or crashes, as its commit dictates.
@@ -65,7 +67,8 @@ if MODE == "crash":
 time.sleep(args.sleep)
 loss = [{{"step": s, "tokens_seen": 100 * s, "loss": 3.0 - 0.01 * s}} for s in range(1, args.steps + 1)]
 metrics = {{
-    "schema": "perfbot.run/v1", "status": "ok", "steps_measured": args.steps,
+    "schema": "perfbot.run/v1", "status": "ok", "steps_measured": args.steps, "timing": "host_clock",
+    "step_time_s": {{"median": 0.01}},
     "tokens_per_s": SPEED * (1 + random.uniform(-0.002, 0.002)), "peak_memory_bytes": 1e9, "loss": loss,
     "env": {{"gpu": "FakeGPU", "host": "testhost"}},
     "seen": {{"pythonpath": os.environ["PYTHONPATH"], "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -143,15 +146,22 @@ def test_bench_matrix_end_to_end(target, tmp_path):
         progress=lambda done, total, run: progress.append((done, total)),
     )
 
-    # repeats interleaved across commits, the same seed everywhere, and progress after every job
+    # a calibration run at the baseline, then rounds in ABBA order across commits, the same seed everywhere,
+    # and progress after every job
     executed = order_log.read_text().split("\n")[:-1]
-    expected = ["A train 7", "B train 7", "C train 7", "A slow 7", "B slow 7", "C slow 7"] + 2 * [
-        "A train 7",
-        "B train 7",
-        "C train 7",
-    ]
+    expected = ["A train 7"]  # calibration: 10 ms per step, so 2 + 50 steps measure 0.5 s
+    expected += ["A train 7", "B train 7", "C train 7", "A slow 7", "B slow 7", "C slow 7"]
+    expected += ["C train 7", "B train 7", "A train 7", "A train 7", "B train 7", "C train 7"]
     assert executed == expected
-    assert progress == [(done, 12) for done in range(1, 13)]
+    assert progress == [(1, 1)] + [(done, 13) for done in range(2, 14)]
+    assert results.calibration["train"]["steps"] == results.workloads["train"]["steps"] == 52
+    assert results.calibration["slow"]["steps"] == 5
+    assert "--steps 52" in results.workloads["train"]["command"]
+    # B's ±0.2% noise gives an interval narrower than the minimum effect after the first rounds; nothing
+    # more can be learnt about C (never ran) or the slow workload (one successful commit)
+    assert results.stopping["train"]["reason"] == "precise"
+    assert results.stopping["slow"]["reason"] == "nothing to compare"
+    assert results.stopping["train"]["rounds"] == 3
 
     # every commit × workload × repeat is in the results, each with the right outcome
     status = {(r.commit, r.workload, r.repeat): r.status for r in results.runs}
@@ -270,8 +280,8 @@ def test_plan_interleaves_repeats_and_the_default_launch_wraps_the_command():
         (0, "sft", "b"),
         (0, "dpo", "a"),
         (0, "dpo", "b"),
+        (1, "sft", "b"),  # ABBA: the second round runs the commits in reverse
         (1, "sft", "a"),
-        (1, "sft", "b"),
     ]
     assert {j.seed for j in jobs} == {3}
     argv = launch_command(jobs[2], Path("/tmp/m.json"))
@@ -325,15 +335,18 @@ def test_warmup_rounds_run_first_and_are_not_measured():
         ("b", -1, True),
         ("a", 0, False),
         ("b", 0, False),
-        ("a", 1, False),
         ("b", 1, False),
+        ("a", 1, False),
     ]
 
 
 def test_warmup_round_runs_but_is_left_out_of_the_results(target, tmp_path):
     repo, shas, order_log = target
-    spec = load_spec(repo.working_tree_dir).override(workloads=["train"], repeats=1, warmup_rounds=1)
+    spec = load_spec(repo.working_tree_dir).override(
+        workloads=["train"], repeats=1, max_repeats=1, warmup_rounds=1, min_time_s=0
+    )
     runner = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=[], launch=_direct)
     results = run_bench(repo, spec, describe_commits(repo, shas[:2]), runner)
     assert order_log.read_text().split("\n")[:-1] == ["A train 7", "B train 7", "A train 7", "B train 7"]
     assert sorted((r.commit, r.repeat) for r in results.runs) == sorted((sha, 0) for sha in shas[:2])
+    assert results.stopping["train"]["reason"] == "max repeats"  # one pair cannot be tested

@@ -56,7 +56,25 @@ def test_reads_workloads_with_defaults(tmp_path):
     assert sft.render(spec.size, spec.seed) == (
         "python train_sft.py --size gpu --max-steps 40 --seed 11 --extra '{{\"a\": 1}}'"
     )
-    assert (loop.warmup_steps, loop.repeats, loop.gpus, loop.higher_is_better) == (2, 3, 1, False)
+    assert (loop.warmup_steps, loop.repeats, loop.gpus, loop.higher_is_better) == (2, 4, 1, False)
+    # measured until precise: 4 to 20 rounds, at least the device's default time per run, 30 min in all
+    assert (loop.max_repeats, loop.min_time_s, spec.time_budget_s) == (20, None, 1800.0)
+
+
+def test_adaptive_settings_and_their_overrides(tmp_path):
+    text = FULL.replace("repeats = 4\n", "repeats = 4\nmax_repeats = 8\nmin_time_s = 2.5\n")
+    spec = load_spec(_write(tmp_path, text.replace("[tool.bot]\n", "[tool.bot]\ntime_budget_s = 600\n", 1)))
+    sft = spec.workloads["sft"]
+    assert (sft.repeats, sft.max_repeats, sft.min_time_s, spec.time_budget_s) == (4, 8, 2.5, 600.0)
+    more = spec.override(repeats=12, min_time_s=0, time_budget_s=60)
+    assert (more.workloads["sft"].repeats, more.workloads["sft"].max_repeats) == (12, 12)  # max follows
+    assert (more.workloads["sft"].min_time_s, more.time_budget_s) == (0, 60)
+    fixed = spec.override(repeats=3, max_repeats=3)
+    assert {(w.repeats, w.max_repeats) for w in fixed.workloads.values()} == {(3, 3)}
+    with pytest.raises(BenchSpecError, match="max_repeats"):
+        spec.override(repeats=5, max_repeats=4)
+    with pytest.raises(BenchSpecError, match="time_budget_s"):
+        spec.override(time_budget_s=0)
 
 
 def test_size_defaults_to_tiny_and_warmup_fits_short_runs(tmp_path):
@@ -92,6 +110,18 @@ def test_overrides_select_and_rescale(tmp_path):
             "tool.bot.workloads.sft.repeats",
         ),
         ("[tool.bot]\nseed = 1.5\n[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\n", "tool.bot.seed"),
+        (
+            "[tool.bot.workloads.sft]\ncommand = 'x'\nsteps = 3\nrepeats = 5\nmax_repeats = 4\n",
+            "tool.bot.workloads.sft.max_repeats",
+        ),
+        (
+            "[tool.bot.workloads.sft]\ncommand = 'x'\nsteps = 3\nmin_time_s = -1\n",
+            "tool.bot.workloads.sft.min_time_s",
+        ),
+        (
+            "[tool.bot]\ntime_budget_s = 0\n[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\n",
+            "tool.bot.time_budget_s",
+        ),
     ],
 )
 def test_errors_name_the_file_and_key(tmp_path, text, key):

@@ -12,16 +12,17 @@ from benchmarks.spec import Workload
 from benchmarks.stats import (
     INSUFFICIENT,
     NO_CHANGE,
+    PAIRED,
     REGRESSION,
+    UNPAIRED,
     WIN,
     Thresholds,
     compare,
+    cv,
     loss_parity,
     median_ci,
-    regularized_incomplete_beta,
+    paired_log_ratio,
     summarize,
-    t_cdf,
-    t_ppf,
     welch_log_ratio,
 )
 
@@ -30,62 +31,54 @@ def _noisy(center: float, sigma: float, n: int, rng: random.Random) -> list[floa
     return [center * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)]
 
 
-# --- Student t --------------------------------------------------------------------------------------------
+def _rounds(values: list[float]) -> dict[int, float]:
+    return dict(enumerate(values))
 
 
-@pytest.mark.parametrize(
-    ("t", "df", "expected"),
-    [  # two-sided critical values from a printed t table (3 decimals)
-        (12.706, 1, 0.975),
-        (4.303, 2, 0.975),
-        (2.776, 4, 0.975),
-        (2.228, 10, 0.975),
-        (1.812, 10, 0.95),
-        (2.042, 30, 0.975),
-        (1.310, 30, 0.90),
-        (-2.776, 4, 0.025),
-        (0.0, 7, 0.5),
-    ],
-)
-def test_t_cdf_matches_the_table(t, df, expected):
-    assert t_cdf(t, df) == pytest.approx(expected, abs=2e-4)
+def _drifting(ratio: float, rounds: int, rng: random.Random, drift: float = 0.3, noise: float = 0.01):
+    """A reference and a candidate measured once per round on a machine whose speed drifts by ``drift``
+    from round to round (the same for both commits of a round) with ``noise`` of its own per run."""
+    levels = [1000 * math.exp(rng.gauss(0.0, drift)) for _ in range(rounds)]
+    reference = [level * math.exp(rng.gauss(0.0, noise)) for level in levels]
+    candidate = [level * ratio * math.exp(rng.gauss(0.0, noise)) for level in levels]
+    return _rounds(candidate), _rounds(reference)
 
 
-def test_t_cdf_matches_closed_forms():
-    for t in (-3.0, -0.4, 0.7, 1.0, 5.0):
-        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)  # Cauchy
-        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+# --- paired and unpaired tests ----------------------------------------------------------------------------
 
 
-def test_t_ppf_inverts_the_cdf():
-    for df in (1, 2.5, 4, 30, 500):
-        for p in (0.01, 0.3, 0.9, 0.975):
-            assert t_cdf(t_ppf(p, df), df) == pytest.approx(p, abs=1e-10)
-    assert t_ppf(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+def test_pairs_by_round_see_through_drift_that_hides_the_effect_from_an_unpaired_test():
+    rng = random.Random(11)
+    candidate, reference = _drifting(0.91, 8, rng)
+    paired = compare(candidate, reference, higher_is_better=True)
+    assert paired["method"] == PAIRED and paired["n"] == 8 and paired["df"] == 7
+    assert paired["verdict"] == REGRESSION
+    assert paired["ci"][0] < 0.91 < paired["ci"][1] and paired["precise"]
+    unpaired = welch_log_ratio(list(candidate.values()), list(reference.values()))
+    assert unpaired.method == UNPAIRED and unpaired.p_value > 0.05  # the drift swamps it
 
 
-def test_incomplete_beta_special_cases():
-    for x in (0.05, 0.3, 0.5, 0.9):
-        assert regularized_incomplete_beta(1, 1, x) == pytest.approx(x)
-        assert regularized_incomplete_beta(3, 1, x) == pytest.approx(x**3)
-        assert regularized_incomplete_beta(1, 4, x) == pytest.approx(1 - (1 - x) ** 4)
-        assert regularized_incomplete_beta(2.5, 3.5, x) == pytest.approx(
-            1 - regularized_incomplete_beta(3.5, 2.5, 1 - x)
-        )
-
-
-def test_welch_matches_scipy_when_available():
+def test_paired_matches_a_one_sample_t_test_on_the_log_ratios():
     scipy_stats = pytest.importorskip("scipy.stats")
     rng = random.Random(7)
-    for _ in range(20):
-        a, b = _noisy(100, 0.05, rng.randint(2, 8), rng), _noisy(105, 0.1, rng.randint(2, 8), rng)
-        ours = welch_log_ratio(a, b)
-        theirs = scipy_stats.ttest_ind([math.log(v) for v in a], [math.log(v) for v in b], equal_var=False)
-        assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-6)
-        assert ours.df == pytest.approx(theirs.df, rel=1e-9)
+    pairs = [(v * 1.04 * math.exp(rng.gauss(0, 0.02)), v) for v in _noisy(100, 0.2, 6, rng)]
+    ours = paired_log_ratio(pairs)
+    logs = [math.log(c / r) for c, r in pairs]
+    theirs = scipy_stats.ttest_1samp(logs, 0.0)
+    assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9)
+    margin = scipy_stats.t.ppf(0.975, 5) * scipy_stats.sem(logs)
+    assert math.log(ours.high / ours.ratio) == pytest.approx(margin, rel=1e-9)
+    assert ours.ratio == pytest.approx(math.exp(sum(logs) / 6))
 
 
-# --- significance and the minimum effect ------------------------------------------------------------------
+def test_rounds_without_a_pair_fall_back_to_welch():
+    result = compare({0: 110.0, 2: 111.0}, {1: 100.0, 3: 101.0}, True)
+    assert result["method"] == UNPAIRED and result["verdict"] == WIN
+    groups = compare({0: 110.0, 1: 111.0}, {0: 100.0, 1: 101.0}, True, paired=False)  # pairs, ignored
+    assert groups["method"] == UNPAIRED and groups["df"] != 1
+
+
+# --- significance, the minimum effect and precision -------------------------------------------------------
 
 
 def test_a_ten_percent_speedup_is_a_win_every_time():
@@ -93,7 +86,7 @@ def test_a_ten_percent_speedup_is_a_win_every_time():
     covered = 0
     for _ in range(100):
         reference, candidate = _noisy(1000, 0.01, 5, rng), _noisy(1100, 0.01, 5, rng)
-        result = compare(candidate, reference, higher_is_better=True)
+        result = compare(_rounds(candidate), _rounds(reference), higher_is_better=True)
         assert result["verdict"] == WIN
         assert result["ratio"] == pytest.approx(1.10, abs=0.02)
         covered += result["ci"][0] < 1.10 < result["ci"][1]
@@ -102,7 +95,7 @@ def test_a_ten_percent_speedup_is_a_win_every_time():
 
 def test_direction_follows_higher_is_better():
     rng = random.Random(1)
-    reference, slower = _noisy(1000, 0.01, 5, rng), _noisy(900, 0.01, 5, rng)
+    reference, slower = _rounds(_noisy(1000, 0.01, 5, rng)), _rounds(_noisy(900, 0.01, 5, rng))
     assert compare(slower, reference, higher_is_better=True)["verdict"] == REGRESSION
     # the same samples read as step times: 10% less is a win
     assert compare(slower, reference, higher_is_better=False)["verdict"] == WIN
@@ -112,7 +105,8 @@ def test_pure_noise_is_almost_never_a_change():
     rng = random.Random(2)
     trials = 300
     called = sum(
-        compare(_noisy(1000, 0.02, 5, rng), _noisy(1000, 0.02, 5, rng), True)["verdict"] != NO_CHANGE
+        compare(_rounds(_noisy(1000, 0.02, 5, rng)), _rounds(_noisy(1000, 0.02, 5, rng)), True)["verdict"]
+        != NO_CHANGE
         for _ in range(trials)
     )
     assert called / trials < 0.02
@@ -122,33 +116,51 @@ def test_the_test_alone_is_calibrated_and_the_minimum_effect_guards_it():
     rng = random.Random(3)
     trials = 400
     p_values = [
-        welch_log_ratio(_noisy(1, 0.05, 6, rng), _noisy(1, 0.05, 6, rng)).p_value for _ in range(trials)
+        paired_log_ratio(list(zip(_noisy(1, 0.05, 6, rng), _noisy(1, 0.05, 6, rng), strict=True))).p_value
+        for _ in range(trials)
     ]
     rate = sum(p < 0.05 for p in p_values) / trials
     assert 0.02 < rate < 0.09  # nominal 5%
     # a real 1% change measured very precisely is significant but below the minimum effect
-    tiny = compare(_noisy(1010, 0.0005, 6, rng), _noisy(1000, 0.0005, 6, rng), True)
+    tiny = compare(_rounds(_noisy(1010, 0.0005, 6, rng)), _rounds(_noisy(1000, 0.0005, 6, rng)), True)
     assert tiny["p_value"] < 0.001
     assert tiny["verdict"] == NO_CHANGE
+    precise = Thresholds(min_effect=0.005)
     assert (
-        compare(
-            _noisy(1010, 0.0005, 6, rng), _noisy(1000, 0.0005, 6, rng), True, Thresholds(min_effect=0.005)
-        )["verdict"]
+        compare(_rounds(_noisy(1010, 0.0005, 6, rng)), _rounds(_noisy(1000, 0.0005, 6, rng)), True, precise)[
+            "verdict"
+        ]
         == WIN
     )
 
 
+def test_an_interval_is_precise_once_its_half_width_is_within_the_minimum_effect():
+    rng = random.Random(12)
+    wide = compare(*_drifting(1.0, 3, rng, drift=0.0, noise=0.06), True)
+    narrow = compare(*_drifting(1.0, 12, rng, drift=0.0, noise=0.01), True)
+    assert wide["half_width"] > 0.03 and not wide["precise"]
+    assert narrow["half_width"] <= 0.03 and narrow["precise"]
+    assert narrow["half_width"] == pytest.approx(
+        max(narrow["ci"][1] / narrow["ratio"], narrow["ratio"] / narrow["ci"][0]) - 1
+    )
+
+
 def test_fewer_than_two_runs_is_insufficient_data():
-    result = compare([1100.0], [1000.0, 1001.0], True)
-    assert result["verdict"] == INSUFFICIENT
+    result = compare({0: 1100.0}, {0: 1000.0, 1: 1001.0}, True)
+    assert result["verdict"] == INSUFFICIENT and not result["precise"]
     assert result["p_value"] is None
     assert result["ratio"] == pytest.approx(1100 / math.sqrt(1000 * 1001))
-    assert compare([], [1000.0, 1001.0], True)["ratio"] is None
+    assert compare({}, {0: 1000.0, 1: 1001.0}, True)["ratio"] is None
 
 
 def test_noise_free_samples_decide_without_dividing_by_zero():
-    assert compare([110.0, 110.0], [100.0, 100.0], True)["verdict"] == WIN
-    assert compare([100.0, 100.0], [100.0, 100.0], True)["verdict"] == NO_CHANGE
+    assert compare({0: 110.0, 1: 110.0}, {0: 100.0, 1: 100.0}, True)["verdict"] == WIN
+    assert compare({0: 100.0, 1: 100.0}, {0: 100.0, 1: 100.0}, True)["verdict"] == NO_CHANGE
+
+
+def test_cv_is_the_run_to_run_spread():
+    assert cv([90.0, 110.0]) == pytest.approx(math.sqrt(200) / 100)
+    assert cv([100.0]) is None
 
 
 # --- median confidence interval ---------------------------------------------------------------------------
@@ -278,3 +290,27 @@ def test_summary_of_a_commit_with_no_successful_run():
     assert entry["failed"] == {"crashed": 1}
     assert entry["cumulative"]["verdict"] == INSUFFICIENT and entry["cumulative"]["ratio"] is None
     assert entry["loss"] is None
+
+
+def test_disturbed_runs_are_left_out_counted_and_worth_another_round():
+    workload = Workload(name="sft", command="python train.py", steps=10, repeats=3)
+    runs = []
+    for repeat in range(3):
+        runs.append(_run("a", repeat, tokens_per_s=1000.0 + repeat, host_load_others=0.05))
+        load = 0.6 if repeat == 1 else 0.1  # another tenant kept 60% of the CPUs busy in round 1
+        runs.append(
+            _run("b", repeat, tokens_per_s={0: 1100.0, 1: 400.0, 2: 1180.0}[repeat], host_load_others=load)
+        )
+        runs.append(_run("c", repeat, host_load_others=0.9))  # every run disturbed
+        runs.append(_run("d", repeat, status="crashed"))
+    summary = summarize(["a", "b", "c", "d"], {"sft": workload}, runs)["sft"]
+    b, c, d = (summary["commits"][sha] for sha in "bcd")
+    assert (b["n"], b["disturbed"], b["values"]) == (2, 1, [1100.0, 1180.0])
+    assert b["marginal"]["n"] == 2 and b["marginal"]["verdict"] == NO_CHANGE  # one degree of freedom
+    assert b["cv"] == pytest.approx(cv([1100.0, 1180.0]))
+    assert (c["n"], c["disturbed"], d["n"], d["disturbed"]) == (0, 3, 0, 0)
+    # c could still be measured in a quieter round; d never ran, so no round can help
+    assert summary["imprecise"] == [
+        f"{sha} {key}" for sha, key in (("b", "marginal"), ("c", "marginal"), ("c", "cumulative"))
+    ]
+    assert summary["rounds"] == 3

@@ -7,7 +7,9 @@ import argparse
 from bot.benchmarking import bench_revisions
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
-from bot.formatting import NOT_MEASURED, number, percent
+from bot.comments.results import measurement_setup
+from bot.formatting import clip, effect_evidence, fraction, number
+from bot.measurements import measurement
 from bot.workspace import Workspace
 
 
@@ -19,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Measure, save, and print the median of each commit; from a comment, update the report comments."""
+    """Measure, save, and print each commit's median, run-to-run CV and effect; from a comment, update the
+    report comments."""
     workspace = Workspace("." if comment else args.repo)
     results, path = bench_revisions(
         workspace,
@@ -29,13 +32,17 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         issue=comment.issue if comment else None,
     )
     print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
-    for workload, summary in results.summary.items():
-        print(f"\n{workload}:")
-        for commit in results.commits:
-            entry = summary["commits"].get(commit.sha, {})
-            median = entry.get("median")
-            cumulative = (entry.get("cumulative") or {}).get("ratio")
-            shown = number(median) if median is not None else NOT_MEASURED
-            change = f"{percent(cumulative)} vs baseline" if cumulative else ""
-            print(f"  {commit.sha[:7]} {commit.optimization or 'baseline':<20} {shown:>14}  {change}")
+    for workload in results.summary:
+        print(f"\n{workload}: {measurement_setup(results, workload)}")
+        for index, commit in enumerate(results.commits):
+            measured = measurement(results, workload, commit.sha)
+            shown = number(measured.median if measured else None)
+            cv = f"CV {fraction(measured.cv)}" if measured and measured.cv is not None else ""
+            change = ""
+            if index and measured is not None:
+                change = f"{effect_evidence(measured.marginal)} vs previous"
+                if index > 1:
+                    change += f"; {effect_evidence(measured.cumulative)} vs baseline"
+            label = clip(commit.label(index == 0), 30)
+            print(f"  {commit.sha[:7]} {label:<30} {shown:>14}  {cv:<10} {change}".rstrip())
     return 1 if results.failed_runs else 0

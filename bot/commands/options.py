@@ -24,8 +24,25 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload", action="append", metavar="NAME", help="only these workloads (repeatable)"
     )
     parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
-    parser.add_argument("--steps", type=int, help="override steps per run")
-    parser.add_argument("--repeats", type=int, help="override repeats per commit")
+    parser.add_argument(
+        "--steps", type=int, help="at least this many steps per run (calibration may add more)"
+    )
+    parser.add_argument("--repeats", type=int, help="rounds at least (each commit once per round)")
+    parser.add_argument(
+        "--max-repeats", type=int, help="rounds at most, while an effect is wider than the minimum effect"
+    )
+    parser.add_argument(
+        "--min-time",
+        type=float,
+        metavar="SECONDS",
+        help="measured time per run the calibration aims for (default 10 on a GPU, 3 on CPU; 0: no calibration)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="no round starts that would end after this (default 1800)",
+    )
     parser.add_argument(
         "--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)"
     )
@@ -45,6 +62,9 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         steps=args.steps,
         repeats=args.repeats,
         warmup_rounds=args.warmup_rounds,
+        max_repeats=args.max_repeats,
+        min_time_s=args.min_time,
+        time_budget_s=args.time_budget,
         runner=args.runner,
         address=args.address,
         drop_regressions=args.drop_regressions,

@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--issue", metavar="N", help="read the plan and the progress comment from this issue")
     parser.add_argument(
-        "--results", metavar="JSON", help="results file of `bot bench`: criteria and regressions"
+        "--results",
+        metavar="JSON",
+        help="results file of `bot bench` (default: the one under .bot/results that measured the range)",
     )
     parser.add_argument(
         "--tier", type=int, help="which tier's items to check (default: those the commits name)"
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
                 f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
             ) from error
     verdict = review_range(root, args.range, plan=plan, results=results, progress=progress, tier=args.tier)
+    verdict.results_from = verdict.results_from or (args.results or "")
     body = render_verdict(verdict, plan=plan, progress=progress)
     if post:
         if issue is None:

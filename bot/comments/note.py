@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchmarks.results import Results
 from benchmarks.stats import WIN
 from bot import measurements
+from bot.claims import ClaimCheck
 from bot.comments.markdown import FOLDED, Table, cell, fit, heading
 from bot.comments.results import headline, measured_win
 from bot.formatting import NOT_MEASURED, clip, commit_link
@@ -32,6 +33,7 @@ def render_note(
 ) -> str:
     """The ``<!-- bot:note v1 -->`` comment."""
     final = drop.results if drop and drop.results is not None else results
+    claims = {check.sha: check for check in verdict.claims}
     reverted = dict(reverted or {}) | (drop.reverted_by if drop else {})
     criteria = Table(["Criterion", "Observed", "Target", "Status"])
     for check in verdict.criteria:
@@ -50,7 +52,7 @@ def render_note(
                 + f" after a measured slowdown ({measured_win(results, row.commit, {})})"
             )
         elif status.landed:
-            effect = _shipped_effect(results, row.commit, reverted)
+            effect = _shipped_effect(results, row.commit, reverted) + _claim(claims, row.commit)
             shipped.append(f"{label} ({commit_link(row.commit, commit_url)}): {effect}")
         elif status is ItemStatus.NOT_APPLICABLE:
             unchanged.append(f"{label}: not applicable ({clip(row.note or 'no site found', 240)})")
@@ -64,7 +66,7 @@ def render_note(
             if info.sha not in reverted:
                 shipped.append(
                     f"{cell(info.subject)} ({commit_link(info.sha, commit_url)}): "
-                    f"{_shipped_effect(results, info.sha, reverted)}"
+                    f"{_shipped_effect(results, info.sha, reverted)}{_claim(claims, info.sha)}"
                 )
     for item in plan.behavioural if plan else []:
         unchanged.append(
@@ -116,6 +118,12 @@ def render_note(
         ),
         2,
     )
+
+
+def _claim(claims: dict[str, ClaimCheck], sha: str | None) -> str:
+    """``; claimed +10% tokens/s: NOT BORNE OUT`` when the commit claims a win."""
+    check = claims.get(sha or "")
+    return f"; claimed {clip(check.claim, 60)}: {check.status}" if check else ""
 
 
 def _shipped_effect(results: Results | None, sha: str, reverted: dict[str, str]) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmarks.results import CommitInfo, Results
+from benchmarks.results import BUDGET, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
 from bot import formatting, measurements
+from bot.claims import ClaimCheck
 from bot.comments.markdown import COMPACT, FOLDED, FULL, Table, cell, code_fence, fit
 from bot.formatting import NOT_MEASURED
 from bot.measurements import Measurement, measurement
@@ -132,7 +133,7 @@ def workload_table(
     metric = measurements.primary(results, workload)
     extra = [m for m in ("tokens_per_s", "samples_per_s") if m != metric]
     table = Table(
-        ["Commit", "Change", f"{cell(metric)} median [CI]", "vs previous", "vs baseline"]
+        ["Commit", "Change", f"{cell(metric)} median [CI]", "CV", "vs previous", "vs baseline"]
         + [_METRIC_NAMES[m] for m in extra]
         + ["peak memory", "loss vs baseline", "MFU", "runs"]
     )
@@ -143,7 +144,7 @@ def workload_table(
         if compact and 0 < index < last and not _notable(measured):
             table.omitted += 1
             continue
-        change = "baseline" if index == 0 else formatting.clip(info.subject, 70)
+        change = "baseline" if index == 0 else formatting.clip(info.subject, 60)  # the first one measured
         if info.sha in reverted:
             change += f" (reverted in {formatting.short(reverted[info.sha])})"
         reported = measured.metrics if measured else {}
@@ -151,6 +152,7 @@ def workload_table(
             _commit_label(info, commit_url),
             cell(change),
             formatting.median_with_ci(measured, confidence),
+            formatting.fraction(measured.cv if measured else None),
             "—" if index == 0 else formatting.effect(measured.marginal if measured else None),
             "—" if index == 0 else formatting.effect(measured.cumulative if measured else None),
             *(formatting.number(reported.get(m)) for m in extra),
@@ -160,6 +162,40 @@ def workload_table(
             _runs_cell(results, workload, info.sha, measured),
         )
     return table
+
+
+def measurement_setup(results: Results, workload: str) -> str:
+    """How the workload was measured: steps and their calibration, rounds and why they stopped, runs left out."""
+    spec = results.workloads.get(workload, {})
+    calibrated = results.calibration.get(workload, {})
+    stop = results.stopping.get(workload, {})
+    text = f"{spec.get('steps', '?')} steps ({spec.get('warmup_steps', '?')} warm-up excluded"
+    if calibrated.get("note"):
+        text += f"; calibrated: {calibrated['note']}"
+    if calibrated.get("window_s") is not None:
+        text += f"; median measured window {formatting.duration(calibrated['window_s'])}"
+    rounds = stop.get("rounds", spec.get("repeats", "?"))
+    text += f"), {rounds} rounds per commit in ABBA order"
+    half = f"±{results.thresholds['min_effect']:.0%}"
+    reason = stop.get("reason")
+    if reason == PRECISE:
+        text += f"; stopped with every interval within {half}"
+    elif reason == BUDGET:
+        text += f"; stopped when the time budget ({formatting.duration(stop['budget_s'])}) ran out"
+    elif reason == MAX_REPEATS:
+        text += f"; stopped at the most rounds allowed ({spec.get('max_repeats', rounds)})"
+    elif reason == UNMEASURABLE:
+        text += "; stopped: no two commits both measured, so no effect to narrow"
+    if reason in (BUDGET, MAX_REPEATS) and stop.get("imprecise"):
+        text += f", {len(stop['imprecise'])} interval(s) still wider than {half}"
+    measured = [measurement(results, workload, info.sha) for info in results.commits]
+    disturbed = sum(m.disturbed for m in measured if m is not None)
+    if disturbed:
+        text += (
+            f"; {disturbed} run(s) left out: other processes kept more than "
+            f"{results.thresholds.get('max_host_load', 0):.0%} of the host's CPUs busy"
+        )
+    return text
 
 
 def chart(results: Results, workload: str) -> tuple[str, int]:
@@ -235,8 +271,7 @@ def workload_views(
                 direction="higher is better"
                 if measurements.higher_is_better(results, name)
                 else "lower is better",
-                setup=f"{spec.get('steps', '?')} steps ({spec.get('warmup_steps', '?')} warm-up excluded), "
-                f"{spec.get('repeats', '?')} repeats per commit, interleaved",
+                setup=measurement_setup(results, name),
                 command=str(spec.get("command", "")),
                 headline=headline(results, name),
                 table=workload_table(
@@ -294,10 +329,13 @@ def attribution(
     tolerance: float,
     commit_url: str | None,
     compact: bool = False,
+    claims: dict[str, ClaimCheck] | None = None,
 ) -> Table:
-    """One row per change: applied?, measured marginal effect per workload, and a note. ``compact`` leaves
-    out landed changes with no significant effect and nothing flagged."""
-    table = Table(["Change", "Applied", "Measured win (vs previous commit)", "Note"])
+    """One row per change: applied?, measured marginal effect per workload, the win its commit claims and how
+    that claim stands, and a note. ``compact`` leaves out landed changes with no significant effect, no claim
+    and nothing flagged."""
+    claims = claims or {}
+    table = Table(["Change", "Applied", "Measured win (vs previous commit)", "Claimed", "Note"])
     expected = {item.key: item.expected for item in plan.items} if plan else {}
     if progress is not None:
         entries = [
@@ -321,10 +359,12 @@ def attribution(
         significant = results is not None and any(
             _significant(measurement(results, workload, sha)) for workload in measurements.workloads(results)
         )
-        if compact and status.landed and not flags and not significant:
+        claim = claims.get(sha) if sha else None
+        if compact and status.landed and not flags and not significant and claim is None:
             table.omitted += 1
             continue
-        notes = [f"{k} expected {expected[k]}" for k in keys if expected.get(k)] + flags
+        notes = [] if claim else [f"{k} expected {expected[k]}" for k in keys if expected.get(k)]
+        notes += flags
         if note:
             notes.append(note)
         heading = f"**{', '.join(keys)}** {change}" if keys else change
@@ -332,6 +372,7 @@ def attribution(
             cell(formatting.clip(heading, 90)),
             applied,
             measured_win(results, sha, reverted),
+            cell(f"{formatting.clip(claim.claim, 60)}: {claim.status}") if claim else "—",
             cell(formatting.clip("; ".join(notes), 240)) or "—",
         )
     return table
@@ -366,8 +407,10 @@ def render_results(
     commit_url: str | None = None,
     title: str = "",
     results_path: str | None = None,
+    claims: list[ClaimCheck] | None = None,
 ) -> str:
-    """The ``<!-- bot:results v1 -->`` comment."""
+    """The ``<!-- bot:results v1 -->`` comment; ``claims`` (from the verdict) set each commit's claimed win
+    against its measurement."""
     reverted = dict(reverted or {}) | (drop.reverted_by if drop else {})
     tolerance = measurements.loss_tolerance(results, plan.loss_tolerance if plan else None)
     thresholds = results.thresholds
@@ -391,7 +434,16 @@ def render_results(
             legend=legend,
             thresholds=thresholds,
             tolerance=tolerance,
-            attribution=attribution(results, plan, progress, reverted, tolerance, commit_url, compact),
+            attribution=attribution(
+                results,
+                plan,
+                progress,
+                reverted,
+                tolerance,
+                commit_url,
+                compact,
+                {check.sha: check for check in claims or []},
+            ),
             drop=drop,
             drop_reverted=[
                 (

@@ -3,6 +3,7 @@ adherence, success criteria and per-commit tables."""
 
 from __future__ import annotations
 
+from bot.claims import BELOW, HELD, NOT_BORNE_OUT, REGRESSED
 from bot.comments.markdown import FOLDED, FULL, Table, cell, fit, heading
 from bot.formatting import NOT_MEASURED, clip, commit_link
 from bot.plan import Plan
@@ -12,6 +13,21 @@ from bot.review import MET, NOT_MET, Verdict
 from bot.tracker import VERDICT
 
 _CRITERION_MARKS = {MET: "✅", NOT_MET: "❌"}
+_CLAIM_MARKS = {HELD: "✅", BELOW: "◐", REGRESSED: "❌", NOT_BORNE_OUT: "❌"}
+
+
+def claims_table(verdict: Verdict, commit_url: str | None) -> Table:
+    """Each commit's claimed win against its measured effect (vs the commit measured before it)."""
+    table = Table(["Commit", "Subject", "Claimed", "Measured (vs previous commit)", "Status"])
+    for check in verdict.claims:
+        table.add(
+            commit_link(check.sha, commit_url),
+            cell(clip(check.subject, 70)),
+            cell(clip(check.claim, 60)),
+            cell(clip(check.observed, 200)),
+            f"{_CLAIM_MARKS.get(check.status, '❔')} {check.status}",
+        )
+    return table
 
 
 def verdict_tables(verdict: Verdict, commit_url: str | None) -> tuple[Table, Table, Table]:
@@ -66,6 +82,7 @@ def render_verdict(
             range_text=range_text,
             adherence=adherence,
             criteria=criteria,
+            claims=claims_table(verdict, commit_url),
             commits=commits,
             findings=verdict.findings,
             fold_all=level >= FOLDED,

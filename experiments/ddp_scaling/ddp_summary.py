@@ -180,9 +180,10 @@ def summarize(runs: Sequence[Run]) -> dict[str, Any]:
     for workload, candidate, reference in COMPARISONS:
         if (workload, candidate) in stats and (workload, reference) in stats:
             effect = compare(
-                stats[(workload, candidate)]["tokens_per_s"],
-                stats[(workload, reference)]["tokens_per_s"],
+                dict(enumerate(stats[(workload, candidate)]["tokens_per_s"])),
+                dict(enumerate(stats[(workload, reference)]["tokens_per_s"])),
                 higher_is_better=True,
+                paired=False,
             )
             comparisons.append(
                 {"workload": workload, "candidate": candidate, "reference": reference, **effect}

@@ -1,0 +1,145 @@
+"""The adaptive bench of `run_bench`: calibration of the measured window, ABBA rounds, rounds added until every
+interval is within the minimum effect, and the time budget and round limit that stop it, on a fake runner
+whose runs measure known values (no processes, a fake clock)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import git
+import pytest
+
+from benchmarks.results import BUDGET, MAX_REPEATS, PRECISE, CommitInfo, run_bench
+from benchmarks.runner import RunRecord
+from benchmarks.spec import BenchSpec, Workload
+
+COMMITS = [CommitInfo("a" * 40, "base"), CommitInfo("b" * 40, "perf: faster (+10%)", "opt")]
+
+
+class FakeRunner:
+    """Runs nothing: each job 'measures' ``speed[commit] × drift(round) × noise`` and takes ``seconds``."""
+
+    device = "CPU on fakehost"
+
+    def __init__(self, clock, speed, noise=0.0, seconds=10.0, step_s=0.01, window_s=3.0):
+        self.clock, self.speed, self.noise, self.seconds = clock, speed, noise, seconds
+        self.step_s, self.window_s = step_s, window_s
+        self.jobs: list = []
+        self.rng = random.Random(5)
+
+    def run(self, jobs, progress=None):
+        records = []
+        for done, job in enumerate(jobs, start=1):
+            self.jobs.append(job)
+            self.clock.now += self.seconds
+            drift = 1 + 0.2 * math.sin(job.repeat)  # the machine's speed changes from round to round
+            value = self.speed[job.commit] * drift * math.exp(self.rng.gauss(0, self.noise))
+            metrics = {
+                "status": "ok",
+                "tokens_per_s": value,
+                "timing": "host_clock",
+                "step_time_s": {"median": self.step_s},
+                "wall_s": self.window_s if not job.calibration else 8 * self.step_s,
+            }
+            record = RunRecord(job.commit, job.workload.name, job.repeat, "ok", self.seconds, "", metrics)
+            records.append(record)
+            if progress:
+                progress(done, len(jobs), record)
+        return records
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return git.Repo.init(tmp_path / "r")
+
+
+def _spec(budget=1800.0, **workload):
+    settings = {"steps": 10, "warmup_steps": 2, "repeats": 4, "max_repeats": 20} | workload
+    return BenchSpec(
+        {"loop": Workload("loop", "python loop.py --steps {steps}", **settings)}, time_budget_s=budget
+    )
+
+
+def test_calibration_sets_the_steps_and_repeats_a_run_that_was_mostly_warm_up(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1100.0})
+    results = run_bench(repo, _spec(), COMMITS, runner, clock=clock)
+    calibration = results.calibration["loop"]
+    # 10 ms per step on CPU: 2 warm-up + 300 steps measure 3 s; the first run measured 0.08 s, so twice
+    assert (calibration["steps"], calibration["runs"], calibration["min_time_s"]) == (302, 2, 3.0)
+    assert [job.workload.steps for job in runner.jobs[:2]] == [10, 302]
+    assert all(job.workload.steps == 302 for job in runner.jobs[2:])
+    assert results.workloads["loop"]["steps"] == 302 and calibration["window_s"] == 3.0
+    assert sum(job.calibration for job in runner.jobs) == 2 and all(run.repeat >= 0 for run in results.runs)
+
+
+def test_rounds_run_in_abba_order_and_stop_once_precise(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1100.0}, noise=0.03)
+    results = run_bench(repo, _spec(min_time_s=0), COMMITS, runner, clock=clock)
+    order = [(job.repeat, job.commit[0]) for job in runner.jobs]
+    assert order[:8] == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (3, "b"), (3, "a")]
+    stop = results.stopping["loop"]
+    assert stop["reason"] == PRECISE and stop["imprecise"] == []
+    assert stop["rounds"] > 4 and stop["rounds"] % 2 == 0  # ±3% noise needs more than 4 rounds; 2 at a time
+    effect = results.summary["loop"]["commits"]["b" * 40]["marginal"]
+    assert effect["half_width"] <= 0.03 and effect["verdict"] == "win"
+    assert effect["ci"][0] < 1.1 < effect["ci"][1]  # the drift between rounds cancels in the pairs
+
+
+def test_the_time_budget_stops_the_rounds_and_says_what_is_still_wide(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
+    results = run_bench(repo, _spec(budget=130.0, min_time_s=0), COMMITS, runner, clock=clock)
+    stop = results.stopping["loop"]
+    # 4 rounds of 2 runs take 80 s; two more would end at 120 s, two after that at 160 s > 130 s
+    assert (stop["reason"], stop["rounds"], stop["budget_s"]) == (BUDGET, 6, 130.0)
+    assert stop["imprecise"] == ["b" * 40 + " marginal"] and clock.now == 120.0
+
+
+def test_max_repeats_bounds_the_rounds(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
+    results = run_bench(repo, _spec(max_repeats=6, min_time_s=0), COMMITS, runner, clock=clock)
+    assert (results.stopping["loop"]["reason"], results.stopping["loop"]["rounds"]) == (MAX_REPEATS, 6)
+
+
+def test_bot_bench_names_each_commit_and_prints_cv_and_effects(tmp_path, monkeypatch, capsys):
+    from git_repos import commit_all, make_repo
+
+    import bot.benchmarking
+    from bot.cli import main
+
+    pyproject = (
+        '[tool.bot]\n[tool.bot.workloads.loop]\ncommand = "python loop.py --steps {steps}"\nsteps = 10\n'
+    )
+    root = tmp_path / "target"
+    repo = make_repo(root, {"pyproject.toml": pyproject, "loop.py": "pass\n"})
+    shas = [repo.head.commit.hexsha]
+    for message in (
+        "perf: sleep 10% of every step (+10% tokens/s)",
+        "perf(train): fused AdamW\n\nBot-Optimization: fused_adamw",
+    ):
+        (root / "loop.py").write_text(f"# {len(shas)}\n")
+        shas.append(commit_all(repo, message))
+    speed = dict(zip(shas, (1000.0, 910.0, 1200.0), strict=True))
+    monkeypatch.setattr(
+        bot.benchmarking, "make_runner", lambda options, workspace: FakeRunner(Clock(), speed, 0.01)
+    )
+    assert main(["bench", *shas, "--repo", str(root)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [row[0] for row in rows] == [sha[:7] for sha in shas]
+    assert rows[0][1] == "baseline" and rows[1][1:3] == ["perf:", "sleep"] and rows[2][1] == "fused_adamw"
+    assert sum(row[1] == "baseline" for row in rows) == 1  # only the first revision measured is the baseline
+    assert "CV" in out and "(regression) vs previous" in out and "(win) vs previous" in out
+    assert "loop: 302 steps" in out and "rounds per commit in ABBA order" in out

@@ -1,0 +1,77 @@
+"""`bot calibrate`, the planted-effects self-check, end to end on a small hand-written torch loop: a no-op must
+not come out a win and a planted slowdown must come out a regression, through the real launch wrapper, runner
+and statistics. A few trials only; the 20-trial figure is recorded in benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import json
+
+import git
+import pytest
+from git_repos import make_repo
+
+from bot.cli import main
+
+LOOP = """\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+args = parser.parse_args()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Tanh(), torch.nn.Linear(512, 512))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+batch = torch.randn(128, 512)  # about 8 ms a step on one core
+for _ in range(args.steps):
+    model(batch).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+PYPROJECT = """\
+[tool.bot]
+time_budget_s = 240
+
+[tool.bot.workloads.loop]
+command = "python loop.py --steps {steps}"
+steps = 20
+warmup_steps = 3
+repeats = 4
+max_repeats = 6
+min_time_s = 0.5
+primary = "samples_per_s"
+"""
+
+
+@pytest.mark.selfcheck
+def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
+    root = tmp_path / "target"
+    repo = make_repo(root, {"loop.py": LOOP, "pyproject.toml": PYPROJECT})
+    head = repo.head.commit.hexsha
+    code = main(["calibrate", "--repo", str(root), "--trials", "2", "--slowdown", "0.3", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trials"] == summary["judged"] == 2
+    assert summary["false_wins"] == 0 and summary["false_alarms"] == 0
+    [planted] = summary["planted"]
+    assert (planted["slowdown"], planted["detected"], planted["miss_rate"]) == (0.3, 2, 0.0)
+    assert -0.35 < planted["measured_change"] < -0.12  # steps 30% longer: about -23% samples/s
+    assert code == 0
+    # the repository is untouched; each trial's results and the summary are kept, the scratch clone is not
+    assert git.Repo(root).head.commit.hexsha == head and not git.Repo(root).is_dirty()
+    out = root / ".bot" / "calibrate"
+    [run] = list(out.iterdir())
+    assert sorted(p.name for p in run.iterdir()) == ["summary.json", "trial-00.json", "trial-01.json"]
+    trial = json.loads((run / "trial-00.json").read_text())
+    subjects = [c["subject"] for c in trial["commits"]]
+    assert subjects[1:] == [
+        "perf(calibrate): no-op (+10% tokens/s)",
+        "perf(calibrate): planted 30% per-step slowdown (+10% tokens/s)",
+    ]
+    planted_runs = [r for r in trial["runs"] if r["commit"] == trial["commits"][2]["sha"] and r["metrics"]]
+    assert planted_runs and all(r["metrics"]["planted_slowdown"] == 0.3 for r in planted_runs)
+    assert trial["calibration"]["loop"]["steps"] >= 20 and trial["stopping"]["loop"]["reason"]
+    # a later call adds to the same folder's figure; with no trials it summarizes the ones there
+    assert main(["calibrate", "--repo", str(root), "--trials", "0", "--out", str(run), "--json"]) == code
+    assert json.loads(capsys.readouterr().out) | {"results": None} == summary | {"results": None}

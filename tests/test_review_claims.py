@@ -1,0 +1,161 @@
+"""Claims held to measurements: what a commit claims, how `bot review` finds the results `bot bench` wrote, and
+how a claim, a criterion or a missing measurement moves the verdict."""
+
+from __future__ import annotations
+
+import pytest
+from git_repos import make_repo
+from test_review_report import synthetic_results
+
+from benchmarks.results import CommitInfo
+from benchmarks.spec import Workload
+from benchmarks.stats import summarize
+from bot.benchmarking import results_path
+from bot.claims import HELD, INCONCLUSIVE, NOT_BORNE_OUT, REGRESSED, UNMEASURED, claim_of, parse_gain
+from bot.comments.results import render_results
+from bot.comments.verdict import render_verdict
+from bot.conventions import TRAILER_OPTIMIZATION
+from bot.notes import write_notes
+from bot.plan import Criterion, Plan
+from bot.review import CONCERNS, MAJOR, MINOR, PASS, review_range
+from bot.workspace import Workspace, commit_message
+
+
+@pytest.mark.parametrize(
+    ("message", "claimed"),
+    [
+        ("perf(train): swap SDPA for FlashAttention-2 (+15-20% SFT)", ("+15-20% SFT", 0.15)),
+        ("perf: no-op (+10% tokens/s)", ("+10% tokens/s", 0.10)),
+        ("perf(x): y\n\nPlan item A\n\nExpected: +20% throughput, 60% mem\n\nBot-Optimization: a\n", None),
+        ("perf: a (1.7-2.2x SFT)", ("1.7-2.2x SFT", 0.7)),
+        ("perf: faster by 12%", ("perf: faster by 12%", 0.12)),
+        ("perf: tokenizer shim (Defensive; 0% perf)", None),
+        ("fix: turn Liger off on LoRA (-2x regression)", None),
+        ("fix: memory (-16% runtime)", None),
+        ("refactor: nothing measured", None),
+    ],
+)
+def test_a_claim_is_the_expected_line_or_a_number_in_the_subject(message, claimed):
+    claim = claim_of(message)
+    if "Expected:" in message:
+        assert (claim.text, claim.gain) == ("+20% throughput, 60% mem", 0.20)
+        return
+    assert (None if claim is None else (claim.text, claim.gain)) == claimed
+
+
+def test_bot_commits_keep_unmeasured_numbers_out_of_the_subject():
+    message = commit_message(
+        "train", "Liger kernel", "+20% throughput", "Plan item D", {TRAILER_OPTIMIZATION: "x"}
+    )
+    subject, body = message.split("\n", 1)
+    assert subject == "perf(train): Liger kernel" and parse_gain(subject) is None
+    assert "\nExpected: +20% throughput (not measured here)\n" in body
+    assert claim_of(message).gain == 0.20
+
+
+def test_a_label_says_baseline_only_for_the_first_revision_measured():
+    plain = CommitInfo("a" * 40, "perf: sleep 10% of every step (+10% tokens/s)")
+    bot = CommitInfo("b" * 40, "perf(train): Liger kernel", optimization="liger")
+    assert plain.label(first=True) == "baseline"
+    assert plain.label(first=False) == "perf: sleep 10% of every step (+10% tokens/s)"
+    assert bot.label(first=False) == "liger"
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A branch with the issue's commits: a no-op, a slowdown and a real speed-up, all claiming a win."""
+    root = tmp_path / "target"
+    make_repo(root, {"train.py": "STEPS = 1\n"})
+    workspace = Workspace(root)
+    base = workspace.start("bot/plan-tier-1")
+    shas = []
+    for index, (subject, body) in enumerate(
+        [
+            ("perf(train): no-op (+10% tokens/s)", ""),
+            ("perf(train): sleep 10% of every step (+10% tokens/s)", ""),
+            ("perf(train): fused AdamW", "Expected: +15% tokens/s (not measured here)"),
+        ]
+    ):
+        (root / "train.py").write_text(f"STEPS = {index + 2}\n")
+        message = f"{subject}\n\n{body}\n\n{TRAILER_OPTIMIZATION}: opt{index}\n"
+        shas.append(workspace.commit(["train.py"], message))
+    commits = [(base, "base", [])] + [(sha, f"change {i}", []) for i, sha in enumerate(shas)]
+    results = synthetic_results(commits, {"loop": [1000.0, 1000.0, 909.0, 1200.0]}, gpu=False)
+    return workspace, base, shas, results
+
+
+def test_review_after_bench_uses_the_results_file_and_sets_each_claim_against_it(planted):
+    workspace, base, shas, results = planted
+    saved = results.save(results_path(workspace.root, workspace.branch))
+    verdict = review_range(workspace.root)  # no --results: the file bench wrote is found
+    assert verdict.results_from == str(saved) and verdict.measured_head == shas[2]
+    assert [(c.sha, c.status) for c in verdict.claims] == [
+        (shas[0], NOT_BORNE_OUT),  # measured +0.0%, its interval far below +10%
+        (shas[1], REGRESSED),
+        (shas[2], HELD),  # +32% against the slowdown before it
+    ]
+    claims = {f.commit: f for f in verdict.findings if f.category == "claim"}
+    assert set(claims) == {shas[0], shas[1]} and {f.severity for f in claims.values()} == {MAJOR}
+    assert claims[shas[0]].evidence[0] == "claimed: +10% tokens/s"
+    assert verdict.outcome == CONCERNS
+    body = render_verdict(verdict)
+    assert "### Claimed wins against measurements" in body and "1 of 3 held" in body
+    assert f"(results: `{saved}`)" in body
+    table = render_results(results, claims=verdict.claims)
+    assert "+10% tokens/s: REGRESSION" in table and "+15% tokens/s (not measured here): HELD" in table
+
+
+def test_a_noisy_measurement_leaves_a_claim_inconclusive(planted):
+    workspace, base, shas, results = planted
+    for run in results.runs:  # the no-op's rounds scatter by ±10%: nothing can be said either way
+        if run.commit == shas[0]:
+            run.metrics["tokens_per_s"] *= (0.95, 1.10, 0.98, 1.12, 0.96)[run.repeat]
+    specs = {name: Workload(name, w["command"], steps=w["steps"]) for name, w in results.workloads.items()}
+    results.summary = summarize([c.sha for c in results.commits], specs, results.runs)
+    marginal = results.summary["loop"]["commits"][shas[0]]["marginal"]
+    assert marginal["verdict"] == "no change" and marginal["ci"][1] > 1.10
+    results.save(results_path(workspace.root, workspace.branch))
+    verdict = review_range(workspace.root)
+    assert verdict.claims[0].status == INCONCLUSIVE
+    finding = next(f for f in verdict.findings if f.commit == shas[0] and f.category == "claim")
+    assert finding.severity == MINOR and finding.title.startswith("Claimed win neither shown nor ruled out")
+
+
+def test_without_any_measurement_no_criterion_or_claim_can_pass(planted):
+    workspace, base, shas, results = planted
+    plan = Plan(
+        "p",
+        [],
+        [
+            Criterion("+30% on the loop", "throughput", 0.30, "loop"),
+            Criterion("no crashes", "stability"),
+            Criterion("uploads work", "manual"),
+        ],
+    )
+    verdict = review_range(workspace.root, plan=plan)
+    assert verdict.results_from == "" and verdict.measured_head == ""
+    assert {c.status for c in verdict.claims} == {UNMEASURED}
+    criteria = {f.title: f.severity for f in verdict.findings if f.category == "criterion"}
+    assert criteria == {
+        "Success criterion not measured: +30% on the loop": MAJOR,
+        "Success criterion not measured: no crashes": MAJOR,
+        "Success criterion to check by hand: uploads work": MINOR,
+    }
+    assert verdict.outcome == CONCERNS != PASS
+    assert "none found for this range" in render_verdict(verdict)
+
+    write_notes(workspace.repo, results)  # measured once, but the results file is gone
+    noted = review_range(workspace.root, plan=plan)
+    note = next(f for f in noted.findings if "has a perfbot note" in f.title)
+    assert note.severity == MINOR and any("loop: tokens_per_s" in line for line in note.evidence)
+
+
+def test_the_file_that_measured_the_head_wins_over_a_newer_partial_one(planted):
+    workspace, base, shas, results = planted
+    full = results.save(results_path(workspace.root, "bot/plan-tier-1"))
+    commits = [(base, "base", []), (shas[0], "c", [])]
+    partial = synthetic_results(commits, {"loop": [1000.0, 1000.0]}, gpu=False)
+    newer = partial.save(results_path(workspace.root, "other"))
+    assert review_range(workspace.root).results_from == str(full)  # only the full one measured the head
+    # both measured this shorter range whole: the newer speaks for it
+    assert review_range(workspace.root, f"{base}..{shas[0]}").results_from == str(newer)
