@@ -45,6 +45,7 @@ primary = "samples_per_s"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.selfcheck
 def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     root = tmp_path / "target"
