@@ -4,7 +4,8 @@ A bench calibrates each workload's measured window on one run at the baseline (e
 workload's ``min_time_s``), runs the warm-up rounds and the first ``repeats`` rounds (ABBA order, see
 :func:`benchmarks.runner.round_jobs`), then adds two rounds at a time while some effect's interval is still
 wider than the minimum effect, until it is not, the workload's ``max_repeats`` is reached, or the next two
-rounds would end after the spec's time budget. Why each workload stopped is kept in the file.
+rounds would end after the spec's time budget (at the mean wall time per run so far). Why each workload
+stopped is kept in the file.
 
 The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
 items their trailers name), the workloads as run, every run (status, duration, log tail, metrics), the
@@ -36,7 +37,14 @@ from benchmarks.runner import (
     plan_jobs,
     round_jobs,
 )
-from benchmarks.spec import DEFAULT_MIN_TIME_CPU_S, DEFAULT_MIN_TIME_GPU_S, BenchSpec, Workload
+from benchmarks.spec import (
+    DEFAULT_MIN_TIME_CPU_S,
+    DEFAULT_MIN_TIME_GPU_S,
+    DEFAULT_TIME_BUDGET_CPU_S,
+    DEFAULT_TIME_BUDGET_GPU_S,
+    BenchSpec,
+    Workload,
+)
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds, summarize
 
 SCHEMA = "perfbot.results/v1"
@@ -228,6 +236,7 @@ def run_bench(
     started_at, started = _now(), clock()
     batches = _Batches(runner, progress)
     spec, calibration = _calibrated(spec, shas[0], batches)
+    budget = spec.time_budget_s or _default_budget(calibration, runner)
     runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
     rounds = {name: workload.repeats for name, workload in spec.workloads.items()}
     stopping: dict[str, dict[str, Any]] = {}
@@ -243,7 +252,9 @@ def run_bench(
                 stopping[name] = {"reason": MAX_REPEATS}
             else:
                 pending.append(name)
-        if pending and clock() - started + _two_rounds_s(runs, pending, len(shas)) > spec.time_budget_s:
+        elapsed = clock() - started
+        per_job = elapsed / max(batches.done, 1)  # waits for a quiet host and start-up included
+        if pending and elapsed + 2 * len(shas) * len(pending) * per_job > budget:
             stopping.update({name: {"reason": BUDGET} for name in pending})
             pending = []
         if not pending:
@@ -264,7 +275,7 @@ def run_bench(
             rounds=summary[name]["rounds"],
             imprecise=summary[name]["imprecise"],
             spent_s=round(spent, 1),
-            budget_s=spec.time_budget_s,
+            budget_s=budget,
         )
         calibration[name]["window_s"] = _median_window(runs, name)
     return build_results(
@@ -329,6 +340,13 @@ def _calibrated(spec: BenchSpec, baseline: str, batches: _Batches) -> tuple[Benc
     return replace(spec, workloads=workloads), calibration
 
 
+def _default_budget(calibration: dict[str, dict[str, Any]], runner: Runner) -> float:
+    """30 min when the calibration ran on a GPU (or, without one, the runner has GPUs), else 10 min."""
+    devices = {found.get("device") for found in calibration.values()} - {None}
+    on_gpu = "GPU" in devices if devices else runner.device.startswith("GPU")
+    return DEFAULT_TIME_BUDGET_GPU_S if on_gpu else DEFAULT_TIME_BUDGET_CPU_S
+
+
 def _any_effect(workload_summary: dict[str, Any]) -> bool:
     """Whether some commit of the workload has an effect with an interval."""
     return any(
@@ -336,15 +354,6 @@ def _any_effect(workload_summary: dict[str, Any]) -> bool:
         for entry in workload_summary["commits"].values()
         for key in ("marginal", "cumulative")
     )
-
-
-def _two_rounds_s(runs: Sequence[RunRecord], workloads: Sequence[str], commits: int) -> float:
-    """How long two more rounds of ``workloads`` should take, from the mean duration of their runs so far."""
-    total = 0.0
-    for name in workloads:
-        durations = [run.duration_s for run in runs if run.workload == name]
-        total += 2 * commits * (statistics.fmean(durations) if durations else 0.0)
-    return total
 
 
 def _median_window(runs: Sequence[RunRecord], workload: str) -> float | None:

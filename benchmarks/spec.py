@@ -19,8 +19,9 @@ timeout_s = 1800
 gpus = 1
 ```
 
-``time_budget_s`` (default 1800) in ``[tool.bot]`` bounds a whole bench: no round starts that would end after
-it. ``--steps``, ``--repeats``, ``--max-repeats``, ``--min-time`` and ``--time-budget`` override these.
+``time_budget_s`` in ``[tool.bot]`` bounds a whole bench: no round starts that would end after it (default:
+30 min on a GPU, 10 min on CPU, where the calibration run shows which). ``--steps``, ``--repeats``,
+``--max-repeats``, ``--min-time`` and ``--time-budget`` override these.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ DEFAULT_SIZE = "tiny"
 DEFAULT_SEED = 0
 DEFAULT_REPEATS = 4
 DEFAULT_MAX_REPEATS = 20
-DEFAULT_TIME_BUDGET_S = 1800.0
+DEFAULT_TIME_BUDGET_GPU_S = 1800.0
+DEFAULT_TIME_BUDGET_CPU_S = 600.0
 # Measured time per run a calibration aims for when the workload sets none, by where it runs.
 DEFAULT_MIN_TIME_GPU_S = 10.0
 DEFAULT_MIN_TIME_CPU_S = 3.0
@@ -90,7 +92,7 @@ class BenchSpec:
     # Whole rounds run before the measured ones and discarded: a machine that has been idle (GPU clocks, a VM
     # growing its memory on first touch) runs its first round slower, whatever the commit.
     warmup_rounds: int = 0
-    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    time_budget_s: float | None = None  # None: the device's default (see the module docstring)
     source: Path | None = field(default=None, compare=False)
 
     @classmethod
@@ -110,8 +112,8 @@ class BenchSpec:
         warmup_rounds = _typed(table, "warmup_rounds", int, 0, path, "tool.bot")
         if warmup_rounds < 0:
             raise BenchSpecError(path, "tool.bot.warmup_rounds", "must be 0 or more")
-        budget = float(_typed(table, "time_budget_s", float, DEFAULT_TIME_BUDGET_S, path, "tool.bot"))
-        if budget <= 0:
+        budget = _typed(table, "time_budget_s", float, None, path, "tool.bot")
+        if budget is not None and budget <= 0:
             raise BenchSpecError(path, "tool.bot.time_budget_s", f"must be positive, got {budget:g}")
         raw = table.get("workloads")
         if not isinstance(raw, dict) or not raw:
@@ -124,7 +126,7 @@ class BenchSpec:
             size=size,
             seed=seed,
             warmup_rounds=warmup_rounds,
-            time_budget_s=budget,
+            time_budget_s=None if budget is None else float(budget),
             source=path,
         )
 

