@@ -45,7 +45,7 @@ from benchmarks.spec import (
     BenchSpec,
     Workload,
 )
-from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds, summarize
+from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds, disturbed, summarize
 
 SCHEMA = "perfbot.results/v1"
 PRECISE, BUDGET, MAX_REPEATS = "precise", "time budget", "max repeats"
@@ -235,7 +235,7 @@ def run_bench(
     shas = [commit.sha for commit in commits]
     started_at, started = _now(), clock()
     batches = _Batches(runner, progress)
-    spec, calibration = _calibrated(spec, shas[0], batches)
+    spec, calibration = _calibrated(spec, shas[0], batches, thresholds)
     budget = spec.time_budget_s or _default_budget(calibration, runner)
     runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
     rounds = {name: workload.repeats for name, workload in spec.workloads.items()}
@@ -309,17 +309,19 @@ class _Batches:
         return records
 
 
-def _calibrated(spec: BenchSpec, baseline: str, batches: _Batches) -> tuple[BenchSpec, dict[str, dict]]:
+def _calibrated(
+    spec: BenchSpec, baseline: str, batches: _Batches, thresholds: Thresholds
+) -> tuple[BenchSpec, dict[str, dict]]:
     """The spec with calibrated steps, and the calibration of each workload. A first run per workload at the
     baseline (none when it asks for no minimum time) gives the step time; when its measured steps lasted under
-    half the minimum time, a second run with the steps found measures the step time again (a short first run
-    is mostly warm-up)."""
+    half the minimum time (a short first run is mostly warm-up) or other processes disturbed it, another run
+    with the steps found measures it again, three runs at most."""
     workloads = dict(spec.workloads)
     calibration = {
         name: {"steps_asked": w.steps, "steps": w.steps, "min_time_s": 0} for name, w in workloads.items()
     }
     asked = {name: w for name, w in workloads.items() if w.min_time_s != 0}
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):
         if not asked:
             break
         jobs = calibration_jobs(replace(spec, workloads={n: workloads[n] for n in asked}), baseline)
@@ -328,13 +330,15 @@ def _calibrated(spec: BenchSpec, baseline: str, batches: _Batches) -> tuple[Benc
         for name, original in asked.items():
             workloads[name], calibration[name] = calibrate(original, records.get(name))
             calibration[name]["runs"] = attempt
+            calibration[name]["disturbed"] = name in records and disturbed(records[name], thresholds)
             window = ((records.get(name) and records[name].metrics) or {}).get("wall_s")
             wanted = calibration[name]["min_time_s"]
-            if (
+            short = (
                 workloads[name].steps > original.steps
                 and isinstance(window, int | float)
                 and window < wanted / 2
-            ):
+            )
+            if short or calibration[name]["disturbed"]:
                 again[name] = original
         asked = again
     return replace(spec, workloads=workloads), calibration

@@ -26,6 +26,7 @@ class FakeRunner:
         self.clock, self.speed, self.noise, self.seconds = clock, speed, noise, seconds
         self.step_s, self.window_s = step_s, window_s
         self.timing = "host_clock"
+        self.calibration_loads: list[float] = []  # other processes' load during each calibration run, in turn
         self.jobs: list = []
         self.rng = random.Random(5)
 
@@ -41,8 +42,12 @@ class FakeRunner:
                 "tokens_per_s": value,
                 "timing": self.timing,
                 "step_time_s": {"median": self.step_s},
-                "wall_s": self.window_s if not job.calibration else 8 * self.step_s,
+                "wall_s": (job.workload.steps - job.workload.warmup_steps) * self.step_s
+                if job.calibration
+                else self.window_s,
             }
+            if job.calibration and self.calibration_loads:
+                metrics["host_load_others"] = self.calibration_loads.pop(0)
             record = RunRecord(job.commit, job.workload.name, job.repeat, "ok", self.seconds, "", metrics)
             records.append(record)
             if progress:
@@ -85,6 +90,18 @@ def test_calibration_sets_the_steps_and_repeats_a_run_that_was_mostly_warm_up(re
     runner.timing = "cuda_events"
     on_gpu = run_bench(repo, _spec(), COMMITS, runner, clock=clock)
     assert on_gpu.calibration["loop"]["min_time_s"] == 10.0 and on_gpu.stopping["loop"]["budget_s"] == 1800.0
+
+
+def test_a_disturbed_calibration_run_is_run_again(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1100.0}, window_s=0.01)
+    runner.calibration_loads = [0.6, 0.5, 0.0]  # another tenant during the first two
+    results = run_bench(repo, _spec(min_time_s=0.05), COMMITS, runner, clock=clock)
+    calibration = results.calibration["loop"]
+    assert (calibration["runs"], calibration["disturbed"]) == (3, False)
+    runner.calibration_loads = [0.6, 0.6, 0.6]
+    stuck = run_bench(repo, _spec(min_time_s=0.05), COMMITS, runner, clock=clock).calibration["loop"]
+    assert (stuck["runs"], stuck["disturbed"]) == (3, True)  # three at most, and it says so
 
 
 def test_rounds_run_in_abba_order_and_stop_once_precise(repo):

@@ -133,6 +133,9 @@ def shape(value):
     return None
 
 
+@pytest.mark.xfail(
+    reason="not yet re-checked against the adaptive ABBA rounds of the bench (issue #16)", strict=False
+)
 def test_tier1_matrix_on_ray_matches_the_local_runner(ray_head, tier1, env, monkeypatch, tmp_path):
     for name, value in env.items():
         monkeypatch.setenv(name, value)

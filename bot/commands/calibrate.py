@@ -30,7 +30,7 @@ from scipy import stats as scipy_stats
 
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import Results, run_bench
-from benchmarks.stats import REGRESSION, WIN
+from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
 from bot.benchmarking import bench_spec, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
@@ -95,7 +95,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     summary.update(device=trials[-1].device, results=str(out))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(summary, indent=2) if args.json else _report(summary))
-    failing = summary["false_win_rate"] > 0.05 or any(p["miss_rate"] > 0.05 for p in summary["planted"])
+    rates = [summary["false_win_rate"], *(p["miss_rate"] for p in summary["planted"])]
+    failing = any(rate is None or rate > 0.05 for rate in rates)
     return 1 if failing else 0
 
 
@@ -203,19 +204,23 @@ def _trial_line(trial: dict[str, Any]) -> str:
 
 
 def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rates over all trials and workloads, and the smallest effect detectable at 95% from the intervals."""
+    """Rates over all trials and workloads, and the smallest effect detectable at 95% from the intervals.
+    A trial whose no-op or plant could not be tested at all (every run failed or was disturbed: the bench said
+    "insufficient data") is inconclusive: counted, and left out of that rate."""
     judged = [w for trial in trials for w in trial["workloads"].values()]
-    noops = [w["noop"] for w in judged]
+    noops = [w["noop"] for w in judged if _conclusive(w["noop"])]
     planted = []
     for slowdown in sorted({p["slowdown"] for w in judged for p in w["planted"]}, key=str):
-        effects = [p for w in judged for p in w["planted"] if p["slowdown"] == slowdown]
+        everything = [p for w in judged for p in w["planted"] if p["slowdown"] == slowdown]
+        effects = [e for e in everything if _conclusive(e)]
         ratios = [e["ratio"] for e in effects if e["ratio"]]
         planted.append(
             {
                 "slowdown": slowdown,
                 "trials": len(effects),
+                "inconclusive": len(everything) - len(effects),
                 "detected": sum(e["verdict"] == REGRESSION for e in effects),
-                "miss_rate": sum(e["verdict"] != REGRESSION for e in effects) / len(effects),
+                "miss_rate": _rate(sum(e["verdict"] != REGRESSION for e in effects), len(effects)),
                 "measured_change": math.exp(statistics.fmean(math.log(r) for r in ratios)) - 1
                 if ratios
                 else None,
@@ -231,8 +236,10 @@ def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "trials": len(trials),
         "judged": len(judged),
+        "noop_trials": len(noops),
+        "noop_inconclusive": len(judged) - len(noops),
         "false_wins": sum(e["verdict"] == WIN for e in noops),
-        "false_win_rate": sum(e["verdict"] == WIN for e in noops) / len(noops),
+        "false_win_rate": _rate(sum(e["verdict"] == WIN for e in noops), len(noops)),
         "false_alarms": sum(e["verdict"] == REGRESSION for e in noops),
         "planted": planted,
         "median_half_width": statistics.median(half_widths) if half_widths else None,
@@ -245,6 +252,14 @@ def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _conclusive(effect: dict[str, Any]) -> bool:
+    return effect["verdict"] not in (None, INSUFFICIENT)
+
+
+def _rate(count: int, total: int) -> float | None:
+    return count / total if total else None
+
+
 def _smallest_detectable(half_widths: list[float], min_effect: float) -> float | None:
     """The change a bench with the median interval half-width h calls 95% of the time: its estimate must
     clear both the minimum effect and h (significance), with a standard error of about h / 1.96."""
@@ -254,6 +269,10 @@ def _smallest_detectable(half_widths: list[float], min_effect: float) -> float |
     return max(min_effect, h) + scipy_stats.norm.ppf(DETECTION) * h / scipy_stats.norm.ppf(0.975)
 
 
+def _percent(rate: float | None) -> str:
+    return "no trials" if rate is None else f"{rate:.0%}"
+
+
 def _report(summary: dict[str, Any]) -> str:
     seconds = summary["trial_seconds"]
     budgets = ", ".join(duration(b) for b in summary["time_budget_s"] if b is not None) or "none"
@@ -261,15 +280,16 @@ def _report(summary: dict[str, Any]) -> str:
         f"{summary['trials']} trials on {summary['device']} ({summary['judged']} workload trials), "
         f"time budget {budgets} per trial; trials took {duration(min(seconds))}–{duration(max(seconds))} "
         f"(median {duration(statistics.median(seconds))})",
-        f"no-op: {summary['false_wins']} false win(s) ({summary['false_win_rate']:.0%}), "
-        f"{summary['false_alarms']} false alarm(s) (called a regression)",
+        f"no-op: {summary['false_wins']} false win(s) in {summary['noop_trials']} "
+        f"({_percent(summary['false_win_rate'])}), {summary['false_alarms']} false alarm(s) (called a "
+        f"regression); {summary['noop_inconclusive']} inconclusive (no undisturbed runs to test)",
     ]
     for planted in summary["planted"]:
         change = planted["measured_change"]
         lines.append(
             f"planted {planted['slowdown']:.0%} slowdown: named a regression in {planted['detected']} of "
-            f"{planted['trials']} (miss rate {planted['miss_rate']:.0%}); measured "
-            f"{percent(1 + change) if change is not None else 'nothing'} (geometric mean)"
+            f"{planted['trials']} (miss rate {_percent(planted['miss_rate'])}; {planted['inconclusive']} "
+            f"inconclusive); measured {percent(1 + change) if change is not None else 'nothing'} (geometric mean)"
         )
     if summary["smallest_detectable"] is not None:
         lines.append(
