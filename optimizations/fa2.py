@@ -60,7 +60,8 @@ class _PickAttention(OptimizationCodemod):
         self.edited = False
         self.links: TrainerLinks | None = None
         self.used_names: set[str] = set()
-        self.init_kwargs: dict[cst.CSTNode, cst.Call] = {}  # model_init_kwargs dict node -> its config call
+        # model_init_kwargs dict node -> its config: the config call, or the `config.model_init_kwargs` target
+        self.init_kwargs: dict[cst.CSTNode, cst.Call | cst.Attribute] = {}
 
     # -- pre-pass ---------------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -72,22 +73,36 @@ class _PickAttention(OptimizationCodemod):
             argument = keyword(call, "model_init_kwargs")
             if argument is None or literal_value(argument.value) is None:
                 continue
-            target = self._dict_behind(argument.value, call)
-            if target is not None:
-                self.init_kwargs[target] = call
-            else:
-                self.refused(
-                    call,
-                    _message(f"{code_of(call.func)}(model_init_kwargs=...)", None),
-                    f"model_init_kwargs comes from `{code_of(argument.value)}`; set attn_implementation where "
-                    "that dict is built",
-                )
+            self._note_init_kwargs(argument.value, call)
+        for assign in self.nodes(cst.Assign):
+            target = assign.targets[0].target
+            if (
+                len(assign.targets) == 1
+                and isinstance(target, cst.Attribute)
+                and target.attr.value == "model_init_kwargs"
+                and isinstance(target.value, cst.Name)
+                and literal_value(assign.value) is not None
+            ):
+                self._note_init_kwargs(assign.value, target)
 
-    def _dict_behind(self, value: cst.BaseExpression, call: cst.Call) -> cst.CSTNode | None:
-        """The dict literal (or ``dict(...)`` call) that ``model_init_kwargs=value`` passes, if it is visible."""
+    def _note_init_kwargs(self, value: cst.BaseExpression, config: cst.Call | cst.Attribute) -> None:
+        """Remember the dict a config's ``model_init_kwargs`` is set to, or refuse one that is not visible."""
+        target = self._dict_behind(value, config)
+        if target is not None:
+            self.init_kwargs[target] = config
+        else:
+            self.refused(
+                config,
+                _message(_init_kwargs_site(config), None),
+                f"model_init_kwargs comes from `{code_of(value)}`; set attn_implementation where "
+                "that dict is built",
+            )
+
+    def _dict_behind(self, value: cst.BaseExpression, site: cst.CSTNode) -> cst.CSTNode | None:
+        """The dict literal (or ``dict(...)`` call) that ``model_init_kwargs`` is set to, if it is visible."""
         if _is_dict(value, self.names):
             return value
-        scope = self.links.scope(call)
+        scope = self.links.scope(site)
         if not isinstance(value, cst.Name) or scope is None:
             return None
         local, _ = self.links.bindings(value.value, scope)
@@ -230,8 +245,8 @@ class _PickAttention(OptimizationCodemod):
         return self._edit_init_kwargs(original_node, updated_node)
 
     def _edit_init_kwargs(self, original: cst.CSTNode, updated: cst.Dict | cst.Call) -> cst.BaseExpression:
-        config_call = self.init_kwargs[original]
-        callee = f"{code_of(config_call.func)}(model_init_kwargs=...)"
+        config = self.init_kwargs[original]
+        callee = _init_kwargs_site(config)
         entries = _entries(original)
         if entries is None:
             reason = "the dict unpacks `**` other settings that may set attn_implementation"
@@ -255,7 +270,7 @@ class _PickAttention(OptimizationCodemod):
             )
         source = None
         if reason is None:
-            source, reason = self._trained_model(original, config_call)
+            source, reason = self._trained_model(original, config)
         if reason is not None:
             self.refused(original, message, reason)
             return updated
@@ -278,10 +293,12 @@ class _PickAttention(OptimizationCodemod):
         return edited
 
     def _trained_model(
-        self, node: cst.CSTNode, config_call: cst.Call
+        self, node: cst.CSTNode, config: cst.Call | cst.Attribute
     ) -> tuple[cst.BaseExpression | None, str | None]:
         """The model a config's trainer loads, readable where ``node`` runs; or why not."""
-        trainers = self.links.trainers_receiving(config_call)
+        trainers = self.links.trainers_receiving(
+            config.value if isinstance(config, cst.Attribute) else config
+        )
         models = {
             code_of(model): model for t in trainers if (model := self.links.model_argument(t)) is not None
         }
@@ -304,6 +321,14 @@ class _PickAttention(OptimizationCodemod):
         if self.edited:
             self.import_runtime(RUNTIME_MODULE, PICKER)
         return updated_node
+
+
+def _init_kwargs_site(config: cst.Call | cst.Attribute) -> str:
+    """How a message names where model_init_kwargs is set: ``SFTConfig(model_init_kwargs=...)`` or
+    ``training_args.model_init_kwargs = ...``."""
+    if isinstance(config, cst.Attribute):
+        return f"{code_of(config)} = ..."
+    return f"{code_of(config.func)}(model_init_kwargs=...)"
 
 
 def _message(callee: str, fallback: str | None) -> str:
@@ -386,7 +411,7 @@ class FlashAttention(Optimization):
         "flexattention",
     )
     codemods = (_PickAttention,)
-    needs = (*HF_CONFIGS, *MODEL_LOADERS)
+    needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 
     examples = (
         Example(
@@ -556,6 +581,34 @@ from _perfbot_attention import pick_attention_implementation
 def train(model_id, data):
     args = DPOConfig(output_dir="out", model_init_kwargs=dict(dtype="bfloat16", attn_implementation=pick_attention_implementation(source=model_id, dtype="bfloat16")))
     DPOTrainer(model=model_id, args=args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "trlparser_script_sets_model_init_kwargs",
+            before="""\
+from trl import SFTConfig, SFTTrainer, TrlParser
+
+
+def main(script_args, training_args, model_args, dataset):
+    training_args.model_init_kwargs = dict(
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset)
+    trainer.train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer, TrlParser
+from _perfbot_attention import pick_attention_implementation
+
+
+def main(script_args, training_args, model_args, dataset):
+    training_args.model_init_kwargs = dict(
+        attn_implementation=pick_attention_implementation(source=model_args.model_name_or_path, dtype=model_args.dtype, fallback=model_args.attn_implementation),
+        dtype=model_args.dtype,
+    )
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset)
+    trainer.train()
 """,
         ),
         Example(

@@ -68,20 +68,32 @@ class TrainerLinks:
         return self.codemod.get_metadata(ScopeProvider, node, None)
 
     # -- config -> trainer ------------------------------------------------------------------------------
-    def trainers_receiving(self, config_call: cst.Call) -> list[cst.Call]:
-        """The trainer calls that take ``config_call``'s result as ``args``: inline, or through its variable."""
-        parent = self.parent(config_call)
+    def trainers_receiving(self, config: cst.Call | cst.Name) -> list[cst.Call]:
+        """The trainer calls that take a config as ``args``: ``config`` is the config call (passed inline, or
+        through the variable it is assigned to), or a name read where the config is used
+        (``training_args`` in ``training_args.model_init_kwargs = ...``, a TrlParser script's config)."""
+        if isinstance(config, cst.Name):
+            scope = self.scope(config)
+            if scope is None:
+                return []
+            bindings = [
+                a for a in scope.assignments[config.value] if any(r.node is config for r in a.references)
+            ]
+            return self._trainers_through(bindings)
+        parent = self.parent(config)
         if isinstance(parent, cst.Arg):
             trainer = self.parent(parent)
             return [trainer] if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, parent) else []
-        target = self.assigned_name(config_call)
-        scope = self.scope(config_call)
+        target = self.assigned_name(config)
+        scope = self.scope(config)
         if target is None or scope is None:
             return []
+        return self._trainers_through([a for a in scope.assignments[target.value] if a.node is target])
+
+    def _trainers_through(self, assignments) -> list[cst.Call]:
+        """The trainer calls that take one of these bindings' references as ``args``."""
         trainers = []
-        for assignment in scope.assignments[target.value]:
-            if assignment.node is not target:
-                continue
+        for assignment in assignments:
             for reference in assignment.references:
                 arg = self.parent(reference.node)
                 trainer = self.parent(arg) if isinstance(arg, cst.Arg) else None

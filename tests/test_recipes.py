@@ -52,7 +52,7 @@ def test_apply_edits_the_launch_flag_and_the_recipes_and_a_second_apply_adds_not
     first = _bot("apply", "--tier", "1", "--repo", str(tmp_path / "copy"))
     assert first.returncode == 0, first.stdout + first.stderr
     log = repo.git.log("--format=%(trailers:key=Bot-Optimization,valueonly)", "main..HEAD").split()
-    assert sorted(log) == ["dataloader_workers", "dpo_precompute", "packing"]
+    assert sorted(log) == ["dataloader_workers", "dpo_precompute", "fa2", "packing"]
 
     after = _files(tmp_path / "copy")
     launch = files["scripts/launch_sft.sh"].replace(
@@ -76,13 +76,27 @@ def test_apply_edits_the_launch_flag_and_the_recipes_and_a_second_apply_adds_not
     assert sft["dataloader_num_workers"] == dpo["dataloader_num_workers"] == 4
     assert dpo["precompute_ref_log_probs"] is True and "packing" not in sft  # the flag wins over the recipe
     assert sft["learning_rate"] == 2.0e-4 and sft["attn_implementation"] == "sdpa"
-    assert after["sft.py"] == files["sft.py"]
+    # fa2 edits the script's model_init_kwargs: the recipe's choice is the picker's fallback, nothing else moves
+    picker = (
+        "        attn_implementation=pick_attention_implementation(source=model_args.model_name_or_path, "
+        "dtype=model_args.dtype, fallback=model_args.attn_implementation),"
+    )
+    imported = "from _perfbot_attention import pick_attention_implementation"
+    assert (
+        after["sft.py"]
+        .replace(picker, "        attn_implementation=model_args.attn_implementation,")
+        .replace(imported + "\n", "")
+        == files["sft.py"]
+    )
+    assert picker in after["sft.py"].splitlines() and imported in after["sft.py"]
+    assert "_perfbot_attention.py" in after and after["dpo.py"].count("attn_implementation") == 0
+    compile(after["sft.py"], "sft.py", "exec")
 
     head = repo.head.commit.hexsha
     second = _bot("apply", "--tier", "1", "--repo", str(tmp_path / "copy"))
     assert second.returncode == 0, second.stdout + second.stderr
     assert repo.head.commit.hexsha == head
-    for name in ("packing", "dataloader_workers", "dpo_precompute"):
+    for name in ("packing", "dataloader_workers", "dpo_precompute", "fa2"):
         assert not [s for s in get(name).find(tmp_path / "copy") if s.applicable and s.path != "dpo.py"]
 
 
