@@ -4,7 +4,7 @@ notes, keep the progress comment current while it runs, then publish the reports
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import git
@@ -37,6 +37,7 @@ class BenchOptions:
     max_repeats: int | None = None
     min_time_s: float | None = None
     time_budget_s: float | None = None
+    max_host_load: float | None = None
     runner: str = "local"
     address: str | None = None
     drop_regressions: bool = False
@@ -68,14 +69,27 @@ def results_path(root: Path, branch: str, name: str = "") -> Path:
     return state_dir(root) / "results" / f"{stem}.json"
 
 
+def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None) -> Thresholds:
+    """The statistics' thresholds with the options' host-load limit and the plan's loss tolerance."""
+    if options.max_host_load is not None and not 0 < options.max_host_load <= 1:
+        raise BadInput("--max-host-load is a share of the host's CPUs: above 0, at most 1")
+    return replace(
+        DEFAULT_THRESHOLDS,
+        loss_tolerance=loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance,
+        max_host_load=options.max_host_load or DEFAULT_THRESHOLDS.max_host_load,
+    )
+
+
 def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
-    """The runner the options name: ``local`` (this machine's GPUs) or ``ray`` (the cluster at ``address``;
-    without it ``$RAY_ADDRESS``, else a Ray started for the run)."""
+    """The runner the options name: ``local`` (this machine's GPUs; it waits for a host quieter than the
+    host-load limit before each run, unless the limit is 1) or ``ray`` (the cluster at ``address``; without it
+    ``$RAY_ADDRESS``, else a Ray started for the run)."""
     if options.runner != "ray":
         if options.address is not None:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")
+        limit = bench_thresholds(options).max_host_load
         return LocalRunner(
-            workspace.repo, state_dir(workspace.root) / "bench", quiet_below=DEFAULT_THRESHOLDS.max_host_load
+            workspace.repo, state_dir(workspace.root) / "bench", quiet_below=limit if limit < 1 else None
         )
     from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray  # Ray is an optional extra
 
@@ -124,7 +138,7 @@ def bench_and_report(
     """The benchmark half of ``bot apply --bench``: measure baseline + bot commits, then publish the reports."""
     spec = bench_spec(workspace.root, options)
     runner = make_runner(options, workspace)
-    thresholds = Thresholds(loss_tolerance=plan.loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance)
+    thresholds = bench_thresholds(options, plan.loss_tolerance)
 
     def on_run(done: int, total: int, record: RunRecord) -> None:
         progress.headline = (
@@ -178,7 +192,9 @@ def bench_revisions(
             raise BadInput(f"{error}: not a commit in {workspace.root}; pass shas or branch names") from error
     else:
         revisions = revisions_to_measure(workspace, workspace.baseline())
-    results, path = benchmark(workspace, spec, revisions, make_runner(options, workspace))
+    results, path = benchmark(
+        workspace, spec, revisions, make_runner(options, workspace), bench_thresholds(options)
+    )
     if tracker is not None and issue is not None:
         publish_reports(
             tracker,

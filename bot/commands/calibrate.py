@@ -31,7 +31,7 @@ from scipy import stats as scipy_stats
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import Results, run_bench
 from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
-from bot.benchmarking import bench_spec, make_runner
+from bot.benchmarking import bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
 from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
@@ -109,10 +109,12 @@ def _run_trials(
     clone = git.Repo.clone_from(root, clone_dir)
     try:
         commits = describe_commits(clone, _plant(clone, slowdowns))
-        spec = bench_spec(clone_dir, bench_options(args))
-        runner = make_runner(bench_options(args), Workspace(clone_dir))
+        options = bench_options(args)
+        spec = bench_spec(clone_dir, options)
+        runner = make_runner(options, Workspace(clone_dir))
+        thresholds = bench_thresholds(options)
         for number in numbers:
-            results = run_bench(clone, spec, commits, runner)
+            results = run_bench(clone, spec, commits, runner, thresholds=thresholds)
             results.save(out / f"trial-{number:02d}.json")
             print(f"trial {number + 1}: {_trial_line(_judge(results))}", file=sys.stderr, flush=True)
     finally:

@@ -9,7 +9,7 @@ from bot.benchmarking import BenchOptions
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``,
-    ``--warmup-rounds`` and ``--drop-regressions``."""
+    ``--warmup-rounds``, ``--max-host-load`` and ``--drop-regressions``."""
     parser.add_argument(
         "--runner",
         choices=("local", "ray"),
@@ -47,6 +47,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup-rounds", type=int, help="whole rounds run first and discarded (GPU machines)"
     )
     parser.add_argument(
+        "--max-host-load",
+        type=float,
+        metavar="FRACTION",
+        help="leave out runs made while other processes kept more than this share of the host's CPUs busy, "
+        "and wait for a quieter host before each run (default 0.10; 1 keeps every run, e.g. on a shared CI box)",
+    )
+    parser.add_argument(
         "--drop-regressions",
         action="store_true",
         help="revert each commit that measured a significant slowdown (a new revert commit with the evidence; "
@@ -65,6 +72,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         max_repeats=args.max_repeats,
         min_time_s=args.min_time,
         time_budget_s=args.time_budget,
+        max_host_load=args.max_host_load,
         runner=args.runner,
         address=args.address,
         drop_regressions=args.drop_regressions,
