@@ -71,8 +71,6 @@ def results_path(root: Path, branch: str, name: str = "") -> Path:
 
 def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None) -> Thresholds:
     """The statistics' thresholds with the options' host-load limit and the plan's loss tolerance."""
-    if options.max_host_load is not None and not 0 < options.max_host_load <= 1:
-        raise BadInput("--max-host-load is a share of the host's CPUs: above 0, at most 1")
     return replace(
         DEFAULT_THRESHOLDS,
         loss_tolerance=loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance,

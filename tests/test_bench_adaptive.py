@@ -165,3 +165,24 @@ def test_bot_bench_names_each_commit_and_prints_cv_and_effects(tmp_path, monkeyp
     assert sum(row[1] == "baseline" for row in rows) == 1  # only the first revision measured is the baseline
     assert "CV" in out and "(regression) vs previous" in out and "(win) vs previous" in out
     assert "loop: 302 steps" in out and "rounds per commit in ABBA order" in out
+
+
+def test_max_host_load_sets_the_quiet_wait_and_the_disturbed_rule(tmp_path, capsys):
+    from git_repos import make_repo
+
+    from bot.benchmarking import BenchOptions, bench_thresholds, make_runner
+    from bot.cli import main
+    from bot.workspace import Workspace
+
+    root = tmp_path / "target"
+    make_repo(root, {"pyproject.toml": '[tool.bot.workloads.loop]\ncommand = "python loop.py"\nsteps = 5\n'})
+    workspace = Workspace(root)
+    assert make_runner(BenchOptions(), workspace).quiet_below == 0.10
+    assert make_runner(BenchOptions(max_host_load=0.5), workspace).quiet_below == 0.5
+    assert make_runner(BenchOptions(max_host_load=1), workspace).quiet_below is None  # no waiting at all
+    assert bench_thresholds(BenchOptions(max_host_load=0.5), loss_tolerance=0.02).max_host_load == 0.5
+    assert bench_thresholds(BenchOptions(), loss_tolerance=0.02).loss_tolerance == 0.02
+    head = git.Repo(root).head.commit.hexsha
+    assert main(["bench", "--max-host-load", "0", "--repo", str(root)]) == 2
+    assert "--max-host-load is a share of the host's CPUs" in capsys.readouterr().err
+    assert git.Repo(root).head.commit.hexsha == head and not (root / ".bot" / "results").exists()

@@ -31,7 +31,7 @@ from scipy import stats as scipy_stats
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import Results, run_bench
 from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
-from bot.benchmarking import bench_spec, bench_thresholds, make_runner
+from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
 from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     slowdowns = args.slowdown or [0.10]
     if any(not 0 < s < 10 for s in slowdowns):
         raise BadInput("--slowdown must be a fraction above 0 (0.10 for 10%)")
+    options = bench_options(args)
     root = Workspace(args.repo).root
     out = (
         Path(args.out)
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     done = len(list(out.glob("trial-*.json")))
     if args.trials:
-        _run_trials(root, out, args, slowdowns, range(done, done + args.trials))
+        _run_trials(root, out, options, slowdowns, range(done, done + args.trials))
     trials = [Results.load(path) for path in sorted(out.glob("trial-*.json"))]
     if not trials:
         raise BadInput(f"{out} holds no trials; run some with --trials N")
@@ -100,16 +101,13 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     return 1 if failing else 0
 
 
-def _run_trials(
-    root: Path, out: Path, args: argparse.Namespace, slowdowns: list[float], numbers: range
-) -> None:
+def _run_trials(root: Path, out: Path, options: BenchOptions, slowdowns: list[float], numbers: range) -> None:
     """Benchmark baseline, no-op and plants in a scratch clone once per trial number, saving each trial."""
     clone_dir = out / "repo"
     shutil.rmtree(clone_dir, ignore_errors=True)
     clone = git.Repo.clone_from(root, clone_dir)
     try:
         commits = describe_commits(clone, _plant(clone, slowdowns))
-        options = bench_options(args)
         spec = bench_spec(clone_dir, options)
         runner = make_runner(options, Workspace(clone_dir))
         thresholds = bench_thresholds(options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bot.benchmarking import BenchOptions
+from bot.errors import BadInput
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
-    """The parsed benchmark options as typed values."""
+    """The parsed benchmark options as typed values; a value out of range is bad input."""
+    if args.max_host_load is not None and not 0 < args.max_host_load <= 1:
+        raise BadInput(
+            "--max-host-load is a share of the host's CPUs: above 0, at most 1 (1 keeps every run)"
+        )
     return BenchOptions(
         workloads=tuple(args.workload) if args.workload else None,
         size=args.size,
