@@ -41,11 +41,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from scipy import stats as scipy_stats
-
 if TYPE_CHECKING:
     from benchmarks.runner import RunRecord
     from benchmarks.spec import Workload
+
+
+def _scipy_stats() -> Any:
+    """``scipy.stats``, imported on first use: it takes most of a second to import, and commands that run no
+    test (``bot apply`` without ``--bench``) never need it."""
+    from scipy import stats
+
+    return stats
+
 
 WIN = "win"
 REGRESSION = "regression"
@@ -111,10 +118,10 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianCI:
     half_alpha = (1.0 - confidence) / 2.0
     k = 1
     for candidate in range(2, (n + 1) // 2 + 1):
-        if scipy_stats.binom.cdf(candidate - 1, n, 0.5) > half_alpha:
+        if _scipy_stats().binom.cdf(candidate - 1, n, 0.5) > half_alpha:
             break
         k = candidate
-    tail = float(scipy_stats.binom.cdf(k - 1, n, 0.5))
+    tail = float(_scipy_stats().binom.cdf(k - 1, n, 0.5))
     return MedianCI(
         median=median(ordered),
         low=ordered[k - 1],
@@ -180,7 +187,7 @@ def paired_log_ratio(pairs: Sequence[tuple[float, float]], confidence: float = 0
     return _effect(
         statistics.fmean(logs),
         statistics.variance(logs),
-        lambda: scipy_stats.ttest_1samp(logs, 0.0),
+        lambda: _scipy_stats().ttest_1samp(logs, 0.0),
         confidence,
         PAIRED,
         len(pairs),
@@ -200,7 +207,7 @@ def welch_log_ratio(
     return _effect(
         statistics.fmean(logs_c) - statistics.fmean(logs_r),
         statistics.variance(logs_c) + statistics.variance(logs_r),
-        lambda: scipy_stats.ttest_ind(logs_c, logs_r, equal_var=False),
+        lambda: _scipy_stats().ttest_ind(logs_c, logs_r, equal_var=False),
         confidence,
         UNPAIRED,
         min(len(logs_c), len(logs_r)),

@@ -304,9 +304,10 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         self.imported_modules: set[str] = set()
         self.parsed: ParsedFile | None = None
 
-    def transform_parsed(self, parsed: ParsedFile) -> cst.Module:
+    def transform_parsed(self, parsed: ParsedFile, *, sites_only: bool = False) -> cst.Module:
         """``transform_module`` over a file parsed once for the run: the metadata comes from the file's shared
-        wrapper (each provider resolved once for every codemod), not from a copy of the tree."""
+        wrapper (each provider resolved once for every codemod), not from a copy of the tree. ``sites_only``:
+        the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
         self.context = replace(self.context, wrapper=parsed.wrapper)
         try:
@@ -314,6 +315,8 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
                 tree = self.transform_module_impl(parsed.module)
         finally:
             self.context = replace(self.context, wrapper=None)
+        if sites_only:
+            return tree
         if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
             tree = add_imports(self.context, tree)
         if RemoveImportsVisitor.CONTEXT_KEY in self.context.scratch:

@@ -267,17 +267,25 @@ class Optimization:
         """False when a file with this text cannot have a site: it mentions none of ``needs``."""
         return not self.needs or any(word in source for word in self.needs)
 
-    def transform_source(self, source: str, path: str, ctx: RepoContext) -> FileResult:
-        """Rewrite one file; report every site looked at. Must be idempotent."""
+    def transform_source(
+        self, source: str, path: str, ctx: RepoContext, *, sites_only: bool = False
+    ) -> FileResult:
+        """Rewrite one file; report every site looked at. Must be idempotent. ``sites_only``: only the sites
+        are wanted (a scan), so the last codemod's tree is not finished into code (``source`` stays as it
+        was given when no earlier codemod of the chain changed it)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
         result = FileResult(source)
         for position, codemod in enumerate(self.codemods):
             if position and not any(site.applicable for site in result.sites):
                 break
+            last = position == len(self.codemods) - 1
             command = codemod(CodemodContext(filename=path), self, ctx)
-            edited = command.transform_parsed(ctx.sources.parse(path, result.source))
-            result = FileResult(edited.code, result.sites + command.sites)
+            edited = command.transform_parsed(
+                ctx.sources.parse(path, result.source), sites_only=sites_only and last
+            )
+            code = result.source if sites_only and last else edited.code
+            result = FileResult(code, result.sites + command.sites)
         return result
 
     def dry_run(
@@ -288,10 +296,13 @@ class Optimization:
         *,
         sources: SourceCache | None = None,
         on_step: OnStep | None = None,
+        sites_only: bool = False,
     ) -> Change:
         """The edits and every site changed or refused, nothing written: ``files`` is empty when nothing would
         change, and ``refused`` says why. ``focus``: only these files (paths or path suffixes, as a plan's
-        File:Line hints give them); ``sources``: the run's parses; ``on_step``: called once per file."""
+        File:Line hints give them); ``sources``: the run's parses; ``on_step``: called once per file;
+        ``sites_only``: the sites alone (``files`` is then incomplete and unchecked), skipping the work of
+        finishing the edits."""
         root = Path(root)
         ctx = RepoContext(root, exclude, focus, sources)
         files: dict[str, str] = {}
@@ -300,9 +311,9 @@ class Optimization:
         for done, path in enumerate(paths, start=1):
             source = ctx.read(path)
             if self.might_apply(source):
-                result = self.transform_source(source, path, ctx)
+                result = self.transform_source(source, path, ctx, sites_only=sites_only)
                 sites.extend(result.sites)
-                if result.source != source:
+                if result.source != source and not sites_only:
                     check_compiles(result.source, path)
                     files[path] = result.source
             if on_step is not None:
@@ -325,7 +336,7 @@ class Optimization:
         sources: SourceCache | None = None,
     ) -> list[Site]:
         """Every site this optimization would change or refuses, without touching the repository."""
-        return self.dry_run(root, exclude, focus, sources=sources).sites
+        return self.dry_run(root, exclude, focus, sources=sources, sites_only=True).sites
 
     def apply(
         self,

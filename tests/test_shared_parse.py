@@ -121,6 +121,16 @@ def test_a_dry_run_then_write_is_apply(tmp_path):
     assert (tmp_path / "a" / "train.py").read_text() == (tmp_path / "b" / "train.py").read_text()
 
 
+def test_find_reports_the_sites_of_a_full_dry_run_without_finishing_the_edits(tmp_path, monkeypatch):
+    committed_example(tmp_path / "example")
+    full = {o.id: o.dry_run(tmp_path / "example").sites for o in registry().values()}
+    finished = []
+    monkeypatch.setattr(registry_module, "check_compiles", lambda *args: finished.append(args))
+    found = {o.id: o.find(tmp_path / "example") for o in registry().values()}
+    assert found == full and any(full.values())
+    assert finished == []  # a scan neither adds imports nor generates and compiles the edited code
+
+
 def test_scan_reports_each_optimization_as_one_step(tmp_path):
     make_repo(tmp_path, {"train.py": SFT})
     steps = []
