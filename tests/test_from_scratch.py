@@ -332,13 +332,12 @@ def test_apply_tiers_on_the_example_lints_and_trains(tmp_path):
     repo = git.Repo.init(root, initial_branch="main")
     commit_all(repo, "gpt loop")
     baseline = repo.head.commit.hexsha
-    pinned = any(site.applicable for site in registry()["dataloader_workers"].find(root))
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
     tier1 = Workspace(root).bot_commits(baseline)
-    expected = {"bf16_autocast", "sdpa", "torch_norm_gelu", "tf32"} | (
-        {"dataloader_workers"} if pinned else set()
-    )
+    expected = {"bf16_autocast", "sdpa", "dataloader_workers", "torch_norm_gelu", "tf32"}
     assert {c.optimization for c in tier1} == expected
+    pinned = repo.git.show(f"{next(c.sha for c in tier1 if c.optimization == 'dataloader_workers')}:train.py")
+    assert "pin_memory=torch.cuda.is_available()" in pinned  # the loop's --num-workers is left as it is
     assert main(["apply", "--tier", "2", "--repo", str(root)]) == 0
     tier2 = Workspace(root).bot_commits(tier1[-1].sha)
     assert {c.optimization for c in tier2} == {"compile_model", "vocab_padding", "fused_adamw"}

@@ -25,6 +25,7 @@ from benchmarks.ray_runner import RayRunner, make_bundle  # noqa: E402
 from benchmarks.results import run_bench  # noqa: E402
 from benchmarks.runner import BenchJob, LocalRunner  # noqa: E402
 from benchmarks.spec import BenchSpec, Workload  # noqa: E402
+from benchmarks.stats import Thresholds  # noqa: E402
 from bot.cli import main  # noqa: E402
 from bot.conventions import tool_settings  # noqa: E402
 from bot.history import describe_commits  # noqa: E402
@@ -142,11 +143,17 @@ def test_tier1_matrix_on_ray_matches_the_local_runner(ray_head, tier1, env, monk
     # one round, no calibration: the test compares the two runners' records, not the statistics' power
     spec = spec.override(workloads=["sft"], size="tiny", steps=3, repeats=1, max_repeats=1, min_time_s=0)
     commits = describe_commits(repo, commits)
-    local = run_bench(repo, spec, commits, LocalRunner(repo, tmp_path / "local"))
+    keep_every_run = Thresholds(max_host_load=1.0)  # the suite's own load may not leave runs out of one side
+    local = run_bench(repo, spec, commits, LocalRunner(repo, tmp_path / "local"), thresholds=keep_every_run)
     seen = []
     runner = RayRunner(repo, ray_head)
     remote = run_bench(
-        repo, spec, commits, runner, progress=lambda done, total, run: seen.append((done, total))
+        repo,
+        spec,
+        commits,
+        runner,
+        thresholds=keep_every_run,
+        progress=lambda done, total, run: seen.append((done, total)),
     )
 
     assert [run.status for run in remote.runs] == ["ok"] * len(commits), [r.log_tail for r in remote.runs]
