@@ -8,6 +8,7 @@ without the in-process launch wrapper.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -72,7 +73,8 @@ metrics = {{
     "tokens_per_s": SPEED * (1 + random.uniform(-0.002, 0.002)), "peak_memory_bytes": 1e9, "loss": loss,
     "env": {{"gpu": "FakeGPU", "host": "testhost"}},
     "seen": {{"pythonpath": os.environ["PYTHONPATH"], "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-              "cwd": os.getcwd(), "start": started, "end": time.time()}},
+              "threads": os.environ.get("OMP_NUM_THREADS"), "cwd": os.getcwd(), "start": started,
+              "end": time.time()}},
 }}
 with open(args.out, "w") as out:
     json.dump(metrics, out)
@@ -253,6 +255,23 @@ def test_one_job_per_gpu_at_a_time(target, tmp_path):
     ]
     assert overlapping, "two GPUs should run two jobs at once"
     assert all(x["devices"] != y["devices"] for x, y in overlapping)
+
+
+def test_a_cpu_run_leaves_a_core_to_the_host_unless_the_user_chose(target, tmp_path, monkeypatch):
+    repo, shas, _ = target
+    workload = Workload(name="train", command="python train.py --steps 1 --seed 0", steps=1, repeats=1)
+    jobs = plan_jobs(BenchSpec(workloads={"train": workload}), shas[:1])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+
+    def threads(gpus: list[str]) -> str | None:
+        [run] = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=gpus, launch=_direct).run(jobs)
+        return run.metrics["seen"]["threads"]
+
+    assert threads([]) == str(max(1, cores - 1))
+    assert threads(["0"]) is None  # a GPU run's threads are the program's business
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads([]) == "3"
 
 
 def test_a_job_wider_than_the_machine_is_refused(target, tmp_path):
