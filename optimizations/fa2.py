@@ -1,7 +1,8 @@
 """Attention picked at run time: FlashAttention 4/3/2, FlexAttention or SDPA instead of a fixed ``"sdpa"``.
 
 Targets ``from_pretrained``/``from_config`` of transformers model classes (``AutoModel*`` and concrete ones)
-and the ``model_init_kwargs`` dicts of TRL configs (which TRL hands to ``from_pretrained``). An
+and the ``model_init_kwargs`` dicts of TRL configs (which TRL hands to ``from_pretrained``), given to the config
+call or assigned to a parsed one (``training_args.model_init_kwargs = dict(...)`` in TrlParser scripts). An
 ``attn_implementation`` of ``"sdpa"``/``"eager"``, or none at all, becomes a call of
 ``pick_attention_implementation`` from a vendored helper (``optimizations/runtime/attention.py``, copied
 beside the file as ``_perfbot_attention.py``). On a CUDA GPU that helper returns the first of FlashAttention
@@ -709,6 +710,18 @@ def train(model_id, data):
     DPOTrainer(model=model_id, args=args, train_dataset=data).train()
 """,
             refusal="TRL loads the model in float32",
+        ),
+        Example(
+            "refuses_a_parsed_config_whose_init_kwargs_come_from_elsewhere",
+            before="""\
+from trl import SFTTrainer
+
+
+def main(training_args, model_args, dataset, load_kwargs):
+    training_args.model_init_kwargs = load_kwargs(model_args)
+    SFTTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset).train()
+""",
+            refusal="model_init_kwargs comes from `load_kwargs(model_args)`",
         ),
         Example(
             "refuses_model_init_kwargs_model_bound_later",
