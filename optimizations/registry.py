@@ -271,8 +271,8 @@ class Optimization:
         self, source: str, path: str, ctx: RepoContext, *, sites_only: bool = False
     ) -> FileResult:
         """Rewrite one file; report every site looked at. Must be idempotent. ``sites_only``: only the sites
-        are wanted (a scan), so the last codemod's tree is not finished into code (``source`` stays as it
-        was given when no earlier codemod of the chain changed it)."""
+        are wanted (a scan), so the last codemod's tree is not turned back into code (the result's ``source``
+        is then the text before that codemod)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
         result = FileResult(source)
