@@ -193,6 +193,20 @@ def classify(profile: Profile) -> str:
     return "device"
 
 
+# What to try next for each bound, as the reviewer note says it.
+NEXT_STEPS = {
+    "input": "the steps wait for data: more dataloader workers, pinned memory, a batch prefetcher",
+    "host": "the device waits for the host: fewer, larger launches (torch.compile of the repeated layers, "
+    "CUDA graphs), no per-step host syncs or dtype casts, a larger batch",
+    "memory": "the device is busy with memory-bound kernels: fused kernels (norms, activations, the loss), "
+    "bf16 instead of fp32, fewer copies",
+    "communication": "the gradient sync dominates: overlap it (DDP buckets, static graph), fewer or larger "
+    "all-reduces, gradient accumulation",
+    "device": "the device is busy computing: faster kernels (FlashAttention, fused optimizer) or less work "
+    "per token",
+}
+
+
 def format_profile(profile: Profile) -> str:
     """A few lines for the terminal."""
     busy = (

@@ -85,6 +85,8 @@ class Results:
     thresholds: dict[str, float]
     calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
     stopping: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # sha -> workload -> a `bot bench --profile` summary (benchmarks.profiling.Profile as a dict, or {"error"})
+    profiles: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document."""
@@ -104,6 +106,7 @@ class Results:
             "thresholds": self.thresholds,
             "calibration": self.calibration,
             "stopping": self.stopping,
+            "profiles": self.profiles,
         }
 
     @classmethod
@@ -126,6 +129,7 @@ class Results:
             thresholds=data["thresholds"],
             calibration=data.get("calibration", {}),
             stopping=data.get("stopping", {}),
+            profiles=data.get("profiles", {}),
         )
 
     def save(self, path: Path | str) -> Path:

@@ -18,6 +18,7 @@ from bot.errors import BadInput
 from bot.history import describe_commits
 from bot.notes import write_notes
 from bot.plan import Plan
+from bot.profiling import profile_commits
 from bot.progress import Progress, publish_progress
 from bot.reporting import publish_reports
 from bot.tracker import Tracker
@@ -178,8 +179,10 @@ def bench_revisions(
     *,
     tracker: Tracker | None = None,
     issue: int | str | None = None,
+    profile_steps: int | None = None,
 ) -> tuple[Results, Path]:
     """``bot bench``: measure ``revisions`` (default: the baseline and every bot commit of the branch); with
+    ``profile_steps``, then profile every commit's workloads for that many steps (kept in the results); with
     a tracker and issue, update the results, verdict and note comments too."""
     workspace.check_ready()
     spec = bench_spec(workspace.root, options)
@@ -193,6 +196,9 @@ def bench_revisions(
     results, path = benchmark(
         workspace, spec, revisions, make_runner(options, workspace), bench_thresholds(options)
     )
+    if profile_steps:
+        results.profiles = profile_commits(workspace, spec, [c.sha for c in results.commits], profile_steps)
+        results.save(path)
     if tracker is not None and issue is not None:
         publish_reports(
             tracker,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import git
 
@@ -82,3 +83,21 @@ def profile_workload(
     data = json.loads((out / "profile.json").read_text())
     data["top_ops"] = [Op(**op) for op in data["top_ops"]]
     return Profile(**data), out
+
+
+def profile_commits(
+    workspace: Workspace, spec: BenchSpec, shas: list[str], steps: int
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``bot bench --profile``: every workload of ``spec`` profiled at every commit, after the measured runs.
+    A run that cannot be profiled is recorded as ``{"error": ...}``, so one failure loses no measurement."""
+    profiles: dict[str, dict[str, dict[str, Any]]] = {}
+    for sha in shas:
+        for workload in spec.workloads:
+            try:
+                profile, folder = profile_workload(workspace, spec, sha, workload, steps)
+            except ProfileFailed as error:
+                entry = {"error": str(error).splitlines()[0]}
+            else:
+                entry = profile.to_dict() | {"trace": str(folder / "trace.json")}
+            profiles.setdefault(sha, {})[workload] = entry
+    return profiles

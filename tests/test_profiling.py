@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from git_repos import make_repo
 
@@ -108,3 +110,35 @@ def test_bot_profile_runs_a_workload_on_cpu(tmp_path, capsys):
     assert any(op["name"] == "aten::addmm" for op in data["top_ops"])
     assert (tmp_path / ".bot" / "profiles").is_dir() and not repo.is_dirty(untracked_files=True)
     assert main(["profile", "--repo", str(tmp_path), "--workload", "nope"]) == 2
+
+
+def test_bench_profile_keeps_each_commits_bound_and_the_note_says_what_to_try_next(tmp_path, capsys):
+    import json
+
+    from git_repos import commit_all
+
+    from benchmarks.results import Results
+    from bot.comments.note import render_note
+    from bot.comments.results import render_results
+    from bot.review import review
+
+    repo = make_repo(tmp_path, {"loop.py": LOOP, "pyproject.toml": PYPROJECT})
+    base = repo.head.commit.hexsha
+    (tmp_path / "loop.py").write_text(LOOP.replace("Linear(64, 1)", "Linear(64, 2)"))
+    head = commit_all(repo, "wider head")
+    once = ["--repeats", "1", "--max-repeats", "1", "--min-time", "0", "--max-host-load", "1"]
+    assert main(["bench", base, head, "--repo", str(tmp_path), "--profile", "2", *once]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("host-bound, no device of a") == printed.count("; top op ") == 2
+    [path] = (tmp_path / ".bot" / "results").glob("*.json")
+    results = Results.load(path)
+    assert set(results.profiles) == {base, head}
+    for sha in (base, head):
+        entry = results.profiles[sha]["loop"]
+        assert entry["bound"] == "host" and entry["device_busy_fraction"] is None and entry["steps"] == 2
+        assert json.loads(Path(entry["trace"]).read_text())["traceEvents"]
+    comment = render_results(results)
+    assert "### Where the step time goes" in comment and comment.count("| **host** | n/a (no device) |") == 2
+    note = render_note(review(repo, base, head, results=results), results=results)
+    assert f"Next for `loop` at `{head[:7]}`" in note and "fewer, larger launches" in note
+    assert main(["bench", "--repo", str(tmp_path), "--profile", "0"]) == 2

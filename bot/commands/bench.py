@@ -7,7 +7,8 @@ import argparse
 from bot.benchmarking import bench_revisions
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
-from bot.comments.results import measurement_setup
+from bot.comments.results import measurement_setup, profile_line
+from bot.errors import BadInput
 from bot.formatting import clip, effect_evidence, fraction, number
 from bot.measurements import measurement
 from bot.workspace import Workspace
@@ -17,12 +18,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Revisions, the repository and the benchmark options."""
     parser.add_argument("revs", nargs="*", metavar="REV")
     parser.add_argument("--repo", default=".", help="target repository (default: .)")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=5,
+        metavar="STEPS",
+        help="then profile every commit's workloads for STEPS steady-state steps (default 5): bound, device "
+        "busy fraction and top ops go to the results and comments",
+    )
     add_bench_arguments(parser)
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Measure, save, and print each commit's median, run-to-run CV and effect; from a comment, update the
     report comments."""
+    if args.profile is not None and args.profile < 1:
+        raise BadInput(f"--profile records at least 1 step (got {args.profile})")
     workspace = Workspace("." if comment else args.repo)
     results, path = bench_revisions(
         workspace,
@@ -30,6 +42,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         args.revs,
         tracker=comment.tracker if comment else None,
         issue=comment.issue if comment else None,
+        profile_steps=args.profile,
     )
     print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
     for workload in results.summary:
@@ -45,4 +58,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
                     change += f"; {effect_evidence(measured.cumulative)} vs baseline"
             label = clip(commit.label(index == 0), 30)
             print(f"  {commit.sha[:7]} {label:<30} {shown:>14}  {cv:<10} {change}".rstrip())
+            profiled = results.profiles.get(commit.sha, {}).get(workload)
+            if profiled is not None:
+                print(f"  {'':7} {profile_line(profiled)}")
     return 1 if results.failed_runs else 0

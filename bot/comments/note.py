@@ -3,12 +3,13 @@ measured effect, what did not change, and the follow-ups."""
 
 from __future__ import annotations
 
+from benchmarks.profiling import NEXT_STEPS
 from benchmarks.results import Results
 from benchmarks.stats import WIN
 from bot import measurements
 from bot.claims import ClaimCheck
 from bot.comments.markdown import FOLDED, Table, cell, fit, heading
-from bot.comments.results import headline, measured_win
+from bot.comments.results import headline, measured_win, profile_line
 from bot.formatting import NOT_MEASURED, clip, commit_link
 from bot.measurements import measurement
 from bot.plan import Plan
@@ -85,6 +86,7 @@ def render_note(
     for check in verdict.criteria:
         if check.status != MET:
             follow_ups.append(f"Criterion {check.status.lower()}: {check.text} (observed: {check.observed})")
+    follow_ups += _next_steps(final, commit_url)
     for item in plan.items if plan else []:
         if item.follow_on:
             opts = ", ".join(f"`{o}`" for o in item.optimizations) or "no registered optimization yet"
@@ -118,6 +120,21 @@ def render_note(
         ),
         2,
     )
+
+
+def _next_steps(results: Results | None, commit_url: str | None) -> list[str]:
+    """What to try next, from the head's profile of each workload (``bot bench --profile``)."""
+    if results is None or not results.commits:
+        return []
+    head = results.commits[-1].sha
+    steps = []
+    for workload, entry in results.profiles.get(head, {}).items():
+        if "bound" in entry:
+            steps.append(
+                f"Next for `{workload}` at {commit_link(head, commit_url)} ({profile_line(entry)}): "
+                f"{NEXT_STEPS[entry['bound']]}"
+            )
+    return steps
 
 
 def _claim(claims: dict[str, ClaimCheck], sha: str | None) -> str:

@@ -397,6 +397,53 @@ def failed_runs(results: Results) -> list[dict[str, str]]:
     return shown
 
 
+def profile_line(entry: dict) -> str:
+    """One line for a ``bot bench --profile`` entry: the bound, how busy the device was, launches and the top op."""
+    if "error" in entry:
+        return f"not profiled: {formatting.clip(entry['error'], 160)}"
+    busy = entry.get("device_busy_fraction")
+    busy_text = "no device" if busy is None else f"device busy {busy:.0%}"
+    top = entry.get("top_ops") or []
+    top_text = f"; top op {formatting.clip(top[0]['name'], 60)}" if top else ""
+    return (
+        f"{entry['bound']}-bound, {busy_text} of a {entry['step_ms']:.1f} ms step, "
+        f"{entry['launches_per_step']:.0f} launches/step{top_text}"
+    )
+
+
+def profiles_table(results: Results, commit_url: str | None) -> Table | None:
+    """Where each commit's step time goes (``bot bench --profile``); None when nothing was profiled."""
+    if not results.profiles:
+        return None
+    table = Table(["Commit", "Workload", "Bound", "Device busy", "Step", "Launches/step", "Top op"])
+    for info in results.commits:
+        for workload, entry in results.profiles.get(info.sha, {}).items():
+            link = _commit_label(info, commit_url)
+            if "error" in entry:
+                table.add(
+                    link,
+                    f"`{workload}`",
+                    "not profiled",
+                    "",
+                    "",
+                    "",
+                    cell(formatting.clip(entry["error"], 120)),
+                )
+                continue
+            busy = entry.get("device_busy_fraction")
+            top = entry.get("top_ops") or []
+            table.add(
+                link,
+                f"`{workload}`",
+                f"**{entry['bound']}**",
+                "n/a (no device)" if busy is None else f"{busy:.0%}",
+                f"{entry['step_ms']:.1f} ms",
+                f"{entry['launches_per_step']:.0f}",
+                cell(formatting.clip(top[0]["name"], 60)) if top else "",
+            )
+    return table
+
+
 def render_results(
     results: Results,
     *,
@@ -464,6 +511,7 @@ def render_results(
             failed_count=len(results.failed_runs),
             fold_all=level >= FOLDED,
             results_path=results_path,
+            profiles=profiles_table(results, commit_url),
         )
 
     return fit(render_at, 3)
