@@ -25,6 +25,9 @@ for round in $(seq 1 "$repeats"); do
         PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.launch --out "$out/$name-$round.json" --warmup-steps 8 \
             -- python3 levers.py --size gpu --max-steps "$steps" > "$out/$name-$round.log" 2>&1 || echo "$name round $round failed"
     done
+    # one file for the device to hand back (it returns a few files at most), kept current after every round
+    tar czf "$out/levers.tgz" -C "$out" --exclude=levers.tgz --exclude='profile-*' .
+    python3 "$perfbot/experiments/host_overhead/summary.py" "$out" $levers > "$out/summary.txt" 2>&1 || true
 done
 for lever in $levers; do
     name=${lever//,/+}
