@@ -180,10 +180,12 @@ def bench_revisions(
     tracker: Tracker | None = None,
     issue: int | str | None = None,
     profile_steps: int | None = None,
+    on_step: Callable[[int, int, str], None] | None = None,
 ) -> tuple[Results, Path]:
     """``bot bench``: measure ``revisions`` (default: the baseline and every bot commit of the branch); with
     ``profile_steps``, then profile every commit's workloads for that many steps (kept in the results); with
-    a tracker and issue, update the results, verdict and note comments too."""
+    a tracker and issue, update the results, verdict and note comments too. ``on_step(done, total, label)``
+    follows the runs, then the profiles."""
     workspace.check_ready()
     spec = bench_spec(workspace.root, options)
     if revisions:
@@ -193,11 +195,18 @@ def bench_revisions(
             raise BadInput(f"{error}: not a commit in {workspace.root}; pass shas or branch names") from error
     else:
         revisions = revisions_to_measure(workspace, workspace.baseline())
+    on_run = None
+    if on_step is not None:
+
+        def on_run(done: int, total: int, record: RunRecord) -> None:
+            on_step(done, total, f"{record.workload} @ {record.commit[:7]}: {record.status}")
+
     results, path = benchmark(
-        workspace, spec, revisions, make_runner(options, workspace), bench_thresholds(options)
+        workspace, spec, revisions, make_runner(options, workspace), bench_thresholds(options), on_run
     )
     if profile_steps:
-        results.profiles = profile_commits(workspace, spec, [c.sha for c in results.commits], profile_steps)
+        shas = [c.sha for c in results.commits]
+        results.profiles = profile_commits(workspace, spec, shas, profile_steps, on_step)
         results.save(path)
     if tracker is not None and issue is not None:
         publish_reports(

@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -86,18 +87,25 @@ def profile_workload(
 
 
 def profile_commits(
-    workspace: Workspace, spec: BenchSpec, shas: list[str], steps: int
+    workspace: Workspace,
+    spec: BenchSpec,
+    shas: list[str],
+    steps: int,
+    on_step: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``bot bench --profile``: every workload of ``spec`` profiled at every commit, after the measured runs.
-    A run that cannot be profiled is recorded as ``{"error": ...}``, so one failure loses no measurement."""
+    A run that cannot be profiled is recorded as ``{"error": ...}``, so one failure loses no measurement.
+    ``on_step(done, total, label)`` is called before each profile."""
     profiles: dict[str, dict[str, dict[str, Any]]] = {}
-    for sha in shas:
-        for workload in spec.workloads:
-            try:
-                profile, folder = profile_workload(workspace, spec, sha, workload, steps)
-            except ProfileFailed as error:
-                entry = {"error": str(error).splitlines()[0]}
-            else:
-                entry = profile.to_dict() | {"trace": str(folder / "trace.json")}
-            profiles.setdefault(sha, {})[workload] = entry
+    jobs = [(sha, workload) for sha in shas for workload in spec.workloads]
+    for done, (sha, workload) in enumerate(jobs):
+        if on_step is not None:
+            on_step(done, len(jobs), f"profiling {workload} @ {sha[:7]}")
+        try:
+            profile, folder = profile_workload(workspace, spec, sha, workload, steps)
+        except ProfileFailed as error:
+            entry = {"error": str(error).splitlines()[0]}
+        else:
+            entry = profile.to_dict() | {"trace": str(folder / "trace.json")}
+        profiles.setdefault(sha, {})[workload] = entry
     return profiles

@@ -142,3 +142,20 @@ def test_bench_profile_keeps_each_commits_bound_and_the_note_says_what_to_try_ne
     note = render_note(review(repo, base, head, results=results), results=results)
     assert f"Next for `loop` at `{head[:7]}`" in note and "fewer, larger launches" in note
     assert main(["bench", "--repo", str(tmp_path), "--profile", "0"]) == 2
+
+    # the progress callback follows the runs, then the profiles
+    from bot.benchmarking import BenchOptions, bench_revisions
+    from bot.workspace import Workspace
+
+    steps = []
+    options = BenchOptions(repeats=1, max_repeats=1, min_time_s=0, max_host_load=1)
+    bench_revisions(
+        Workspace(tmp_path), options, [base, head], profile_steps=1, on_step=lambda *step: steps.append(step)
+    )
+    assert [label for *_, label in steps] == [
+        f"loop @ {base[:7]}: ok",
+        f"loop @ {head[:7]}: ok",
+        f"profiling loop @ {base[:7]}",
+        f"profiling loop @ {head[:7]}",
+    ]
+    assert [(done, total) for done, total, _ in steps] == [(1, 2), (2, 2), (0, 2), (1, 2)]

@@ -11,6 +11,7 @@ from bot.comments.results import measurement_setup, profile_line
 from bot.errors import BadInput
 from bot.formatting import clip, effect_evidence, fraction, number
 from bot.measurements import measurement
+from bot.terminal import progress_bar
 from bot.workspace import Workspace
 
 
@@ -36,14 +37,16 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if args.profile is not None and args.profile < 1:
         raise BadInput(f"--profile records at least 1 step (got {args.profile})")
     workspace = Workspace("." if comment else args.repo)
-    results, path = bench_revisions(
-        workspace,
-        bench_options(args),
-        args.revs,
-        tracker=comment.tracker if comment else None,
-        issue=comment.issue if comment else None,
-        profile_steps=args.profile,
-    )
+    with progress_bar("benchmarking") as on_step:
+        results, path = bench_revisions(
+            workspace,
+            bench_options(args),
+            args.revs,
+            tracker=comment.tracker if comment else None,
+            issue=comment.issue if comment else None,
+            profile_steps=args.profile,
+            on_step=on_step,
+        )
     print(f"results: {path} ({len(results.runs)} runs, {len(results.failed_runs)} failed)")
     for workload in results.summary:
         print(f"\n{workload}: {measurement_setup(results, workload)}")
