@@ -39,14 +39,25 @@ log = logging.getLogger(__name__)
 
 PREFIX = "/bot"
 MAY_RUN = frozenset({"admin", "maintain", "write"})
-_BENCH_OPTIONS = ("--workload", "--size", "--steps", "--repeats", "--warmup-rounds", "--drop-regressions")
+_BENCH_OPTIONS = (
+    "--workload",
+    "--size",
+    "--steps",
+    "--repeats",
+    "--max-repeats",
+    "--min-time",
+    "--time-budget",
+    "--warmup-rounds",
+    "--max-host-load",
+    "--drop-regressions",
+)
 # The commands a comment may start and the options it may give them. Left out on purpose: whatever reads files
 # on the bot's side (--plan, --results), names another repository or issue (--repo, --issue) or sends work to
 # other machines (--runner, --address). From a comment the plan is the issue, the repository is the checkout
 # the bot runs in, and benchmarks run where the bot runs.
 COMMENT_OPTIONS: dict[str, frozenset[str]] = {
     "apply": frozenset({"--tier", "--bench", "--pr", "--no-push", *_BENCH_OPTIONS}),
-    "bench": frozenset(_BENCH_OPTIONS),
+    "bench": frozenset({"--profile", *_BENCH_OPTIONS}),
     "review": frozenset({"--tier"}),
     "status": frozenset(),
     "help": frozenset(),

@@ -428,3 +428,14 @@ def test_comments_may_use_only_the_allowed_options(api, tmp_path, line):
     answer = api.comments_on(REPO, ISSUE)[-1]
     assert answer["author"] == "perfbot" and "is for the command line" in answer["body"]
     assert api.reactions_on(command.comment_id) == ["eyes", "confused"]
+
+
+def test_the_benchmark_settings_may_come_from_a_comment(api, tmp_path):
+    from bot.github_tracker import GitHubTracker
+
+    tracker = GitHubTracker(REPO, TOKEN, base_url=api.url, seconds_between_writes=0)
+    runner = RecordingRunner()
+    line = "/bot bench --profile 3 --max-repeats 4 --min-time=5 --time-budget 900 --max-host-load 0.2"
+    Dispatcher(runner, tmp_path).handle(command_from_event(event(api, "wes", line)), tracker)
+    [request] = runner.requests
+    assert request.argv[:2] == ("bench", "--profile") and "--max-host-load" in request.argv
