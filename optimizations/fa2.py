@@ -712,6 +712,32 @@ def train(model_id, data):
             refusal="TRL loads the model in float32",
         ),
         Example(
+            "trlparser_script_merges_the_configs_own_kwargs",
+            before="""\
+from trl import DPOTrainer
+
+
+def main(training_args, model_args, dataset):
+    init_kwargs = dict(dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
+    if training_args.model_init_kwargs is not None:
+        init_kwargs.update(training_args.model_init_kwargs)  # the recipe's own kwargs win
+    training_args.model_init_kwargs = init_kwargs
+    DPOTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset).train()
+""",
+            after="""\
+from trl import DPOTrainer
+from _perfbot_attention import pick_attention_implementation
+
+
+def main(training_args, model_args, dataset):
+    init_kwargs = dict(dtype=model_args.dtype, attn_implementation=pick_attention_implementation(source=model_args.model_name_or_path, dtype=model_args.dtype, fallback=model_args.attn_implementation))
+    if training_args.model_init_kwargs is not None:
+        init_kwargs.update(training_args.model_init_kwargs)  # the recipe's own kwargs win
+    training_args.model_init_kwargs = init_kwargs
+    DPOTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset).train()
+""",
+        ),
+        Example(
             "refuses_a_parsed_config_whose_init_kwargs_come_from_elsewhere",
             before="""\
 from trl import SFTTrainer
