@@ -1,15 +1,23 @@
 # Vendored by perfbot from optimizations/runtime/compile.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
-"""``torch.compile`` for a hand-written training loop's model, where it pays off and can be switched off."""
+"""``torch.compile`` where it pays off and can be switched off: a hand-written loop's whole model
+(:func:`compile_model`), or the repeated layers of a model a trainer trains (:func:`compile_repeated_layers`)."""
 
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 import torch
 
 # Set to 0 (or false/no/off) to train without compiling.
 SWITCH = "PERFBOT_COMPILE"
+
+Model = TypeVar("Model")
+
+
+def _switched_off() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def compile_model(model: torch.nn.Module) -> None:
@@ -19,10 +27,39 @@ def compile_model(model: torch.nn.Module) -> None:
     (before 2.2), or when none of the model's parameters is on a CUDA device (compiling for the CPU costs more
     start-up than it saves in a short run).
     """
-    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
-        return
-    if not hasattr(torch, "compile") or not hasattr(model, "compile"):
+    if _switched_off() or not hasattr(torch, "compile") or not hasattr(model, "compile"):
         return
     if not any(p.is_cuda for p in model.parameters()):
         return
     model.compile()
+
+
+def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks of the longest ``nn.ModuleList`` whose blocks are all of one class (a transformer's decoder
+    layers, ``model.model.layers``), or ``[]`` when the model has no such list of two or more."""
+    longest: list[torch.nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(longest)):
+            if len({type(block) for block in module}) == 1:
+                longest = list(module)
+    return longest
+
+
+def compile_repeated_layers(model: Model) -> Model:
+    """Regional compilation: ``nn.Module.compile()`` on each of ``model``'s :func:`repeated_layers`, in place;
+    returns ``model``.
+
+    The blocks share their code, so one compiled graph serves them all (compiling takes seconds, not the
+    minutes of a whole model), and what surrounds them (a PEFT wrapper, the loss, the trainer's own hooks)
+    stays eager. PEFT adapters added later are compiled with the blocks, which are traced at their first call.
+    Anything but an ``nn.Module`` (a checkpoint name a trainer loads itself) is returned untouched, as is
+    every model when ``PERFBOT_COMPILE=0``, when torch has no ``nn.Module.compile`` (before 2.2), or when no
+    GPU is present (compiling for the CPU costs more start-up than it saves in a short run).
+    """
+    if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
+        return model
+    if not torch.cuda.is_available():
+        return model
+    for block in repeated_layers(model):
+        block.compile()
+    return model

@@ -1,0 +1,228 @@
+"""Regional compilation of the model a transformers or TRL trainer trains: its repeated decoder layers compiled.
+
+The trainer's model argument becomes ``compile_repeated_layers(model)`` (vendored as ``_perfbot_compile.py``):
+``nn.Module.compile()`` on each block of the model's longest list of same-class layers, in place, on CUDA only
+(``PERFBOT_COMPILE=0`` skips). One compiled graph serves every layer, so it compiles in seconds; the PEFT
+wrapper, the loss and the trainer's hooks stay eager, which is what makes it work on LoRA models where
+``torch_compile=True`` (the whole model) does not pay. It takes the per-op launches and dtype casts out of a
+host-bound step.
+
+Compiled kernels fuse and round differently (losses agree closely, not bit for bit) and the first steps pay
+the compilation, so it sits in tier 2. Refused: a trainer given a checkpoint name (it loads the model itself:
+compile needs the model object), a config with ``torch_compile=True`` in this file (the whole model is compiled
+already), a file that compiles something itself, a trainer that builds its model with ``model_init``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from optimizations.codemod import (
+    OptimizationCodemod,
+    call_expr,
+    code_of,
+    keyword,
+    literal_value,
+    replace_keyword,
+)
+from optimizations.hf import is_training_config, trainer_class
+from optimizations.registry import Example, Optimization
+from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
+
+RUNTIME_MODULE = "compile"
+HELPER = "compile_repeated_layers"
+STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+class _CompileLayers(OptimizationCodemod):
+    METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.links = TrainerLinks(self, node)
+        calls = self.nodes(cst.Call)
+        self.compiles = next(
+            (
+                c
+                for c in calls
+                if "torch.compile" in self.names(c.func)
+                or (
+                    m.matches(c.func, m.Attribute(attr=m.Name("compile")))
+                    and not any(n.split(".")[0] in ("re", "regex") for n in self.names(c.func))
+                )
+            ),
+            None,
+        )
+        self.whole_model = next(
+            (
+                c
+                for c in calls
+                if is_training_config(self.names(c.func))
+                and (flag := keyword(c, "torch_compile")) is not None
+                and literal_value(flag.value) is True
+            ),
+            None,
+        )
+
+    def _is_helper(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and (
+            any(n.rpartition(".")[2] == HELPER for n in self.names(node.func))
+            or (isinstance(node.func, cst.Name) and node.func.value == HELPER)
+        )
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if trainer_class(self.names(original_node.func)) is None:
+            return updated_node
+        model = self.links.model_argument(original_node)
+        if model is None or self._is_helper(model):
+            return updated_node
+        message = f"{code_of(original_node.func)}(...): compile the model's repeated layers (on CUDA)"
+        reason = self._reason(original_node, model)
+        if reason is not None:
+            self.refused(original_node, message, reason)
+            return updated_node
+        self.import_runtime(RUNTIME_MODULE, HELPER)
+        self.changed(original_node, message)
+        wrapped = call_expr(HELPER, self.links.model_argument(updated_node))
+        if keyword(updated_node, "model") is not None:
+            return replace_keyword(updated_node, "model", wrapped)
+        first, *rest = updated_node.args
+        return updated_node.with_changes(args=(first.with_changes(value=wrapped), *rest))
+
+    def _reason(self, trainer: cst.Call, model: cst.BaseExpression) -> str | None:
+        """Why this trainer's model cannot be compiled here, or ``None``."""
+        if keyword(trainer, "model_init") is not None:
+            return "the trainer builds its model with model_init; compile the layers inside that function"
+        if self.whole_model is not None:
+            return (
+                f"line {self.line(self.whole_model)}: torch_compile=True compiles the whole model already; drop it "
+                "to compile the repeated layers instead"
+            )
+        if self.compiles is not None:
+            return (
+                f"line {self.line(self.compiles)}: `{code_of(self.compiles.func)}(...)` compiles here already"
+            )
+        if self._names_a_checkpoint(model):
+            return (
+                f"the trainer loads the model itself from `{code_of(model)}`; load it first and pass the model "
+                "object, whose layers can then be compiled"
+            )
+        return None
+
+    def _names_a_checkpoint(self, model: cst.BaseExpression) -> bool:
+        """A string, a name bound only to strings here, or a config field (``model_args.model_name_or_path``)."""
+        if isinstance(model, STRINGS):
+            return True
+        if isinstance(model, cst.Attribute):
+            return model.attr.value.endswith(("_name", "_path", "name_or_path", "_id"))
+        scope = self.links.scope(model)
+        if not isinstance(model, cst.Name) or scope is None:
+            return False
+        values = [b.value for b in self.links.bindings(model.value, scope)[0]]
+        return bool(values) and all(isinstance(v, STRINGS) for v in values)
+
+
+class RegionalCompile(Optimization):
+    """The repeated layers of a trainer's model compiled (regional compilation), on CUDA."""
+
+    id = "regional_compile"
+    title = "Regional compilation of the trained model's repeated layers"
+    tier = 2
+    expected = "fewer kernel launches in a host-bound step; compiling takes seconds"
+    summary = "model=compile_repeated_layers(model) at the trainer: each decoder layer nn.Module.compile()-d on CUDA"
+    scope = "model"
+    keywords = (
+        "regional compilation",
+        "regional compile",
+        "compile the decoder layers",
+        "compile the repeated layers",
+        "compile each layer",
+    )
+    codemods = (_CompileLayers,)
+    needs = ("Trainer",)
+
+    examples = (
+        Example(
+            "lora_model_into_sft_trainer",
+            before="""\
+from peft import LoraConfig, get_peft_model
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, dataset):
+    model = get_peft_model(model, LoraConfig(r=16, task_type="CAUSAL_LM"))
+    trainer = SFTTrainer(model=model, args=SFTConfig(output_dir="out", bf16=True), train_dataset=dataset)
+    trainer.train()
+""",
+            after="""\
+from peft import LoraConfig, get_peft_model
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    model = get_peft_model(model, LoraConfig(r=16, task_type="CAUSAL_LM"))
+    trainer = SFTTrainer(model=compile_repeated_layers(model), args=SFTConfig(output_dir="out", bf16=True), train_dataset=dataset)
+    trainer.train()
+""",
+        ),
+        Example(
+            "positional_model_into_transformers_trainer",
+            before="""\
+import transformers
+
+
+def main(net, args, data):
+    trainer = transformers.Trainer(net, args, train_dataset=data)
+    return trainer.train()
+""",
+            after="""\
+import transformers
+from _perfbot_compile import compile_repeated_layers
+
+
+def main(net, args, data):
+    trainer = transformers.Trainer(compile_repeated_layers(net), args, train_dataset=data)
+    return trainer.train()
+""",
+        ),
+        Example(
+            "trl_script_passes_a_checkpoint_name",
+            before="""\
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser
+
+
+def main(script_args, training_args, model_args, dataset):
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main(*TrlParser((dict, SFTConfig, ModelConfig)).parse_args_and_config(), None)
+""",
+            refusal="loads the model itself from `model_args.model_name_or_path`",
+        ),
+        Example(
+            "whole_model_compiled_by_the_config",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+
+def main(model, data):
+    config = DPOConfig(output_dir="out", torch_compile=True)
+    DPOTrainer(model=model, args=config, train_dataset=data).train()
+""",
+            refusal="torch_compile=True compiles the whole model already",
+        ),
+        Example(
+            "no_trainer",
+            before="""\
+import torch
+
+
+def evaluate(model, batches):
+    with torch.no_grad():
+        return [model(b).logits.argmax(-1) for b in batches]
+""",
+        ),
+    )
