@@ -19,19 +19,22 @@ cd "$work"
 git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
 python3 -m bot.cli apply --tier 1 > "$out/apply.txt" 2>&1 || true
 python3 train_sft.py --size gpu --max-steps 2 > /dev/null 2>&1  # build the model cache, warm the GPU
+pack() {  # one file for the device to hand back (it returns a few files at most), written beside and moved in
+    tar czf "$work/../levers.tgz.part" -C "$out" --exclude=levers.tgz --exclude=trace.json . && mv "$work/../levers.tgz.part" "$out/levers.tgz"
+}
 for round in $(seq 1 "$repeats"); do
     for lever in $levers; do
         name=${lever//,/+}
         PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.launch --out "$out/$name-$round.json" --warmup-steps 8 \
             -- python3 levers.py --size gpu --max-steps "$steps" > "$out/$name-$round.log" 2>&1 || echo "$name round $round failed"
     done
-    # one file for the device to hand back (it returns a few files at most), kept current after every round
-    tar czf "$out/levers.tgz" -C "$out" --exclude=levers.tgz --exclude='profile-*' .
+    pack
     python3 "$perfbot/experiments/host_overhead/summary.py" "$out" $levers > "$out/summary.txt" 2>&1 || true
 done
 for lever in $levers; do
     name=${lever//,/+}
     PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.profiling --out "$out/profile-$name" --skip 8 --steps 5 \
         -- python3 levers.py --size gpu --max-steps 16 > "$out/profile-$name.log" 2>&1 || echo "profile $name failed"
+    pack
 done
 python3 "$perfbot/experiments/host_overhead/summary.py" "$out" $levers
