@@ -11,6 +11,8 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   instead of PEFT's fp32 upcast, which casts every LoRA layer's input and output;
 - ``regional-compile``: ``torch.compile`` on each decoder layer (``layer.compile()``), so one compiled graph
   serves every repeated layer;
+- ``cuda-graphs``: the same with ``mode="reduce-overhead"``: each layer's compiled graph replayed as a CUDA
+  graph (re-recorded for every new packed length);
 - ``liger``: Liger's fused linear cross-entropy on the untouched ``lm_head`` of the LoRA model.
 """
 
@@ -21,7 +23,7 @@ import os
 import runpy
 import sys
 
-LEVERS = {"none", "bf16-adapters", "regional-compile", "liger"}
+LEVERS = {"none", "bf16-adapters", "regional-compile", "cuda-graphs", "liger"}
 
 
 def main() -> None:
@@ -35,7 +37,7 @@ def main() -> None:
 
     if "bf16-adapters" in levers:
         trainer.get_peft_model = functools.partial(peft.get_peft_model, autocast_adapter_dtype=False)
-    if "regional-compile" in levers or "liger" in levers:
+    if levers & {"regional-compile", "cuda-graphs", "liger"}:
         wrap = trainer.apply_lora
 
         def apply_lora(model):
@@ -44,9 +46,10 @@ def main() -> None:
 
                 _apply_liger_kernel_to_instance(model=model, rope=False, rms_norm=False, swiglu=False)
             wrapped = wrap(model)
-            if "regional-compile" in levers:
+            if levers & {"regional-compile", "cuda-graphs"}:
+                mode = "reduce-overhead" if "cuda-graphs" in levers else None
                 for layer in wrapped.get_base_model().model.layers:
-                    layer.compile()
+                    layer.compile(mode=mode)
             return wrapped
 
         trainer.apply_lora = apply_lora
