@@ -46,11 +46,13 @@ def read(session: int | None = None) -> Reading | None:
 
 
 def others_share(start: Reading | None, end: Reading | None) -> float | None:
-    """The share of all the host's CPUs that processes outside the session used between two readings."""
+    """The share of all the host's CPUs that processes outside the session used between two readings, in
+    [0, 1]: the counters tick in hundredths of a second and a reading is not atomic, so over a short window
+    the raw difference can fall outside that range."""
     if start is None or end is None or end.wall <= start.wall:
         return None
     others = (end.busy - start.busy) - (end.session - start.session)
-    return max(0.0, others) / ((os.cpu_count() or 1) * (end.wall - start.wall))
+    return min(1.0, max(0.0, others) / ((os.cpu_count() or 1) * (end.wall - start.wall)))
 
 
 def wait_until_quiet(below: float, limit_s: float, sample_s: float = 0.5) -> float:

@@ -17,6 +17,7 @@ from pathlib import Path
 import git
 import pytest
 
+from benchmarks import host
 from benchmarks.results import Results, build_results, run_bench
 from benchmarks.runner import PERFBOT_ROOT, LocalRunner, RunRecord, launch_command, plan_jobs
 from benchmarks.spec import BenchSpec, Workload
@@ -369,3 +370,15 @@ def test_warmup_round_runs_but_is_left_out_of_the_results(target, tmp_path):
     assert order_log.read_text().split("\n")[:-1] == ["A train 7", "B train 7", "A train 7", "B train 7"]
     assert sorted((r.commit, r.repeat) for r in results.runs) == sorted((sha, 0) for sha in shas[:2])
     assert results.stopping["train"]["reason"] == "max repeats"  # one pair cannot be tested
+
+
+def test_the_host_load_share_stays_a_share_over_short_windows():
+    cpus = os.cpu_count() or 1
+    start = host.Reading(wall=100.0, busy=50.0, session=10.0)
+    # 10 ms of wall time: one more clock tick on every CPU than the window holds, none of it ours
+    over = host.Reading(wall=100.01, busy=50.0 + 0.02 * cpus, session=10.0)
+    # our session's counters moved more than the host's (a process read after its parent)
+    under = host.Reading(wall=100.01, busy=50.0, session=10.02)
+    assert host.others_share(start, over) == 1.0
+    assert host.others_share(start, under) == 0.0
+    assert 0.0 <= host.others_share(host.read(), host.read()) <= 1.0
