@@ -167,9 +167,13 @@ def train(model, dataset):
 """,
         ),
         Example(
-            "positional_model_into_transformers_trainer",
+            "positional_model_into_transformers_trainer_beside_a_regex",
             before="""\
+import re
+
 import transformers
+
+RUN_NAME = re.compile(r"run-(\\d+)")
 
 
 def main(net, args, data):
@@ -177,8 +181,12 @@ def main(net, args, data):
     return trainer.train()
 """,
             after="""\
+import re
+
 import transformers
 from _perfbot_compile import compile_repeated_layers
+
+RUN_NAME = re.compile(r"run-(\\d+)")
 
 
 def main(net, args, data):
