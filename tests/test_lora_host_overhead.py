@@ -58,6 +58,18 @@ def test_adapters_stay_in_bf16_only_on_a_bf16_model(dtype, adapters):
         assert {p.dtype for n, p in default.named_parameters() if "lora_" in n} == lora
 
 
+def test_a_quantized_base_keeps_the_fp32_upcast():
+    base = qwen2(layers=1).to(torch.bfloat16)
+    assert upcast_adapters(base) is False
+    base.model.layers[0].mlp.down_proj.weight = torch.nn.Parameter(
+        torch.zeros(64, 96, dtype=torch.uint8), requires_grad=False
+    )  # a packed 4-bit weight, as bitsandbytes stores it
+    assert upcast_adapters(base) is True
+    flagged = qwen2(layers=1).to(torch.bfloat16)
+    flagged.is_quantized = True  # transformers' flag on a model loaded with a quantization config
+    assert upcast_adapters(flagged) is True
+
+
 def casts_per_step(model: torch.nn.Module) -> int:
     """dtype conversions (``aten::_to_copy``) in one forward and backward of ``model``."""
     ids = torch.randint(0, 128, (2, 16))

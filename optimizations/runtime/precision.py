@@ -20,12 +20,14 @@ def bf16_supported() -> bool:
 
 
 def upcast_adapters(model: torch.nn.Module) -> bool:
-    """PEFT's ``autocast_adapter_dtype`` for ``model``: False when every floating-point weight is bf16.
+    """PEFT's ``autocast_adapter_dtype`` for ``model``: False when every weight is bf16.
 
     PEFT makes LoRA adapters in fp32 by default, so every LoRA layer casts its bf16 input up and its output
     back down, two extra kernels per adapter per step. On a bf16 model the adapters then stay in bf16, as TRL
-    does under ZeRO-3 (the fp32 upcast matters for quantized bases). An fp16 model keeps fp32 adapters (fp16
-    training's gradient scaler refuses fp16 weights), and an fp32 model is unaffected either way.
+    does under ZeRO-3. A quantized base (QLoRA: integer weights, or ``is_quantized``) keeps the fp32 upcast it
+    needs, an fp16 model keeps fp32 adapters (fp16 training's gradient scaler refuses fp16 weights), and an
+    fp32 model is unaffected either way.
     """
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    return dtypes != {torch.bfloat16}
+    if getattr(model, "is_quantized", False):
+        return True
+    return {p.dtype for p in model.parameters()} != {torch.bfloat16}
