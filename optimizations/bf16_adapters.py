@@ -3,8 +3,8 @@
 ``get_peft_model(model, config)`` becomes ``get_peft_model(model, config,
 autocast_adapter_dtype=upcast_adapters(model))``: ``upcast_adapters`` (vendored as ``_perfbot_precision.py``)
 is False when every floating-point weight of the model is bf16, so PEFT makes the adapters in bf16 instead of
-fp32 and the step loses a cast of each LoRA layer's input and output; an fp16 or fp32 model keeps PEFT's
-default. A CPU run that loads the model in fp32 trains exactly as before.
+fp32 and the step loses a cast of each LoRA layer's input and output; an fp16, fp32 or quantized (QLoRA)
+model keeps PEFT's default. A CPU run that loads the model in fp32 trains exactly as before.
 
 The adapters' weights and optimizer updates are then bf16 (no fp32 master copy), which rounds small updates:
 tier 2, held to loss parity at equal tokens. Refused: a call that sets ``autocast_adapter_dtype`` itself or
