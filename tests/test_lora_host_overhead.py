@@ -1,10 +1,11 @@
 """The run-time halves of the LoRA host-overhead transforms: ``upcast_adapters`` (bf16_adapters, in
 optimizations/runtime/precision.py) and ``compile_repeated_layers`` (regional_compile, runtime/compile.py).
 
-Adapters: the dtype PEFT gives them for bf16, fp16 and fp32 models. Regional compilation, on CPU: which blocks it finds on a LoRA-wrapped transformer and on models without repeated layers, and that
-it leaves every model as it was without a GPU, with the switch off, or given a checkpoint name. On a GPU:
-the compiled LoRA model's losses and gradients against eager ones over packed batches of changing lengths,
-and that the lengths after the second compile nothing more.
+Adapters: the dtype PEFT gives them on bf16, fp16, fp32 and quantized bases, and the casts that leaves in a step.
+Regional compilation, on CPU: which blocks it finds on a LoRA-wrapped transformer and on models without
+repeated layers, and that it leaves every model as it was without a GPU, with the switch off, or given a
+checkpoint name. On a GPU: the compiled LoRA model's losses and gradients against eager ones over batches of
+changing lengths, and that the lengths after the second compile nothing more.
 """
 
 from __future__ import annotations
