@@ -8,16 +8,8 @@
 set -euo pipefail
 size=${1:?size: tiny or gpu}
 shift
-perfbot=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$PWD/calibrate-out}
-work=$(mktemp -d)/example-trainer
-export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PERFBOT_EXAMPLE_CACHE=${PERFBOT_EXAMPLE_CACHE:-/tmp/perfbot-example-cache}
-mkdir -p "$out"
-cp -r "$perfbot/examples/trainer_repo" "$work"
-rm -rf "$work/outputs" "$work/.bot" "$work/__pycache__"
-cd "$work"
-git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
+source "$(dirname "$0")/../example_repo.sh"
+example_repo calibrate-out
 status=0
 python3 -m bot.cli calibrate --size "$size" "$@" || status=$?
 cp .bot/calibrate/*/summary.json "$out/" 2>/dev/null || true

@@ -7,16 +7,8 @@ set -euo pipefail
 levers=${1:-"none bf16-adapters regional-compile bf16-adapters,regional-compile"}
 repeats=${2:-2}
 steps=${3:-30}
-perfbot=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$PWD/host-overhead-out}
-work=$(mktemp -d)/example-trainer
-export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PERFBOT_EXAMPLE_CACHE=${PERFBOT_EXAMPLE_CACHE:-/tmp/perfbot-example-cache}
-mkdir -p "$out"
-cp -r "$perfbot/examples/trainer_repo" "$work"
-cp "$perfbot/experiments/host_overhead/levers.py" "$work/"
-cd "$work"
-git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
+source "$(dirname "$0")/../example_repo.sh"
+example_repo host-overhead-out experiments/host_overhead/levers.py
 python3 -m bot.cli apply --tier 1 > "$out/apply.txt" 2>&1 || true
 python3 train_sft.py --size gpu --max-steps 2 > /dev/null 2>&1  # build the model cache, warm the GPU
 pack() {  # one file for the device to hand back (it returns a few files at most), written beside and moved in

@@ -5,15 +5,8 @@
 # Usage: experiments/host_overhead/tiers.sh [bot bench options...]
 #   e.g. experiments/host_overhead/tiers.sh --workload sft --size gpu --repeats 2 --time-budget 330 --profile 5
 set -uo pipefail
-perfbot=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$PWD/tiers-out}
-work=$(mktemp -d)/example-trainer
-export PYTHONPATH="$perfbot${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PERFBOT_EXAMPLE_CACHE=${PERFBOT_EXAMPLE_CACHE:-/tmp/perfbot-example-cache}
-mkdir -p "$out"
-cp -r "$perfbot/examples/trainer_repo" "$work"
-cd "$work"
-git init -q -b main && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "example trainer"
+source "$(dirname "$0")/../example_repo.sh"
+example_repo tiers-out
 baseline=$(git rev-parse HEAD)
 python3 -m bot.cli apply --tier 1 > "$out/apply.txt" 2>&1
 tier1=$(git rev-parse HEAD)
