@@ -196,7 +196,6 @@ def test_a_module_whose_listing_is_computed_is_imported(tmp_path, monkeypatch):
         "TIER = 2\n\n\n"
         "class Late(Optimization):\n"
         '    id = "late"\n    title = "late"\n    tier = TIER\n    expected = "x"\n    summary = "y"\n'
-        "    def transform_source(self, source, path, ctx):\n        raise NotImplementedError\n"
     )
     monkeypatch.syspath_prepend(tmp_path)
     assert listings("listing_computed", group="no.such.group") == [Listing("late", "late", 2, "x", "y")]
