@@ -38,11 +38,7 @@ class _KeepAdaptersInBf16(OptimizationCodemod):
         if not qualified_under(self.names(original_node.func), ("peft",), ("get_peft_model",)):
             return updated_node
         current = keyword(original_node, FLAG)
-        if (
-            current is not None
-            and isinstance(current.value, cst.Call)
-            and code_of(current.value.func) == HELPER
-        ):
+        if current is not None and self.calls(current.value, HELPER):
             return updated_node
         message = f"{code_of(original_node.func)}(...): LoRA adapters in the model's bf16 (no fp32 upcast)"
         model = keyword(original_node, "model")

@@ -350,6 +350,13 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         """Fully qualified names a node (a call's callee, say) may refer to."""
         return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
 
+    def calls(self, node: cst.BaseExpression, function: str) -> bool:
+        """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""
+        return isinstance(node, cst.Call) and (
+            any(n.rpartition(".")[2] == function for n in self.names(node.func))
+            or (isinstance(node.func, cst.Name) and node.func.value == function)
+        )
+
     def line(self, node: cst.CSTNode) -> int:
         return self.get_metadata(PositionProvider, node).start.line
 

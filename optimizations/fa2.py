@@ -112,18 +112,12 @@ class _PickAttention(OptimizationCodemod):
         return None
 
     # -- decisions --------------------------------------------------------------------------------------
-    def _is_picker(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and (
-            any(n.rpartition(".")[2] == PICKER for n in self.names(node.func))
-            or (isinstance(node.func, cst.Name) and node.func.value == PICKER)
-        )
-
     def _fallback(self, current: cst.BaseExpression | None) -> tuple[str | None, str | None]:
         """``(fallback, None)`` when the picker should replace ``current``; ``(None, reason)`` to refuse;
         ``(None, None)`` to leave it as it is."""
         if current is None or literal_value(current) is None:
             return "None", None
-        if self._is_picker(current):
+        if self.calls(current, PICKER):
             return None, None
         literal = literal_value(current)
         if literal in REPLACEABLE:

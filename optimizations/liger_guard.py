@@ -63,17 +63,11 @@ class _GuardLiger(OptimizationCodemod):
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
 
-    def _is_helper(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and (
-            any(n.rpartition(".")[2] == HELPER for n in self.names(node.func))
-            or (isinstance(node.func, cst.Name) and node.func.value == HELPER)
-        )
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not is_training_config(self.names(original_node.func)):
             return updated_node
         current = keyword(original_node, "use_liger_kernel")
-        if current is not None and self._is_helper(current.value):
+        if current is not None and self.calls(current.value, HELPER):
             return updated_node
         message = (
             f"{code_of(original_node.func)}(...): use_liger_kernel where Liger helps (checked at run time)"

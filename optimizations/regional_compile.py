@@ -64,17 +64,11 @@ class _CompileLayers(OptimizationCodemod):
             None,
         )
 
-    def _is_helper(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and (
-            any(n.rpartition(".")[2] == HELPER for n in self.names(node.func))
-            or (isinstance(node.func, cst.Name) and node.func.value == HELPER)
-        )
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if trainer_class(self.names(original_node.func)) is None:
             return updated_node
         model = self.links.model_argument(original_node)
-        if model is None or self._is_helper(model):
+        if model is None or self.calls(model, HELPER):
             return updated_node
         message = f"{code_of(original_node.func)}(...): compile the model's repeated layers (on CUDA)"
         reason = self._reason(original_node, model)
