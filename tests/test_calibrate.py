@@ -77,6 +77,12 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     planted_runs = [r for r in trial["runs"] if r["commit"] == trial["commits"][2]["sha"] and r["metrics"]]
     assert planted_runs and all(r["metrics"]["planted_slowdown"] == 0.3 for r in planted_runs)
     assert trial["calibration"]["loop"]["steps"] >= 20 and trial["stopping"]["loop"]["reason"]
+    # the second trial measures the window the first one calibrated, without calibration runs of its own
+    second = json.loads((run / "trial-01.json").read_text())
+    first_found, second_found = trial["calibration"]["loop"], second["calibration"]["loop"]
+    assert first_found["runs"] >= 1 and "runs" not in second_found
+    assert (second_found["steps"], second_found["min_time_s"]) == (first_found["steps"], 0)
+    assert second["stopping"]["loop"]["budget_s"] == trial["stopping"]["loop"]["budget_s"] == 45
     # a later call adds to the same folder's figure; with no trials it summarizes the ones there
     assert main(["calibrate", "--repo", str(root), "--trials", "0", "--out", str(run), "--json"]) == code
     assert json.loads(capsys.readouterr().out) | {"results": None} == summary | {"results": None}

@@ -4,7 +4,8 @@ In a scratch clone of the repository's HEAD it commits a no-op and a planted slo
 ``.perfbot-plant.json`` that makes the launch wrapper wait that fraction of every step, see
 :mod:`benchmarks.launch`), both claiming a win in their subjects as an optimization would, then benchmarks
 baseline, no-op and slowdown with the ordinary ``bot bench`` machinery, settings and time budget, ``--trials``
-times. Each trial is judged against the baseline: a no-op measured as a significant win is a false win (as a
+times; the first trial's calibration of each workload's steps (and time budget) holds for the later trials of
+the call. Each trial is judged against the baseline: a no-op measured as a significant win is a false win (as a
 regression, a false alarm); a planted slowdown not measured as a regression is a miss. It prints the rates,
 the time each trial took, and the smallest effect the intervals reached would detect 95% of the time. The
 scratch clone is removed; each trial's results JSON and the summary stay in the output folder (a new one under
@@ -21,6 +22,7 @@ import shutil
 import statistics
 import sys
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from scipy import stats as scipy_stats
 
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import Results, run_bench
+from benchmarks.spec import BenchSpec
 from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
@@ -115,8 +118,21 @@ def _run_trials(root: Path, out: Path, options: BenchOptions, slowdowns: list[fl
             results = run_bench(clone, spec, commits, runner, thresholds=thresholds)
             results.save(out / f"trial-{number:02d}.json")
             print(f"trial {number + 1}: {_trial_line(_judge(results))}", file=sys.stderr, flush=True)
+            spec = _keep_calibration(spec, results)
     finally:
         shutil.rmtree(clone_dir, ignore_errors=True)
+
+
+def _keep_calibration(spec: BenchSpec, results: Results) -> BenchSpec:
+    """The spec with each workload's steps fixed at what ``results`` calibrated, so later trials of the call
+    measure the same window without calibration runs of their own (pyperf and asv calibrate a benchmark once),
+    under the time budget the calibration chose."""
+    workloads = dict(spec.workloads)
+    for name, found in results.calibration.items():
+        if name in workloads and found.get("min_time_s"):
+            workloads[name] = replace(workloads[name], steps=found["steps"], min_time_s=0)
+    budgets = [stop["budget_s"] for stop in results.stopping.values() if stop.get("budget_s")]
+    return replace(spec, workloads=workloads, time_budget_s=spec.time_budget_s or max(budgets, default=None))
 
 
 def _plant(repo: git.Repo, slowdowns: list[float]) -> list[str]:
