@@ -6,10 +6,14 @@ is False when every floating-point weight of the model is bf16, so PEFT makes th
 fp32 and the step loses a cast of each LoRA layer's input and output; an fp16, fp32 or quantized (QLoRA)
 model keeps PEFT's default. A CPU run that loads the model in fp32 trains exactly as before.
 
+A TRL trainer given ``peft_config=`` wraps the model itself (a TRL script's usual shape); there the line after
+``trainer = SFTTrainer(...)`` becomes ``keep_adapters_in_bf16(trainer.model)``, which casts the fp32 LoRA weights
+of a bf16, unquantized model to bf16 before ``train()`` builds the optimizer: the same end state.
+
 The adapters' weights and optimizer updates are then bf16 (no fp32 master copy), which rounds small updates:
 tier 2, held to loss parity at equal tokens. Refused: a call that sets ``autocast_adapter_dtype`` itself or
-hides its arguments in ``**kwargs``, a model argument that cannot be read twice (a call, say). TRL trainers
-given ``peft_config=`` build the adapter themselves and are not sites.
+hides its arguments in ``**kwargs``, a model argument that cannot be read twice (a call, say), a trainer given
+``peft_config=`` that is not assigned on a line of its own.
 """
 
 from __future__ import annotations
@@ -17,24 +21,33 @@ from __future__ import annotations
 import libcst as cst
 
 from optimizations.codemod import (
-    OptimizationCodemod,
     add_keywords,
     call_expr,
     code_of,
     keyword,
+    literal_value,
     qualified_under,
     star_kwargs,
 )
+from optimizations.hf import trainer_class
 from optimizations.registry import Example, Optimization
-from optimizations.trainer_calls import is_plain_reference
+from optimizations.trainer_calls import TrainerFollowUp, is_plain_reference
 
 RUNTIME_MODULE = "precision"
 HELPER = "upcast_adapters"
+TRAINER_HELPER = "keep_adapters_in_bf16"
 FLAG = "autocast_adapter_dtype"
 
 
-class _KeepAdaptersInBf16(OptimizationCodemod):
+class _KeepAdaptersInBf16(TrainerFollowUp):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        trainer = trainer_class(self.names(original_node.func))
+        config = keyword(original_node, "peft_config")
+        if trainer is not None and config is not None and literal_value(config.value) is not None:
+            message = f"{trainer}(...): the LoRA adapters it makes kept in the model's bf16 (no fp32 upcast)"
+            why = "the trainer makes the adapters itself from `peft_config`"
+            self.follow_trainer(original_node, RUNTIME_MODULE, TRAINER_HELPER, message, why)
+            return updated_node
         if not qualified_under(self.names(original_node.func), ("peft",), ("get_peft_model",)):
             return updated_node
         current = keyword(original_node, FLAG)
@@ -68,7 +81,8 @@ class Bf16Adapters(Optimization):
     tier = 2
     expected = "fewer dtype casts per LoRA layer in a host-bound step"
     summary = (
-        "get_peft_model(..., autocast_adapter_dtype=upcast_adapters(model)): no fp32 upcast on bf16 models"
+        "get_peft_model(..., autocast_adapter_dtype=upcast_adapters(model)), or keep_adapters_in_bf16(trainer.model) "
+        "after a TRL trainer given peft_config: no fp32 upcast on bf16 models"
     )
     scope = "model"
     keywords = (
@@ -79,7 +93,7 @@ class Bf16Adapters(Optimization):
         "lora in bf16",
     )
     codemods = (_KeepAdaptersInBf16,)
-    needs = ("get_peft_model",)
+    needs = ("get_peft_model", "peft_config")
 
     examples = (
         Example(
@@ -151,7 +165,38 @@ def wrap(model, lora):
             refusal="autocast_adapter_dtype=True is set here",
         ),
         Example(
-            "trl_builds_the_adapter",
+            "trl_script_trainer_builds_the_adapter",
+            before="""\
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+
+
+def main(training_args, model_args, dataset):
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=dataset,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train()
+""",
+            after="""\
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from _perfbot_precision import keep_adapters_in_bf16
+
+
+def main(training_args, model_args, dataset):
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=dataset,
+        peft_config=get_peft_config(model_args),
+    )
+    keep_adapters_in_bf16(trainer.model)
+    trainer.train()
+""",
+        ),
+        Example(
+            "trainer_builds_the_adapter_and_is_never_assigned",
             before="""\
 from peft import LoraConfig
 from trl import SFTTrainer
@@ -159,6 +204,18 @@ from trl import SFTTrainer
 
 def train(model, args, data):
     SFTTrainer(model=model, args=args, train_dataset=data, peft_config=LoraConfig(r=8)).train()
+""",
+            refusal="is not assigned on a line of its own",
+        ),
+        Example(
+            "trainer_without_an_adapter",
+            before="""\
+from trl import DPOTrainer
+
+
+def train(model, args, data):
+    trainer = DPOTrainer(model=model, args=args, train_dataset=data, peft_config=None)
+    trainer.train()
 """,
         ),
     )

@@ -7,19 +7,23 @@ wrapper, the loss and the trainer's hooks stay eager, which is what makes it wor
 ``torch_compile=True`` (the whole model) does not pay. It takes the per-op launches and dtype casts out of a
 host-bound step.
 
+A TRL trainer given a checkpoint name (a TRL script's ``model=model_args.model_name_or_path``) loads the model
+itself; there the line after ``trainer = SFTTrainer(...)`` becomes ``compile_repeated_layers(trainer.model)``,
+which compiles the layers of the model it loaded (and wrapped with PEFT) before ``train()`` first calls them.
+
 Compiled kernels fuse and round differently (losses agree closely, not bit for bit) and the first steps pay
-the compilation, so it sits in tier 2. Refused: a trainer given a checkpoint name (it loads the model itself:
-compile needs the model object), a config with ``torch_compile=True`` in this file (the whole model is compiled
-already), a file that compiles something itself, a trainer that builds its model with ``model_init``.
+the compilation, so it sits in tier 2. Refused: a trainer given a checkpoint name that is not assigned on a line
+of its own (no name to reach its model by), a config with ``torch_compile=True`` in this file (the whole model is
+compiled already), a file that compiles something itself, a trainer that builds its model with ``model_init``.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import ClassScope, GlobalScope
 
 from optimizations.codemod import (
-    OptimizationCodemod,
     call_expr,
     code_of,
     keyword,
@@ -28,18 +32,16 @@ from optimizations.codemod import (
 )
 from optimizations.hf import is_training_config, trainer_class
 from optimizations.registry import Example, Optimization
-from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
+from optimizations.trainer_calls import TrainerFollowUp
 
 RUNTIME_MODULE = "compile"
 HELPER = "compile_repeated_layers"
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 
 
-class _CompileLayers(OptimizationCodemod):
-    METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
-
+class _CompileLayers(TrainerFollowUp):
     def visit_Module(self, node: cst.Module) -> None:
-        self.links = TrainerLinks(self, node)
+        super().visit_Module(node)
         calls = self.nodes(cst.Call)
         self.compiles = next(
             (
@@ -75,6 +77,10 @@ class _CompileLayers(OptimizationCodemod):
         if reason is not None:
             self.refused(original_node, message, reason)
             return updated_node
+        if self._names_a_checkpoint(model):
+            why = f"the trainer loads the model itself from `{code_of(model)}`"
+            self.follow_trainer(original_node, RUNTIME_MODULE, HELPER, message, why)
+            return updated_node
         self.import_runtime(RUNTIME_MODULE, HELPER)
         self.changed(original_node, message)
         wrapped = call_expr(HELPER, self.links.model_argument(updated_node))
@@ -96,24 +102,26 @@ class _CompileLayers(OptimizationCodemod):
             return (
                 f"line {self.line(self.compiles)}: `{code_of(self.compiles.func)}(...)` compiles here already"
             )
-        if self._names_a_checkpoint(model):
-            return (
-                f"the trainer loads the model itself from `{code_of(model)}`; load it first and pass the model "
-                "object, whose layers can then be compiled"
-            )
         return None
 
     def _names_a_checkpoint(self, model: cst.BaseExpression) -> bool:
-        """A string, a name bound only to strings here, or a config field (``model_args.model_name_or_path``)."""
+        """A string, a name bound only to strings (where it is bound), or a config field
+        (``model_args.model_name_or_path``)."""
         if isinstance(model, STRINGS):
             return True
         if isinstance(model, cst.Attribute):
             return model.attr.value.endswith(("_name", "_path", "name_or_path", "_id"))
         scope = self.links.scope(model)
-        if not isinstance(model, cst.Name) or scope is None:
+        if not isinstance(model, cst.Name):
             return False
-        values = [b.value for b in self.links.bindings(model.value, scope)[0]]
-        return bool(values) and all(isinstance(v, STRINGS) for v in values)
+        while scope is not None:  # the nearest scope that binds the name, as Python resolves it
+            values = [b.value for b in self.links.bindings(model.value, scope)[0]]
+            if values:
+                return all(isinstance(v, STRINGS) for v in values)
+            scope = None if isinstance(scope, GlobalScope) else scope.parent
+            while isinstance(scope, ClassScope):  # a class body's names are not visible in its methods
+                scope = scope.parent
+        return False
 
 
 class RegionalCompile(Optimization):
@@ -191,18 +199,77 @@ def main(net, args, data):
         Example(
             "trl_script_passes_a_checkpoint_name",
             before="""\
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 
 def main(script_args, training_args, model_args, dataset):
-    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset)
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=dataset,
+        peft_config=get_peft_config(model_args),
+    )
     trainer.train()
 
 
 if __name__ == "__main__":
     main(*TrlParser((dict, SFTConfig, ModelConfig)).parse_args_and_config(), None)
 """,
-            refusal="loads the model itself from `model_args.model_name_or_path`",
+            after="""\
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from _perfbot_compile import compile_repeated_layers
+
+
+def main(script_args, training_args, model_args, dataset):
+    trainer = SFTTrainer(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=dataset,
+        peft_config=get_peft_config(model_args),
+    )
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main(*TrlParser((dict, SFTConfig, ModelConfig)).parse_args_and_config(), None)
+""",
+        ),
+        Example(
+            "checkpoint_name_into_a_trainer_held_by_an_attribute",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+class Run:
+    def __init__(self, data):
+        self.trainer: DPOTrainer = DPOTrainer(MODEL, args=DPOConfig(output_dir="out"), train_dataset=data)
+""",
+            after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+class Run:
+    def __init__(self, data):
+        self.trainer: DPOTrainer = DPOTrainer(MODEL, args=DPOConfig(output_dir="out"), train_dataset=data)
+        compile_repeated_layers(self.trainer.model)
+""",
+        ),
+        Example(
+            "checkpoint_name_into_a_trainer_never_assigned",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def main(dataset):
+    SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig(output_dir="out"), train_dataset=dataset).train()
+""",
+            refusal="is not assigned on a line of its own",
         ),
         Example(
             "whole_model_compiled_by_the_config",

@@ -6,6 +6,10 @@ config is built. These queries follow libcst's scope analysis: the config's bind
 takes it as ``args``, the trainer's ``model`` argument, and that model's own bindings (where it is assigned,
 whether it is reassigned before the trainer sees it, whether a PEFT adapter wraps it). Codemods that use them
 list :data:`LINK_METADATA` among their metadata dependencies.
+
+What only exists once a trainer is built (the model a TRL trainer loads from a checkpoint name, the adapters it
+makes from ``peft_config``) is reached through the trainer instead: :class:`TrainerFollowUp` codemods add
+``helper(trainer.model)`` on the line after ``trainer = SFTTrainer(...)``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import GlobalScope, ParentNodeProvider, Scope, ScopeProvider
 
-from optimizations.codemod import OptimizationCodemod, code_of, keyword, qualified_under
+from optimizations.codemod import OptimizationCodemod, call_expr, code_of, expr, keyword, qualified_under
 from optimizations.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
 
 LINK_METADATA = (ScopeProvider, ParentNodeProvider)
@@ -103,14 +107,27 @@ class TrainerLinks:
 
     def assigned_name(self, value: cst.BaseExpression) -> cst.Name | None:
         """``name`` when ``value`` is the whole right-hand side of ``name = value`` (or ``name: T = value``)."""
+        target = self._assigned_target(value)
+        return target if isinstance(target, cst.Name) else None
+
+    def assigned_line(
+        self, value: cst.BaseExpression
+    ) -> tuple[cst.Name | cst.Attribute, cst.SimpleStatementLine] | None:
+        """The name or attribute (``trainer``, ``self.trainer``) that ``value`` is the whole right-hand side of,
+        with the line, when that assignment is the only statement on it."""
+        target = self._assigned_target(value)
+        line = self.parent(self.parent(value))
+        if isinstance(target, cst.Name | cst.Attribute) and isinstance(line, cst.SimpleStatementLine):
+            return (target, line) if len(line.body) == 1 else None
+        return None
+
+    def _assigned_target(self, value: cst.BaseExpression) -> cst.BaseAssignTargetExpression | None:
         statement = self.parent(value)
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            target = statement.targets[0].target
-        elif isinstance(statement, cst.AnnAssign):
-            target = statement.target
-        else:
-            return None
-        return target if isinstance(target, cst.Name) else None
+            return statement.targets[0].target
+        if isinstance(statement, cst.AnnAssign):
+            return statement.target
+        return None
 
     def _takes_as_args(self, call: cst.Call, arg: cst.Arg) -> bool:
         trainer = trainer_class(self.codemod.names(call.func))
@@ -218,3 +235,51 @@ class TrainerLinks:
                         changed = True
                         break
         return wrapping
+
+
+class TrainerFollowUp(OptimizationCodemod):
+    """A codemod that also acts on built trainers: ``helper(trainer.model)`` on the line after
+    ``trainer = SFTTrainer(...)``, for what only exists once the trainer has loaded (and PEFT-wrapped) its model.
+
+    Subclasses that define ``visit_Module`` call this one's first; ``links`` holds the module's
+    :class:`TrainerLinks`.
+    """
+
+    METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.links = TrainerLinks(self, node)
+        self.follow_ups: dict[cst.SimpleStatementLine, list[cst.SimpleStatementLine]] = {}
+
+    def follow_trainer(
+        self, trainer: cst.Call, runtime_module: str, helper: str, message: str, why: str
+    ) -> None:
+        """Plan ``helper(<target>.model)`` (vendored from ``runtime_module``) after the line that assigns
+        ``trainer`` to ``<target>``, unless the file calls it so already; refuse the site, saying ``why`` the
+        model is only there once the trainer is built, when the trainer is not assigned on a line of its own."""
+        assigned = self.links.assigned_line(trainer)
+        if assigned is None:
+            self.refused(
+                trainer,
+                message,
+                f"{why}, and the trainer is not assigned on a line of its own: assign it (`trainer = ...`) so "
+                "its model can be reached",
+            )
+            return
+        target, line = assigned
+        model = f"{code_of(target)}.model"
+        if any(
+            self.calls(c, helper) and c.args and code_of(c.args[0].value) == model
+            for c in self.nodes(cst.Call)
+        ):
+            return
+        self.import_runtime(runtime_module, helper)
+        self.changed(trainer, f"{message}: `{helper}({model})` once the trainer is built ({why})")
+        statement = cst.SimpleStatementLine([cst.Expr(call_expr(helper, expr(model)))])
+        self.follow_ups.setdefault(line, []).append(statement)
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]:
+        follow_ups = self.follow_ups.pop(original_node, [])
+        return cst.FlattenSentinel([updated_node, *follow_ups]) if follow_ups else updated_node

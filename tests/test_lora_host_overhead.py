@@ -1,11 +1,15 @@
-"""The run-time halves of the LoRA host-overhead transforms: ``upcast_adapters`` (bf16_adapters, in
-optimizations/runtime/precision.py) and ``compile_repeated_layers`` (regional_compile, runtime/compile.py).
+"""The run-time halves of the LoRA host-overhead transforms: ``upcast_adapters`` and ``keep_adapters_in_bf16``
+(bf16_adapters, in optimizations/runtime/precision.py) and ``compile_repeated_layers`` (regional_compile,
+runtime/compile.py).
 
-Adapters: the dtype PEFT gives them on bf16, fp16, fp32 and quantized bases, and the casts that leaves in a step.
+Adapters: the dtype PEFT gives them on bf16, fp16, fp32 and quantized bases, and the casts that leaves in a step;
+the fp32 adapters a TRL trainer makes on a bf16 model cast to bf16 and trained so (other bases left alone).
 Regional compilation, on CPU: which blocks it finds on a LoRA-wrapped transformer and on models without
-repeated layers, and that it leaves every model as it was without a GPU, with the switch off, or given a
-checkpoint name. On a GPU: the compiled LoRA model's losses and gradients against eager ones over batches of
-changing lengths, and that the lengths after the second compile nothing more.
+repeated layers, that it leaves every model as it was without a GPU, with the switch off, or given a
+checkpoint name, and that a TRL trainer which loads its model from a checkpoint trains the very layers its
+``model`` attribute holds once built (where the transform compiles them for that shape). On a GPU: the compiled LoRA model's losses and
+gradients against eager ones over batches of changing lengths, and that the lengths after the second compile
+nothing more.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
 from optimizations.runtime.compile import SWITCH, compile_repeated_layers, repeated_layers
-from optimizations.runtime.precision import upcast_adapters
+from optimizations.runtime.precision import keep_adapters_in_bf16, upcast_adapters
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
@@ -115,6 +119,95 @@ def test_the_switch_and_checkpoint_names_pass_through(monkeypatch):
     assert not any(compiled(b) for b in repeated_layers(model))
     monkeypatch.delenv(SWITCH)
     assert compile_repeated_layers("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
+
+
+WORDS = [f"w{i}" for i in range(100)]
+
+
+def sft_trainer(tmp_path, model, **kwargs):
+    """A TRL SFTTrainer on CPU over a word-level tokenizer (saved beside a checkpoint ``model`` names)."""
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(WORDS)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    if isinstance(model, str):
+        tokenizer.save_pretrained(model)
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+    )
+    dataset = Dataset.from_dict({"text": [" ".join(WORDS[i : i + 6]) for i in range(8)]})
+    processing = None if isinstance(model, str) else tokenizer
+    return trl.SFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=processing, **kwargs
+    )
+
+
+def test_a_trl_trainer_that_loads_its_model_trains_the_layers_its_model_attribute_holds(tmp_path):
+    """What ``compile_repeated_layers(trainer.model)`` after a TRL trainer given a checkpoint path relies on: the
+    trainer's ``model`` is already the loaded, PEFT-wrapped model, and ``train()`` runs those very layers."""
+    checkpoint = tmp_path / "checkpoint"
+    qwen2(layers=2).save_pretrained(checkpoint)
+    trainer = sft_trainer(tmp_path, str(checkpoint), peft_config=LoraConfig(**LORA))
+
+    layers = repeated_layers(trainer.model)
+    assert [type(block) for block in layers] == [Qwen2DecoderLayer, Qwen2DecoderLayer]
+    assert any("lora_A" in name for name, _ in layers[0].named_parameters())
+    calls = []
+    for block in layers:
+        block.register_forward_hook(lambda module, args, output: calls.append(module))
+    trainer.train()
+    assert calls.count(layers[0]) == calls.count(layers[1]) >= 2  # every step runs through these blocks
+
+
+def adapter_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
+    return {p.dtype for name, p in model.named_parameters() if ".lora_A." in name or ".lora_B." in name}
+
+
+def test_adapters_a_trl_trainer_made_on_a_bf16_model_are_cast_and_trained_in_bf16(tmp_path):
+    trainer = sft_trainer(tmp_path, qwen2().to(torch.bfloat16), peft_config=LoraConfig(**LORA))
+    assert adapter_dtypes(trainer.model) == {torch.float32}  # PEFT's upcast, inside TRL
+    assert keep_adapters_in_bf16(trainer.model) is trainer.model
+    assert adapter_dtypes(trainer.model) == {torch.bfloat16}
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.bfloat16}
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    # no fp32 copy of the adapters anywhere: AdamW keeps its moments in their bf16 too
+    states = [trainer.optimizer.state[p] for p in trainer.model.parameters() if p.requires_grad]
+    assert {state["exp_avg"].dtype for state in states} == {torch.bfloat16}
+
+
+def test_keep_adapters_in_bf16_leaves_other_models_as_they_were():
+    for dtype in (torch.float16, torch.float32):
+        model = get_peft_model(qwen2().to(dtype), LoraConfig(**LORA))
+        before = {name: p.dtype for name, p in model.named_parameters()}
+        keep_adapters_in_bf16(model)
+        assert {name: p.dtype for name, p in model.named_parameters()} == before
+    quantized = get_peft_model(qwen2().to(torch.bfloat16), LoraConfig(**LORA))
+    quantized.base_model.model.model.norm.register_parameter(  # a stand-in for a quantized weight
+        "packed", torch.nn.Parameter(torch.zeros(4, dtype=torch.uint8), requires_grad=False)
+    )
+    keep_adapters_in_bf16(quantized)
+    assert adapter_dtypes(quantized) == {torch.float32}
+    dora = get_peft_model(qwen2().to(torch.bfloat16), LoraConfig(**LORA, use_dora=True))
+    keep_adapters_in_bf16(dora)
+    assert adapter_dtypes(dora) == {torch.bfloat16}
+    magnitudes = {p.dtype for name, p in dora.named_parameters() if "lora_magnitude_vector" in name}
+    assert magnitudes == {torch.float32}
+    assert keep_adapters_in_bf16("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
 
 
 @pytest.mark.gpu
