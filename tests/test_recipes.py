@@ -1,4 +1,5 @@
-"""Settings of TRL command-line scripts switched where they come from: launch flags and ``--config`` recipes."""
+"""Settings of TRL command-line scripts switched where they come from (launch flags and ``--config`` recipes),
+and the tier-2 LoRA transforms on those scripts, whose trainers load the model and make the adapters."""
 
 from __future__ import annotations
 
@@ -206,3 +207,35 @@ def test_the_picker_keeps_a_run_time_choice_other_than_sdpa_eager_or_none(chosen
         pick_attention_implementation(Qwen2ForCausalLM, dtype="bfloat16", fallback=chosen, capabilities=gpu)
         == picked
     )
+
+
+@pytest.mark.parametrize("script", ["sft.py", "dpo.py"])
+def test_the_lora_host_overhead_transforms_follow_the_trainer_a_trl_script_builds(tmp_path, script):
+    """TrlParser scripts hand the trainer a checkpoint name and a ``peft_config``: both tier-2 transforms act on
+    ``trainer.model`` once it is built, and a second pass adds nothing."""
+    before = (FIXTURE / script).read_text()
+    source = before
+    for optimization in ("bf16_adapters", "regional_compile"):
+        result = get(optimization).transform_source(source, script, RepoContext(tmp_path))
+        assert [site.applicable for site in result.sites] == [True]
+        source = result.source
+    _only_added(
+        before,
+        source,
+        {
+            "from _perfbot_compile import compile_repeated_layers",
+            "from _perfbot_precision import keep_adapters_in_bf16",
+            "    compile_repeated_layers(trainer.model)",
+            "    keep_adapters_in_bf16(trainer.model)",
+        },
+    )
+    lines = source.splitlines()
+    built = max(i for i, line in enumerate(lines) if line == "    )")  # the end of `trainer = ...(`
+    assert lines[built + 1 : built + 3] == [
+        "    compile_repeated_layers(trainer.model)",
+        "    keep_adapters_in_bf16(trainer.model)",
+    ]
+    assert lines[built + 3].lstrip().startswith("trainer.train(")
+    for optimization in ("bf16_adapters", "regional_compile"):
+        again = get(optimization).transform_source(source, script, RepoContext(tmp_path))
+        assert again.source == source and again.sites == []
