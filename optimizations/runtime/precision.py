@@ -45,7 +45,8 @@ def keep_adapters_in_bf16(model: Model) -> Model:
 
     For a trainer that wraps the model itself (TRL's ``peft_config=``), where ``get_peft_model`` cannot be given
     ``autocast_adapter_dtype``: called once the trainer is built, before ``train()`` makes the optimizer, it
-    leaves the adapters as :func:`upcast_adapters` would have. Only when every frozen weight is bf16; a quantized
+    leaves the LoRA A/B weights as :func:`upcast_adapters` would have (DoRA's magnitude vectors stay fp32).
+    Only when every frozen weight is bf16; a quantized
     base (integer weights, ``is_quantized``), an fp16 or fp32 model, and anything but an ``nn.Module`` are left
     as they were.
     """
