@@ -7,9 +7,9 @@ the fp32 adapters a TRL trainer makes on a bf16 model cast to bf16 and trained s
 Regional compilation, on CPU: which blocks it finds on a LoRA-wrapped transformer and on models without
 repeated layers, that it leaves every model as it was without a GPU, with the switch off, or given a
 checkpoint name, and that a TRL trainer which loads its model from a checkpoint trains the very layers its
-``model`` attribute holds once built (where the transform compiles them for that shape). On a GPU: the compiled LoRA model's losses and
-gradients against eager ones over batches of changing lengths, and that the lengths after the second compile
-nothing more.
+``model`` attribute holds once built (where the transform compiles them for that shape). On a GPU: the
+compiled LoRA model's losses and gradients against eager ones over batches of changing lengths, and that the
+lengths after the second compile nothing more.
 """
 
 from __future__ import annotations
