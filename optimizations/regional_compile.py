@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ClassScope, GlobalScope
 
 from optimizations.codemod import (
     call_expr,
@@ -112,16 +111,10 @@ class _CompileLayers(TrainerFollowUp):
         if isinstance(model, cst.Attribute):
             return model.attr.value.endswith(("_name", "_path", "name_or_path", "_id"))
         scope = self.links.scope(model)
-        if not isinstance(model, cst.Name):
+        if not isinstance(model, cst.Name) or scope is None:
             return False
-        while scope is not None:  # the nearest scope that binds the name, as Python resolves it
-            values = [b.value for b in self.links.bindings(model.value, scope)[0]]
-            if values:
-                return all(isinstance(v, STRINGS) for v in values)
-            scope = None if isinstance(scope, GlobalScope) else scope.parent
-            while isinstance(scope, ClassScope):  # a class body's names are not visible in its methods
-                scope = scope.parent
-        return False
+        values = [b.value for b in self.links.visible_bindings(model.value, scope)]
+        return bool(values) and all(isinstance(v, STRINGS) for v in values)
 
 
 class RegionalCompile(Optimization):
@@ -258,6 +251,24 @@ class Run:
     def __init__(self, data):
         self.trainer: DPOTrainer = DPOTrainer(MODEL, args=DPOConfig(output_dir="out"), train_dataset=data)
         compile_repeated_layers(self.trainer.model)
+""",
+        ),
+        Example(
+            "module_level_script_reading_a_star_import",
+            before="""\
+from settings import *
+from trl import SFTTrainer
+
+trainer = SFTTrainer(model=MODEL, args=ARGS, train_dataset=DATA)
+trainer.train()
+""",
+            after="""\
+from settings import *
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+trainer = SFTTrainer(model=compile_repeated_layers(MODEL), args=ARGS, train_dataset=DATA)
+trainer.train()
 """,
         ),
         Example(

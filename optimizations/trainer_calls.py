@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import GlobalScope, ParentNodeProvider, Scope, ScopeProvider
+from libcst.metadata import BuiltinScope, GlobalScope, ParentNodeProvider, Scope, ScopeProvider
 
 from optimizations.codemod import OptimizationCodemod, call_expr, code_of, expr, keyword, qualified_under
 from optimizations.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
@@ -150,19 +150,33 @@ class TrainerLinks:
     # -- bindings ---------------------------------------------------------------------------------------
     def bindings(self, name: str, scope: Scope) -> tuple[list[Binding], bool]:
         """The bindings of ``name`` in ``scope`` itself, and whether an enclosing scope binds it instead."""
-        local = [
+        local = self._bound_in(name, scope)
+        return local, not local and self._enclosing_binder(name, scope) is not None
+
+    def visible_bindings(self, name: str, scope: Scope) -> list[Binding]:
+        """The bindings a read of ``name`` in ``scope`` sees: ``scope``'s own, else those of the nearest enclosing
+        scope that binds it (none for a builtin or a name this module never binds, a star import's, say)."""
+        local = self._bound_in(name, scope)
+        binder = None if local else self._enclosing_binder(name, scope)
+        return local if binder is None else self._bound_in(name, binder)
+
+    def _bound_in(self, name: str, scope: Scope) -> list[Binding]:
+        return [
             Binding(self.codemod.line(a.node), self._assigned_value(a.node))
             for a in scope.assignments[name]
             if a.scope is scope and isinstance(a.node, cst.CSTNode)
         ]
+
+    @staticmethod
+    def _enclosing_binder(name: str, scope: Scope) -> Scope | None:
+        """The nearest scope around ``scope`` that binds ``name``, up to the module's (from the module itself: its
+        builtins), or ``None``."""
         outer = scope.parent
-        enclosing = False
-        while not local and outer is not None:
+        while outer is not None:
             if any(a.scope is outer for a in outer.assignments[name]):
-                enclosing = True
-                break
-            outer = None if isinstance(outer, GlobalScope) else outer.parent
-        return local, enclosing
+                return outer
+            outer = None if isinstance(outer, GlobalScope | BuiltinScope) else outer.parent
+        return None
 
     def _assigned_value(self, node: cst.CSTNode) -> cst.BaseExpression | None:
         """The right-hand side that binds ``node`` (a target name), through tuple unpacking."""
