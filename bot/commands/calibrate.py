@@ -259,7 +259,7 @@ def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
         "false_alarms": sum(e["verdict"] == REGRESSION for e in noops),
         "planted": planted,
         "median_half_width": statistics.median(half_widths) if half_widths else None,
-        "smallest_detectable": _smallest_detectable(half_widths, min_effect),
+        "smallest_detectable": smallest_detectable(half_widths, min_effect),
         "min_effect": min_effect,
         "time_budget_s": sorted({w["budget_s"] for w in judged}, key=str),
         "trial_seconds": [trial["seconds"] for trial in trials],
@@ -276,7 +276,7 @@ def _rate(count: int, total: int) -> float | None:
     return count / total if total else None
 
 
-def _smallest_detectable(half_widths: list[float], min_effect: float) -> float | None:
+def smallest_detectable(half_widths: list[float], min_effect: float) -> float | None:
     """The change a bench with the median interval half-width h calls 95% of the time: its estimate must
     clear both the minimum effect and h (significance), with a standard error of about h / 1.96."""
     if not half_widths:
