@@ -5,7 +5,8 @@ workload's ``min_time_s``), runs the warm-up rounds and the first ``repeats`` ro
 :func:`benchmarks.runner.round_jobs`), then adds two rounds at a time while some effect's interval is still
 wider than the minimum effect, until it is not, the workload's ``max_repeats`` is reached, or the next two
 rounds would end after the spec's time budget (at the mean wall time per run so far). Why each workload
-stopped is kept in the file.
+stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI turns SIGTERM into the same) stops its runs
+and raises :class:`BenchInterrupted` with the results of every measured run that finished before it.
 
 The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
 items their trailers name), the workloads as run, every run (status, duration, log tail, metrics), the
@@ -50,6 +51,7 @@ from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds, disturbed, summariz
 SCHEMA = "perfbot.results/v1"
 PRECISE, BUDGET, MAX_REPEATS = "precise", "time budget", "max repeats"
 UNMEASURABLE = "nothing to compare"  # no effect has runs on both sides: more rounds cannot help
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: the runs that finished before it are kept
 
 
 @dataclass(frozen=True)
@@ -241,59 +243,76 @@ def run_bench(
     batches = _Batches(runner, progress)
     spec, calibration = _calibrated(spec, shas[0], batches, thresholds)
     budget = spec.time_budget_s or _default_budget(calibration, runner)
-    runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
     rounds = {name: workload.repeats for name, workload in spec.workloads.items()}
     stopping: dict[str, dict[str, Any]] = {}
-    while True:
-        summary = summarize(shas, spec.workloads, runs, thresholds)
-        pending = []
-        for name, workload in spec.workloads.items():
-            if name in stopping:
-                continue
-            if not summary[name]["imprecise"]:
-                stopping[name] = {"reason": PRECISE if _any_effect(summary[name]) else UNMEASURABLE}
-            elif rounds[name] + 2 > workload.max_repeats:
-                stopping[name] = {"reason": MAX_REPEATS}
-            else:
-                pending.append(name)
-        elapsed = clock() - started
-        per_job = elapsed / max(batches.done, 1)  # waits for a quiet host and start-up included
-        if pending and elapsed + 2 * len(shas) * len(pending) * per_job > budget:
-            stopping.update({name: {"reason": BUDGET} for name in pending})
+
+    def results(runs: list[RunRecord]) -> Results:
+        summary, spent = summarize(shas, spec.workloads, runs, thresholds), round(clock() - started, 1)
+        for name, stop in stopping.items():
+            stop.update(
+                rounds=summary[name]["rounds"],
+                imprecise=summary[name]["imprecise"],
+                spent_s=spent,
+                budget_s=budget,
+            )
+            calibration[name]["window_s"] = _median_window(runs, name)
+        return build_results(
+            repo,
+            spec,
+            commits,
+            runs,
+            started_at=started_at,
+            finished_at=_now(),
+            device=runner.device,
+            thresholds=thresholds,
+            calibration=calibration,
+            stopping=stopping,
+        )
+
+    try:
+        runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
+        while True:
+            summary = summarize(shas, spec.workloads, runs, thresholds)
             pending = []
-        if not pending:
-            break
-        runs += batches.run(
-            [
-                job
-                for k in (0, 1)
-                for name in pending
-                for job in round_jobs(spec, shas, rounds[name] + k, [name])
-            ]
-        )
-        for name in pending:
-            rounds[name] += 2
-    spent = clock() - started
-    for name, stop in stopping.items():
-        stop.update(
-            rounds=summary[name]["rounds"],
-            imprecise=summary[name]["imprecise"],
-            spent_s=round(spent, 1),
-            budget_s=budget,
-        )
-        calibration[name]["window_s"] = _median_window(runs, name)
-    return build_results(
-        repo,
-        spec,
-        commits,
-        runs,
-        started_at=started_at,
-        finished_at=_now(),
-        device=runner.device,
-        thresholds=thresholds,
-        calibration=calibration,
-        stopping=stopping,
-    )
+            for name, workload in spec.workloads.items():
+                if name in stopping:
+                    continue
+                if not summary[name]["imprecise"]:
+                    stopping[name] = {"reason": PRECISE if _any_effect(summary[name]) else UNMEASURABLE}
+                elif rounds[name] + 2 > workload.max_repeats:
+                    stopping[name] = {"reason": MAX_REPEATS}
+                else:
+                    pending.append(name)
+            elapsed = clock() - started
+            per_job = elapsed / max(batches.done, 1)  # waits for a quiet host and start-up included
+            if pending and elapsed + 2 * len(shas) * len(pending) * per_job > budget:
+                stopping.update({name: {"reason": BUDGET} for name in pending})
+                pending = []
+            if not pending:
+                return results(runs)
+            runs += batches.run(
+                [
+                    job
+                    for k in (0, 1)
+                    for name in pending
+                    for job in round_jobs(spec, shas, rounds[name] + k, [name])
+                ]
+            )
+            for name in pending:
+                rounds[name] += 2
+    except KeyboardInterrupt:
+        finished = [run for run in batches.finished if run.repeat >= 0]
+        stopping.update({name: {"reason": INTERRUPTED} for name in spec.workloads if name not in stopping})
+        raise BenchInterrupted(results(finished) if finished else None) from None
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """A bench stopped by Ctrl-C or SIGTERM, with the results of the measured runs that finished before it
+    (``results``; None when none had), each unfinished workload stopped as ``interrupted``."""
+
+    def __init__(self, results: Results | None):
+        super().__init__()
+        self.results = results
 
 
 class _Batches:
@@ -301,14 +320,17 @@ class _Batches:
 
     def __init__(self, runner: Runner, progress: ProgressCallback | None):
         self.runner, self.progress, self.done = runner, progress, 0
+        self.finished: list[RunRecord] = []  # every run as it finishes, also of a batch that never returns
 
     def run(self, jobs: list[BenchJob]) -> list[RunRecord]:
         before = self.done
 
         def report(done: int, total: int, record: RunRecord) -> None:
-            self.progress(before + done, before + total, record)
+            self.finished.append(record)
+            if self.progress is not None:
+                self.progress(before + done, before + total, record)
 
-        records = self.runner.run(jobs, report if self.progress else None)
+        records = self.runner.run(jobs, report)
         self.done += len(jobs)
         return records
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import git
 
-from benchmarks.results import Results, run_bench
+from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.runner import LocalRunner, Runner, RunRecord
 from benchmarks.spec import BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
@@ -111,9 +111,23 @@ def benchmark(
     on_run: OnRun | None = None,
     name: str = "",
 ) -> tuple[Results, Path]:
-    """Run the matrix, save the JSON, write a git note on each commit."""
+    """Run the matrix, save the JSON, write a git note on each commit. Interrupted, it saves the runs that
+    finished to ``<branch>[-name]-interrupted.json`` (notes and the last complete results stay as they were),
+    says where in the interruption's message, and lets it go on."""
     commits = describe_commits(workspace.repo, revisions)
-    results = run_bench(workspace.repo, spec, commits, runner, thresholds=thresholds, progress=on_run)
+    try:
+        results = run_bench(workspace.repo, spec, commits, runner, thresholds=thresholds, progress=on_run)
+    except BenchInterrupted as interrupted:
+        if interrupted.results is not None:
+            kept = interrupted.results.save(
+                results_path(
+                    workspace.root, workspace.branch, f"{name}-interrupted" if name else "interrupted"
+                )
+            )
+            interrupted.args = (
+                f"the {len(interrupted.results.runs)} measured runs that finished are in {kept}",
+            )
+        raise
     path = results.save(results_path(workspace.root, workspace.branch, name))
     write_notes(workspace.repo, results)
     return results, path

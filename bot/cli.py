@@ -1,13 +1,18 @@
 """The ``bot`` console script: parse the command line, run the command, map errors to exit codes.
 
-Exit codes: 0 done, 1 the run finished but something failed, 2 bad input, 130 interrupted.
+Exit codes: 0 done, 1 the run finished but something failed, 2 bad input, 130 interrupted (Ctrl-C, or SIGTERM
+from a scheduler or a machine shutting down: both stop a command the same way, so a bench keeps its finished
+runs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from bot.commands import build_parser, run, selected_command
 from bot.errors import BotError
@@ -23,29 +28,48 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        selected = selected_command(argv)
-        parser = build_parser(filled=[selected] if selected else [])
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return BAD_INPUT
-        code = run(args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
-        return code
+        with _terminate_as_interrupt():
+            selected = selected_command(argv)
+            parser = build_parser(filled=[selected] if selected else [])
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return BAD_INPUT
+            code = run(args)
+            sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+            return code
     except BotError as exc:
         print(f"bot: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except RegistryError as exc:  # a broken plugin or install: the run cannot start
         print(f"bot: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("bot: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"bot: interrupted{f'; {exc}' if str(exc) else ''}", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`bot list | head -1`): stop quietly, as other command-line tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM raises KeyboardInterrupt as Ctrl-C does (in the main thread only, where
+    Python delivers signals); the previous handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

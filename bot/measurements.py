@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results import Results
+from benchmarks.results import INTERRUPTED, Results
 from benchmarks.runner import RunRecord
 from benchmarks.stats import REGRESSION, WIN, LossParity
 from bot.conventions import state_dir
@@ -168,8 +168,8 @@ def runs_of(results: Results, workload: str, sha: str) -> list[RunRecord]:
 
 def find_results(root: Path, shas: Sequence[str]) -> tuple[Results, Path] | None:
     """The results file under ``<root>/.bot/results/`` that speaks best for the commits ``shas`` (oldest
-    first, the head last): one that measured the head, then the one that measured most of them, then the
-    newest; None when no readable file measured any of them."""
+    first, the head last): one that measured the head, then a bench that was not interrupted, then the one that
+    measured most of them, then the newest; None when no readable file measured any of them."""
     wanted, head = set(shas), shas[-1]
     best, best_key = None, None
     for path in sorted((state_dir(root) / "results").glob("*.json")):
@@ -181,7 +181,8 @@ def find_results(root: Path, shas: Sequence[str]) -> tuple[Results, Path] | None
         covered = len(measured & wanted)
         if not covered:
             continue
-        key = (head in measured, covered, path.stat().st_mtime)
+        complete = all(stop.get("reason") != INTERRUPTED for stop in results.stopping.values())
+        key = (head in measured, complete, covered, path.stat().st_mtime)
         if best_key is None or key > best_key:
             best, best_key = (results, path), key
     return best

@@ -10,7 +10,15 @@ import random
 import git
 import pytest
 
-from benchmarks.results import BUDGET, MAX_REPEATS, PRECISE, CommitInfo, run_bench
+from benchmarks.results import (
+    BUDGET,
+    INTERRUPTED,
+    MAX_REPEATS,
+    PRECISE,
+    BenchInterrupted,
+    CommitInfo,
+    run_bench,
+)
 from benchmarks.runner import RunRecord
 from benchmarks.spec import BenchSpec, Workload
 
@@ -133,6 +141,51 @@ def test_max_repeats_bounds_the_rounds(repo):
     runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
     results = run_bench(repo, _spec(max_repeats=6, min_time_s=0), COMMITS, runner, clock=clock)
     assert (results.stopping["loop"]["reason"], results.stopping["loop"]["rounds"]) == (MAX_REPEATS, 6)
+
+
+def interrupt_after(runs: int):
+    """A progress callback that interrupts the bench (as Ctrl-C would) once ``runs`` runs have finished."""
+
+    def progress(done, total, record):
+        if done == runs:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_an_interrupted_bench_keeps_the_measured_runs_that_finished(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
+    # 2 calibration runs, 8 runs of the first 4 rounds, then 3 of the next batch of 2 rounds
+    with pytest.raises(BenchInterrupted) as interrupted:
+        run_bench(repo, _spec(), COMMITS, runner, clock=clock, progress=interrupt_after(13))
+    results = interrupted.value.results
+    assert len(runner.jobs) == 13 and len(results.runs) == 11
+    assert all(run.repeat >= 0 for run in results.runs)  # the calibration runs measure nothing
+    assert sorted({run.repeat for run in results.runs}) == [0, 1, 2, 3, 4, 5]
+    stop = results.stopping["loop"]
+    assert (stop["reason"], stop["rounds"]) == (INTERRUPTED, 6)
+    assert results.summary["loop"]["commits"]["b" * 40]["marginal"]["n"] == 5  # round 5 has one commit's run
+    assert results.calibration["loop"]["steps"] == 302
+
+
+class StoppedRunner(FakeRunner):
+    """Interrupted while its first run runs."""
+
+    def run(self, jobs, progress=None):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_before_any_measured_run_keeps_nothing(repo):
+    clock = Clock()
+    stopped = StoppedRunner(clock, {})
+    with pytest.raises(BenchInterrupted) as interrupted:
+        run_bench(repo, _spec(min_time_s=0), COMMITS, stopped, clock=clock)
+    assert interrupted.value.results is None
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0})
+    with pytest.raises(KeyboardInterrupt) as during_calibration:
+        run_bench(repo, _spec(), COMMITS, runner, clock=clock, progress=interrupt_after(1))
+    assert not isinstance(during_calibration.value, BenchInterrupted)
 
 
 def test_bot_bench_names_each_commit_and_prints_cv_and_effects(tmp_path, monkeypatch, capsys):

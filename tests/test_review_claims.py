@@ -7,7 +7,7 @@ import pytest
 from git_repos import make_repo
 from test_review_report import synthetic_results
 
-from benchmarks.results import CommitInfo
+from benchmarks.results import INTERRUPTED, CommitInfo
 from benchmarks.spec import Workload
 from benchmarks.stats import summarize
 from bot.benchmarking import results_path
@@ -103,6 +103,20 @@ def test_review_after_bench_uses_the_results_file_and_sets_each_claim_against_it
     assert f"(results: `{saved}`)" in body
     table = render_results(results, claims=verdict.claims)
     assert "+10% tokens/s: REGRESSION" in table and "+15% tokens/s (not measured here): HELD" in table
+
+
+def test_review_prefers_a_complete_bench_to_a_newer_interrupted_one(planted):
+    workspace, base, shas, results = planted
+    complete = results.save(results_path(workspace.root, workspace.branch))
+    results.stopping = {"loop": {"reason": INTERRUPTED, "rounds": 2}}
+    interrupted = results.save(results_path(workspace.root, workspace.branch, "interrupted"))
+    assert interrupted.stat().st_mtime >= complete.stat().st_mtime
+    assert review_range(workspace.root).results_from == str(complete)
+    assert "interrupted (Ctrl-C or SIGTERM): only the runs that finished before it count" in render_results(
+        results
+    )
+    complete.unlink()  # the interrupted runs are better than nothing
+    assert review_range(workspace.root).results_from == str(interrupted)
 
 
 def test_a_noisy_measurement_leaves_a_claim_inconclusive(planted):

@@ -10,7 +10,8 @@ regression, a false alarm); a planted slowdown not measured as a regression is a
 the time each trial took, and the smallest effect the intervals reached would detect 95% of the time. The
 scratch clone is removed; each trial's results JSON and the summary stay in the output folder (a new one under
 ``.bot/calibrate/``, or ``--out``, where trials of earlier calls count too: a long figure can be built over
-several calls).
+several calls). An interrupted trial (Ctrl-C, SIGTERM) keeps its finished runs in ``interrupted-NN.json`` beside
+them, outside the rates.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import git
 from scipy import stats as scipy_stats
 
 from benchmarks.launch import PLANT_FILE
-from benchmarks.results import Results, run_bench
+from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
@@ -115,7 +116,15 @@ def _run_trials(root: Path, out: Path, options: BenchOptions, slowdowns: list[fl
         runner = make_runner(options, Workspace(clone_dir))
         thresholds = bench_thresholds(options)
         for number in numbers:
-            results = run_bench(clone, spec, commits, runner, thresholds=thresholds)
+            try:
+                results = run_bench(clone, spec, commits, runner, thresholds=thresholds)
+            except BenchInterrupted as interrupted:  # its runs are kept aside: a cut-short trial is not one
+                if interrupted.results is not None:
+                    kept = interrupted.results.save(out / f"interrupted-{number:02d}.json")
+                    interrupted.args = (
+                        f"trial {number + 1}'s finished runs are in {kept}, outside the rates",
+                    )
+                raise
             results.save(out / f"trial-{number:02d}.json")
             print(f"trial {number + 1}: {_trial_line(_judge(results))}", file=sys.stderr, flush=True)
             spec = _keep_calibration(spec, results)

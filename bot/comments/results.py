@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmarks.results import BUDGET, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
+from benchmarks.results import BUDGET, INTERRUPTED, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
 from bot import formatting, measurements
 from bot.claims import ClaimCheck
 from bot.comments.markdown import COMPACT, FOLDED, FULL, Table, cell, code_fence, fit
@@ -186,6 +186,8 @@ def measurement_setup(results: Results, workload: str) -> str:
         text += f"; stopped at the most rounds allowed ({spec.get('max_repeats', rounds)})"
     elif reason == UNMEASURABLE:
         text += "; stopped: no two commits both measured, so no effect to narrow"
+    elif reason == INTERRUPTED:
+        text += "; interrupted (Ctrl-C or SIGTERM): only the runs that finished before it count"
     if reason in (BUDGET, MAX_REPEATS) and stop.get("imprecise"):
         text += f", {len(stop['imprecise'])} interval(s) still wider than {half}"
     measured = [measurement(results, workload, info.sha) for info in results.commits]
