@@ -22,6 +22,7 @@ import git
 from benchmarks.stats import DEFAULT_THRESHOLDS, compare, cv
 from bot.commands.calibrate import smallest_detectable
 
+# A measured run's folder, as benchmarks.runner.BenchJob.key names it (calibration runs do not match).
 RUN_FOLDER = re.compile(r"(?P<sha>[0-9a-f]+)-(?P<workload>.+)-r(?P<round>\d+)$")
 
 

@@ -13,6 +13,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from benchmarks.stats import cv
+
 BUSY_PERCENT = 50  # telemetry samples with this GPU utilisation or more count as the run's steps
 
 
@@ -64,9 +66,10 @@ def main(out: str) -> None:
             )
         print(row)
     for label, speeds in by_label.items():
-        spread = statistics.stdev(speeds) / statistics.fmean(speeds) if len(speeds) > 1 else float("nan")
+        spread = cv(speeds)
         print(
-            f"{label}: {len(speeds)} runs, median {statistics.median(speeds):.0f} tokens/s, CV {spread:.1%}"
+            f"{label}: {len(speeds)} runs, median {statistics.median(speeds):.0f} tokens/s, "
+            f"CV {'–' if spread is None else f'{spread:.1%}'}"
         )
 
 
