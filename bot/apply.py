@@ -17,7 +17,8 @@ from bot.status import ItemStatus
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
-from optimizations.registry import OnStep, Optimization, Site, SourceCache, registry
+from optimizations.program.repository import Site, SourceCache
+from optimizations.registry import OnStep, Optimization, registry
 
 
 @dataclass

@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bot.plan import Plan, PlanItem
-from optimizations.registry import Optimization, SourceCache
+from optimizations.program.repository import SourceCache
+from optimizations.registry import Optimization
 
 NEAR_LINES = 3  # a site this many lines around the hinted line (or range) counts as "there"
 _RANGE = re.compile(r":(\d+)(?:\s*-\s*(\d+))?")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bot.render import render
 from bot.scope import excluded, preflight
-from optimizations.registry import OnStep, Optimization, Site, SourceCache, registry
+from optimizations.program.repository import Site, SourceCache
+from optimizations.registry import OnStep, Optimization, registry
 
 
 @dataclass

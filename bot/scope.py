@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.conventions import tool_settings
 from bot.errors import BadInput
-from optimizations.registry import RepoContext, SourceCache, TransformError
+from optimizations.program.repository import RepoContext, SourceCache, TransformError
 
 
 def excluded(root: Path) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     add_keywords,
     call_expr,
     code_of,
@@ -29,9 +29,9 @@ from optimizations.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.hf import trainer_class
+from optimizations.program.hf import trainer_class
+from optimizations.program.trainer_calls import TrainerFollowUp, is_plain_reference
 from optimizations.registry import Example, Optimization
-from optimizations.trainer_calls import TrainerFollowUp, is_plain_reference
 
 RUNTIME_MODULE = "precision"
 HELPER = "upcast_adapters"

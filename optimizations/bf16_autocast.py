@@ -26,9 +26,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.codemod import code_of, qualified_under, walk
-from optimizations.registry import Example, Optimization
-from optimizations.training_loops import (
+from optimizations.program.codemod import code_of, qualified_under, walk
+from optimizations.program.training_loops import (
     BACKWARD,
     NESTED_SCOPES,
     PlannedCodemod,
@@ -36,6 +35,7 @@ from optimizations.training_loops import (
     is_method_call,
     loss_names,
 )
+from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "precision"
 CHECK = "bf16_supported"

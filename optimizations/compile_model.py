@@ -18,14 +18,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.codemod import code_of, walk
+from optimizations.program.codemod import code_of, walk
+from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import (
-    BACKWARD,
-    NESTED_SCOPES,
-    PlannedCodemod,
-    is_method_call,
-)
 
 RUNTIME_MODULE = "compile"
 COMPILE = "compile_model"

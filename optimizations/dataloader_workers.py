@@ -8,7 +8,7 @@ where ``torch.cuda.is_available()``: without an accelerator torch warns that pin
 
 A script whose ``HfArgumentParser``/``TrlParser`` fills such a config from flags gets the settings where each
 shell launch of it takes them from: its ``--dataloader_num_workers`` flag or its ``--config`` recipe
-(``dataloader_num_workers: 4``, pinned memory, persistent workers; :mod:`optimizations.recipes`).
+(``dataloader_num_workers: 4``, pinned memory, persistent workers; :mod:`optimizations.program.recipes`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     OptimizationCodemod,
     add_keywords,
     code_of,
@@ -28,9 +28,10 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
-from optimizations.recipes import RecipeSetting, parser_types, switch
-from optimizations.registry import Example, Optimization, RepoContext
+from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
+from optimizations.program.recipes import RecipeSetting, parser_types, switch
+from optimizations.program.repository import RepoContext
+from optimizations.registry import Example, Optimization
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
 WORKERS = "DATALOADER_WORKERS"

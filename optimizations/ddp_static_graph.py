@@ -28,16 +28,17 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     OptimizationCodemod,
     code_of,
     keyword,
     literal_value,
     qualified_under,
 )
-from optimizations.hf import HF_CONFIGS, is_training_config
-from optimizations.registry import Example, Optimization, RepoContext
-from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
+from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.repository import RepoContext
+from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
+from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "ddp_check"
 GUARD_DDP = "guard_static_graph"

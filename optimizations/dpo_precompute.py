@@ -25,7 +25,7 @@ config is kept apart from precompute. With full fine-tuning and no
 trainer up front.
 
 Config-driven like packing (``dpo.get("precompute_ref_log_probs", True)``, a dataclass field, recipe YAMLs; see
-:mod:`optimizations.config_switch`), so a run short of memory turns it off in its config.
+:mod:`optimizations.program.config_switch`), so a run short of memory turns it off in its config.
 
 Several processes: TRL writes the log-probs to an Arrow file from the main process and reads it on every rank, at
 a path taken from the dataset's cache files; a dataset built in memory has none, each rank then looks in a
@@ -41,7 +41,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import parse_template_expression
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     OptimizationCodemod,
     call_expr,
     code_of,
@@ -51,9 +51,10 @@ from optimizations.codemod import (
     qualified_under,
     replace_keyword,
 )
-from optimizations.config_switch import SettingSwitch
-from optimizations.hf import DEFAULT_TRAIN_BATCH_SIZE
-from optimizations.registry import Example, Optimization, RepoContext
+from optimizations.program.config_switch import SettingSwitch
+from optimizations.program.hf import DEFAULT_TRAIN_BATCH_SIZE
+from optimizations.program.repository import RepoContext
+from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "dpo_cache"
 SHARED_CACHE = "with_shared_cache"

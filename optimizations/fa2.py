@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     OptimizationCodemod,
     add_keywords,
     call_expr,
@@ -38,9 +38,10 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
-from optimizations.registry import Example, Optimization, RepoContext
-from optimizations.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
+from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
+from optimizations.program.repository import RepoContext
+from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
+from optimizations.registry import Example, Optimization
 
 PICKER = "pick_attention_implementation"
 RUNTIME_MODULE = "attention"

@@ -21,7 +21,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     add_keywords,
     call_expr,
     code_of,
@@ -30,8 +30,8 @@ from optimizations.codemod import (
     qualified_under,
     star_kwargs,
 )
+from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 
 RUNTIME_MODULE = "gpu_flags"
 CHECK = "fused_optimizer_supported"

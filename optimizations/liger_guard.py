@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     OptimizationCodemod,
     add_keywords,
     call_expr,
@@ -31,9 +31,10 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import HF_CONFIGS, is_training_config
-from optimizations.registry import Example, Optimization, RepoContext
-from optimizations.trainer_calls import LINK_METADATA, TrainerLinks
+from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.repository import RepoContext
+from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
+from optimizations.registry import Example, Optimization
 
 HELPER = "liger_kernel_usable"
 RUNTIME_MODULE = "liger"

@@ -18,15 +18,15 @@ What TRL 1.x does with it (checked against the ``trl.trainer.sft_trainer`` sourc
 Config-driven where the call reads its settings from a config object (``training.get("packing", True)`` and
 the YAML it reads switched on, a dataclass field, ``getattr``), defaults turned on where the repository defines
 them (dataclass fields, recipe YAMLs of ``HfArgumentParser``/``TrlParser``): see
-:mod:`optimizations.config_switch`. A recipe with a ``packing_strategy`` other than bfd is left to a human.
+:mod:`optimizations.program.config_switch`. A recipe with a ``packing_strategy`` other than bfd is left to a human.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.codemod import code_of, expr, keyword, literal_value
-from optimizations.config_switch import SettingSwitch
+from optimizations.program.codemod import code_of, expr, keyword, literal_value
+from optimizations.program.config_switch import SettingSwitch
 from optimizations.registry import Example, Optimization
 
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")

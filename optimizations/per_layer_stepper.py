@@ -24,7 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import RemoveImportsVisitor
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     add_keywords,
     code_of,
     keyword,
@@ -32,10 +32,10 @@ from optimizations.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.hf import TRAINER_OPTIMIZER_KEYWORDS, TRAINER_POSITIONAL_LIMIT, trainer_class
+from optimizations.program.hf import TRAINER_OPTIMIZER_KEYWORDS, TRAINER_POSITIONAL_LIMIT, trainer_class
+from optimizations.program.trainer_calls import is_plain_reference
+from optimizations.program.training_loops import PlannedCodemod
 from optimizations.registry import Example, Optimization
-from optimizations.trainer_calls import is_plain_reference
-from optimizations.training_loops import PlannedCodemod
 
 RUNTIME_MODULE = "per_layer_stepper"
 LOOP_FACTORY = "per_layer_adamw"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     add_keywords,
     call_expr,
     code_of,
@@ -30,15 +30,9 @@ from optimizations.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.hf import HF_CONFIGS, is_training_config
+from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import (
-    BACKWARD,
-    NESTED_SCOPES,
-    PlannedCodemod,
-    is_method_call,
-    walk,
-)
 
 RUNTIME_MODULE = "prefetcher"
 PREFETCHER = "CudaPrefetcher"

@@ -22,16 +22,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.codemod import (
-    call_expr,
-    code_of,
-    keyword,
-    literal_value,
-    replace_keyword,
-)
-from optimizations.hf import is_training_config, trainer_class
+from optimizations.program.codemod import call_expr, code_of, keyword, literal_value, replace_keyword
+from optimizations.program.hf import is_training_config, trainer_class
+from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.registry import Example, Optimization
-from optimizations.trainer_calls import TrainerFollowUp
 
 RUNTIME_MODULE = "compile"
 HELPER = "compile_repeated_layers"

@@ -1,4 +1,4 @@
-"""The optimization registry, and the objects optimizations and the bot exchange.
+"""The optimization registry: what an optimization is, and how the registered ones are found.
 
 Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
 in its own module, carrying an ``id``, a default tier, the win it is expected to bring, the phrases that name
@@ -10,58 +10,38 @@ Built-in optimizations are found by importing every module of this package; thir
 theirs under the entry-point group ``bot.optimizations``. :func:`listings` reads what ``bot list`` shows from
 the modules' source instead, so listing them loads no libcst (this module imports it only where it parses).
 
-One run (a scan, an apply) shares a :class:`SourceCache`: each file text is parsed, and its libcst metadata
-resolved, once for every optimization that reads it; an optimization's ``needs`` skip files it cannot change.
+What an optimization reads and reports about the target (files in scope, their shared parses, sites, changes)
+is the program model's: :mod:`optimizations.program`. An optimization's ``needs`` skip files it cannot change.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
 import importlib
 import pkgutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from itertools import chain
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
-if TYPE_CHECKING:
-    import libcst as cst
+from optimizations.program.repository import (
+    Change,
+    FileResult,
+    RepoContext,
+    Site,
+    SourceCache,
+    check_compiles,
+)
 
-    from optimizations.codemod import OptimizationCodemod
+if TYPE_CHECKING:
+    from optimizations.program.codemod import OptimizationCodemod
 
 ENTRY_POINT_GROUP = "bot.optimizations"
-VENDORED_PREFIX = "_perfbot_"
-DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", "docs/*", "examples/*/.venv/*")
-
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
-
-
-class TransformError(Exception):
-    """A transform could not run on a file (it does not parse, or the edit would not compile)."""
-
-
-@dataclass(frozen=True)
-class Site:
-    """One place in a repository an optimization looked at: changed, or refused with a reason."""
-
-    path: str
-    line: int
-    optimization: str
-    message: str
-    applicable: bool = True
-    reason: str = ""
-
-    def describe(self) -> str:
-        """``path:line  message`` plus the refusal reason, for terminal output."""
-        text = f"{self.path}:{self.line}  {self.message}"
-        return text if self.applicable else f"{text}  [refused: {self.reason}]"
 
 
 @dataclass(frozen=True)
@@ -80,170 +60,10 @@ class Example:
     files: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class FileResult:
-    """What a transform did to one file: the new source and every site it looked at."""
-
-    source: str
-    sites: list[Site] = field(default_factory=list)
-
-
-@dataclass
-class Change:
-    """An applied optimization: new file contents keyed by repository-relative path, and the sites."""
-
-    optimization: str
-    files: dict[str, str]
-    sites: list[Site]
-
-    @property
-    def applied(self) -> list[Site]:
-        return [s for s in self.sites if s.applicable]
-
-    @property
-    def refused(self) -> list[Site]:
-        return [s for s in self.sites if not s.applicable]
-
-    def write(self, root: Path) -> None:
-        """Write the edited files into the repository at ``root``."""
-        for path, text in self.files.items():
-            (Path(root) / path).parent.mkdir(parents=True, exist_ok=True)
-            (Path(root) / path).write_text(text, encoding="utf-8")
-
-
-class ParsedFile:
-    """One version of a file, parsed once, with a metadata wrapper that keeps every provider it resolves."""
-
-    def __init__(self, path: str, source: str):
-        import libcst as cst
-
-        self.path = path
-        self.source = source
-        self.module = parse_module(source, path)
-        # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
-        self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self._walked: list[cst.CSTNode] | None = None
-
-    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
-        """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
-        module is walked once for every codemod that asks."""
-        if self._walked is None:
-            self._walked, stack = [], [self.module]
-            while stack:
-                node = stack.pop()
-                self._walked.append(node)
-                stack.extend(reversed(node.children))
-        return [node for node in self._walked if isinstance(node, types)]
-
-
-class SourceCache:
-    """The files one run has parsed, by path and text: every optimization that reads a text shares its parse
-    and metadata, and a file an earlier optimization edited is parsed again in its new text. The two texts of
-    each path used last are kept (the file, and a first codemod's edit that a follow-up codemod reads)."""
-
-    KEEP = 2
-
-    def __init__(self) -> None:
-        self._parsed: dict[str, list[ParsedFile]] = {}
-
-    def parse(self, path: str, source: str) -> ParsedFile:
-        """``source``, the text of ``path``, parsed; :class:`TransformError` when it does not parse."""
-        versions = self._parsed.setdefault(path, [])
-        found = next((parsed for parsed in versions if parsed.source == source), None)
-        if found is None:
-            found = ParsedFile(path, source)
-        else:
-            versions.remove(found)
-        versions[:] = [*versions[1 - self.KEEP :], found]
-        return found
-
-
-class RepoContext:
-    """The repository a transform runs over: which files are in scope, their parses (``sources``, shared with
-    the rest of the run when given), and vendoring of runtime modules."""
-
-    def __init__(
-        self,
-        root: Path,
-        exclude: tuple[str, ...] = (),
-        focus: tuple[str, ...] = (),
-        sources: SourceCache | None = None,
-    ):
-        self.root = Path(root)
-        self.exclude = DEFAULT_EXCLUDES + tuple(exclude)
-        self.focus = tuple(focus)
-        self.sources = SourceCache() if sources is None else sources
-        self.vendored: dict[str, str] = {}
-        # Non-Python files a transform rewrote (a YAML config, say), by path: committed with the Python edits.
-        self.edits: dict[str, str] = {}
-
-    def python_files(self) -> list[str]:
-        """Tracked (or, outside git, present) Python files, minus excluded and vendored ones."""
-        return self.files("*.py")
-
-    def files(self, *patterns: str) -> list[str]:
-        """Tracked (or, outside git, present) files matching the glob ``patterns``, minus excluded ones.
-
-        ``focus`` narrows Python files only: a config file is reached through the focused code that reads it.
-        """
-        try:
-            listed = subprocess.run(
-                ["git", "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
-                cwd=self.root,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
-        except (subprocess.CalledProcessError, FileNotFoundError):
-            listed = [
-                p.relative_to(self.root).as_posix() for pattern in patterns for p in self.root.rglob(pattern)
-            ]
-        scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
-        return sorted(p for p in set(listed) if scope.in_scope(p))
-
-    def in_scope(self, path: str) -> bool:
-        """Not excluded, not vendored, not hidden; and one of the ``focus`` files when a plan names them."""
-        if self.focus and not any(path == f or path.endswith("/" + f) for f in self.focus):
-            return False
-        name = Path(path).name
-        if name.startswith(VENDORED_PREFIX):
-            return False
-        if any(part.startswith(".") for part in Path(path).parts):
-            return False
-        return not any(fnmatch.fnmatch(path, pattern) for pattern in self.exclude)
-
-    def read(self, path: str) -> str:
-        """A file's text, as a transform left it earlier in this run when it edited it."""
-        if path in self.edits:
-            return self.edits[path]
-        return (self.root / path).read_text(encoding="utf-8")
-
-    def edit(self, path: str, text: str) -> None:
-        """Record new contents for a non-Python file (Python files are edited through ``transform_source``)."""
-        self.edits[path] = text
-
-    def vendor(self, runtime_module: str, next_to: str) -> str:
-        """Copy ``optimizations/runtime/<runtime_module>.py`` beside ``next_to``; return the import target.
-
-        The result is what the edited file imports from: ``._perfbot_x`` inside a package, ``_perfbot_x`` for
-        a script directory.
-        """
-        directory = Path(next_to).parent
-        target = (directory / f"{VENDORED_PREFIX}{runtime_module}.py").as_posix()
-        self.vendored[target] = runtime_source(runtime_module)
-        in_package = (self.root / directory / "__init__.py").exists()
-        return f".{VENDORED_PREFIX}{runtime_module}" if in_package else f"{VENDORED_PREFIX}{runtime_module}"
-
-
-def runtime_source(module: str) -> str:
-    """The source of a runtime helper shipped in ``optimizations/runtime``."""
-    return resources.files("optimizations.runtime").joinpath(f"{module}.py").read_text(encoding="utf-8")
-
-
 class Optimization:
     """One registered optimization: what it is (the class attributes) and the codemods that carry it out.
 
-    ``codemods`` are :class:`optimizations.codemod.OptimizationCodemod` subclasses, constructed as
+    ``codemods`` are :class:`optimizations.program.codemod.OptimizationCodemod` subclasses, constructed as
     ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
     over the previous one's output; the ones after the first are follow-ups that run only where an earlier
     one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
@@ -357,31 +177,6 @@ class Optimization:
         """True when a plan row's text names this optimization."""
         lowered = text.lower()
         return f"opt:{self.id}" in lowered or any(k in lowered for k in self.keywords)
-
-
-def check_compiles(source: str, path: str) -> None:
-    """Raise :class:`TransformError` when the edited source would not compile."""
-    try:
-        compile(source, path, "exec")
-    except SyntaxError as exc:
-        raise TransformError(f"{path}:{exc.lineno}: the edited file does not compile: {exc.msg}") from exc
-
-
-def parse_module(source: str, path: str) -> cst.Module:
-    """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line."""
-    import libcst as cst
-
-    advice = "fix the syntax error or exclude the file with [tool.bot] exclude"
-    try:
-        compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise TransformError(f"{path}:{exc.lineno}: cannot parse this file ({exc.msg}); {advice}") from exc
-    try:
-        return cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        raise TransformError(
-            f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {advice}"
-        ) from exc
 
 
 class RegistryError(Exception):

@@ -31,8 +31,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_expression
 
-from optimizations.codemod import call_expr, code_of, literal_value, walk
-from optimizations.model_code import (
+from optimizations.program.codemod import call_expr, code_of, literal_value, walk
+from optimizations.program.model_code import (
     argument,
     bare,
     drop_unused_imports,
@@ -44,8 +44,8 @@ from optimizations.model_code import (
     same,
     tensor_method,
 )
+from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import NESTED_SCOPES, PlannedCodemod
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax")
 DROPOUT_FUNCTIONS = ("torch.nn.functional.dropout", "torch.dropout")

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
-from optimizations.codemod import code_of, literal_value
-from optimizations.registry import Example, Optimization
-from optimizations.training_loops import (
+from optimizations.program.codemod import code_of, literal_value
+from optimizations.program.training_loops import (
     BACKWARD,
     LOOPS,
     NESTED_SCOPES,
@@ -33,6 +32,7 @@ from optimizations.training_loops import (
     loss_names,
     walk,
 )
+from optimizations.registry import Example, Optimization
 
 # Methods that keep a tensor's value (on the host or the device) and may sit between the loss and `.item()`.
 PASS_THROUGH = ("detach", "cpu", "float")

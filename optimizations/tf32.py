@@ -18,7 +18,7 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import parse_template_expression
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
     add_keywords,
     call_expr,
     code_of,
@@ -27,9 +27,9 @@ from optimizations.codemod import (
     literal_value,
     star_kwargs,
 )
-from optimizations.hf import HF_CONFIGS, TF32_CHECK, is_training_config
+from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
+from optimizations.program.training_loops import BACKWARD, PlannedCodemod
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import BACKWARD, PlannedCodemod
 
 RUNTIME_MODULE = "gpu_flags"
 ENABLE = "enable_tf32"

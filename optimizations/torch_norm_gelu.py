@@ -27,8 +27,8 @@ import math
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.codemod import call_expr, code_of, literal_value
-from optimizations.model_code import (
+from optimizations.program.codemod import call_expr, code_of, literal_value
+from optimizations.program.model_code import (
     argument,
     bare,
     constant,
@@ -42,8 +42,8 @@ from optimizations.model_code import (
     tensor_method,
     terms,
 )
+from optimizations.program.training_loops import PlannedCodemod
 from optimizations.registry import Example, Optimization
-from optimizations.training_loops import PlannedCodemod
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 GELU_CUBIC = 0.044715

@@ -24,9 +24,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from optimizations.codemod import code_of, keyword, qualified_under
-from optimizations.registry import Example, Optimization, RepoContext, parse_module
-from optimizations.training_loops import PlannedCodemod
+from optimizations.program.codemod import code_of, keyword, qualified_under
+from optimizations.program.repository import RepoContext, parse_module
+from optimizations.program.training_loops import PlannedCodemod
+from optimizations.registry import Example, Optimization
 
 FIELD = "vocab_size"
 MULTIPLE = 64

@@ -15,7 +15,8 @@ from bot.local_tracker import LocalTracker
 from bot.plan import parse_plan
 from bot.progress import Progress
 from bot.tracker import PROGRESS
-from optimizations.registry import FileResult, Optimization, TransformError, registry
+from optimizations.program.repository import FileResult, TransformError
+from optimizations.registry import Optimization, registry
 
 TRAIN = """\
 from trl import SFTConfig

@@ -85,3 +85,25 @@ def test_layers_point_one_way():
         for path in sorted((ROOT / layer).rglob("*.py")):
             upward = {i for i in _imports(path) if i.split(".")[0] in above}
             assert not upward, f"{path.relative_to(ROOT)} imports {sorted(upward)} from a layer above it"
+
+
+def test_optimizations_have_no_import_cycle():
+    """The program model (``optimizations/program/``) sits below the registry and the optimizations: the
+    codemod base and the repository objects import neither, so nothing circles back through the registry."""
+    graph = _graph("optimizations")
+    assert "optimizations.program.codemod" in graph and "optimizations.registry" in graph
+    assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
+    program = {name: deps for name, deps in graph.items() if name.startswith("optimizations.program")}
+    upward = {
+        name: sorted(d for d in deps if not d.startswith("optimizations.program"))
+        for name, deps in program.items()
+    }
+    assert not any(upward.values()), upward
+
+
+def test_optimizations_folder_holds_the_registry_and_one_module_per_optimization():
+    from optimizations.registry import registry
+
+    modules = {p.stem for p in (ROOT / "optimizations").glob("*.py")} - {"__init__", "registry"}
+    defining = {type(o).__module__.rpartition(".")[2] for o in registry().values()}
+    assert modules == defining, modules ^ defining

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from optimizations.codemod import code_of
 from optimizations.dpo_precompute import DpoPrecompute, reference_batch_size
-from optimizations.registry import RepoContext
+from optimizations.program.codemod import code_of
+from optimizations.program.repository import RepoContext
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimizations.registry import Optimization, RepoContext, registry
+from optimizations.program.repository import RepoContext
+from optimizations.registry import Optimization, registry
 
 
 def _cases():

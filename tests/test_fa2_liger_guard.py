@@ -9,7 +9,8 @@ import sys
 import pytest
 from git_repos import copy_example
 
-from optimizations.registry import get, runtime_source
+from optimizations.program.repository import runtime_source
+from optimizations.registry import get
 
 
 @pytest.fixture

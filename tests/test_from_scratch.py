@@ -25,7 +25,8 @@ from git_repos import commit_all
 from bot.cli import main
 from bot.plan import parse_plan
 from bot.workspace import Workspace
-from optimizations.registry import RepoContext, registry, runtime_source
+from optimizations.program.repository import RepoContext, runtime_source
+from optimizations.registry import registry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt_loop"
 FLOAT32_TOLERANCE = 1e-5  # relative to the largest value compared

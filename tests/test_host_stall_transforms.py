@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from git_repos import EXAMPLE_IGNORE, copy_example
 
-from optimizations.registry import VENDORED_PREFIX, get, runtime_source
+from optimizations.program.repository import VENDORED_PREFIX, runtime_source
+from optimizations.registry import get
 
 CHAIN = ("prefetcher", "sync_free_logging", "fused_adamw", "tf32")
 LOOPS = ("train_vision.py", "train_loop.py")

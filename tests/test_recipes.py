@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizations.recipes import RecipeSetting, launches, switch
-from optimizations.registry import RepoContext, get
-from optimizations.yaml_settings import add_keys
+from optimizations.program.recipes import RecipeSetting, launches, switch
+from optimizations.program.repository import RepoContext
+from optimizations.program.yaml_settings import add_keys
+from optimizations.registry import get
 from tests.git_repos import make_repo
 
 FIXTURE = Path(__file__).parent / "fixtures" / "trl_recipes"

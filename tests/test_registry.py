@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from optimizations.registry import ENTRY_POINT_GROUP, RegistryError, RepoContext, discover, registry
+from optimizations.program.repository import RepoContext
+from optimizations.registry import ENTRY_POINT_GROUP, RegistryError, discover, registry
 
 FASTER = """\
 import libcst as cst
 
-from optimizations.codemod import OptimizationCodemod
+from optimizations.program.codemod import OptimizationCodemod
 from optimizations.registry import Optimization
 
 

@@ -18,8 +18,10 @@ from libcst.metadata import ScopeProvider
 
 from bot.scan import scan
 from optimizations import registry as registry_module
-from optimizations.codemod import add_imports
-from optimizations.registry import Listing, SourceCache, get, listings, registry
+from optimizations.program import repository as repository_module
+from optimizations.program.codemod import add_imports
+from optimizations.program.repository import SourceCache
+from optimizations.registry import Listing, get, listings, registry
 
 SFT = """\
 from trl import SFTConfig
@@ -70,7 +72,7 @@ def test_one_text_is_parsed_once_and_an_edited_text_again():
 def test_a_scan_parses_each_text_once_and_resolves_its_scopes_once(tmp_path, monkeypatch):
     committed_example(tmp_path / "repo")
     parsed, scopes = Counter(), []
-    original_file, original_scope = registry_module.ParsedFile, ScopeProvider.__init__
+    original_file, original_scope = repository_module.ParsedFile, ScopeProvider.__init__
 
     def counting_file(path, source):
         parsed[(path, source)] += 1
@@ -80,7 +82,7 @@ def test_a_scan_parses_each_text_once_and_resolves_its_scopes_once(tmp_path, mon
         scopes.append(self)
         original_scope(self, *args, **kwargs)
 
-    monkeypatch.setattr(registry_module, "ParsedFile", counting_file)
+    monkeypatch.setattr(repository_module, "ParsedFile", counting_file)
     monkeypatch.setattr(ScopeProvider, "__init__", counting_scope)
     scan(tmp_path / "repo")
     assert parsed and max(parsed.values()) == 1

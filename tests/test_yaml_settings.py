@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from optimizations.yaml_settings import settings, turn_on
+from optimizations.program.yaml_settings import settings, turn_on
 
 CONFIG = """\
 # SFT defaults

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from optimizations.codemod import code_of, keyword, literal_value, qualified_under
-from optimizations.hf import is_vision_class
+from optimizations.program.codemod import code_of, keyword, literal_value, qualified_under
+from optimizations.program.hf import is_vision_class
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
@@ -19,7 +20,14 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from optimizations.registry import Optimization, ParsedFile, RepoContext, Site
+from optimizations.program.repository import ParsedFile, RepoContext, Site
+
+
+class Identified(Protocol):
+    """What a codemod needs of its optimization: the id its sites carry."""
+
+    id: str
+
 
 NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -288,14 +296,14 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
     A plain ``CSTTransformer``, not libcst's matcher-decoratable one: ``@m.visit``/``@m.call_if_inside``
     decorators are not supported, as checking every node for them made each pass about four times slower.
 
-    :meth:`Optimization.transform_source` constructs it as ``codemod(context, optimization, repo)`` and runs
+    :meth:`optimizations.registry.Optimization.transform_source` constructs it as ``codemod(context, optimization, repo)`` and runs
     it with :meth:`transform_parsed`: the file's path is ``context.filename``, sites carry ``optimization.id``,
     and ``repo`` is the repository the file is in (other files to read or edit, runtime helpers to vendor).
     """
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-    def __init__(self, context: CodemodContext, optimization: Optimization, repo: RepoContext):
+    def __init__(self, context: CodemodContext, optimization: Identified, repo: RepoContext):
         super().__init__(context)
         self.optimization = optimization
         self.repo = repo

@@ -20,8 +20,15 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinScope, GlobalScope, ParentNodeProvider, Scope, ScopeProvider
 
-from optimizations.codemod import OptimizationCodemod, call_expr, code_of, expr, keyword, qualified_under
-from optimizations.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
+from optimizations.program.codemod import (
+    OptimizationCodemod,
+    call_expr,
+    code_of,
+    expr,
+    keyword,
+    qualified_under,
+)
+from optimizations.program.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
 
 LINK_METADATA = (ScopeProvider, ParentNodeProvider)
 

@@ -12,7 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
-from optimizations.codemod import OptimizationCodemod, code_of, defines, literal_value
+from optimizations.program.codemod import OptimizationCodemod, code_of, defines, literal_value
 
 FUNCTIONAL = "torch.nn.functional"
 # Bindings of `self.<name>` other than plain assignment: `self.register_buffer("name", value)`.

@@ -15,7 +15,7 @@ the repository defines it (``.get("<setting>", False)``, ``getattr(…, False)``
 site is refused for a human. Argument parsers (``HfArgumentParser``, ``TrlParser``) that fill the config from
 flags get their dataclass field defaults and their recipe YAMLs (mappings with two or more TrainingArguments
 keys) switched on, or are reported as needing a human; where a shell script launches the parser's script, the
-launch flag or the ``--config`` recipe it passes is switched instead (:mod:`optimizations.recipes`). Settings
+launch flag or the ``--config`` recipe it passes is switched instead (:mod:`optimizations.program.recipes`). Settings
 hidden behind ``**kwargs`` are refused.
 
 Subclasses name the setting and the config classes, the keywords that go with it, and their refusals.
@@ -32,7 +32,8 @@ import libcst.matchers as m
 from libcst.helpers import parse_template_expression, parse_template_statement
 from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
 
-from optimizations.codemod import (
+from optimizations.program.codemod import (
+    Identified,
     OptimizationCodemod,
     add_keywords,
     code_of,
@@ -43,11 +44,11 @@ from optimizations.codemod import (
     replace_keyword,
     star_kwargs,
 )
-from optimizations.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
-from optimizations.recipes import RecipeSetting, parser_types, switch
-from optimizations.registry import Optimization, RepoContext, Site
-from optimizations.trl_scope import CallSite, TrainingScope
-from optimizations.yaml_settings import settings, turn_on
+from optimizations.program.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
+from optimizations.program.recipes import RecipeSetting, parser_types, switch
+from optimizations.program.repository import RepoContext, Site
+from optimizations.program.trl_scope import CallSite, TrainingScope
+from optimizations.program.yaml_settings import settings, turn_on
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ class SettingSwitch(OptimizationCodemod):
         """Names a file must mention for this codemod to find a site: its config classes, the argument parsers."""
         return (*cls.configs, *(parser for _, parser in ARGUMENT_PARSERS))
 
-    def __init__(self, context, optimization: Optimization, repo: RepoContext):
+    def __init__(self, context, optimization: Identified, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.scope: TrainingScope | None = None
         # call -> (new value of the setting, None to keep it; keywords added with it)

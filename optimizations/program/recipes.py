@@ -22,9 +22,9 @@ from pathlib import PurePosixPath
 import libcst as cst
 import yaml
 
-from optimizations.codemod import keyword
-from optimizations.registry import RepoContext, Site
-from optimizations.yaml_settings import add_keys, settings
+from optimizations.program.codemod import keyword
+from optimizations.program.repository import RepoContext, Site
+from optimizations.program.yaml_settings import add_keys, settings
 
 # Commands that run a Python training script given as a path argument.
 LAUNCHERS = ("python", "python3", "accelerate", "torchrun", "deepspeed")

@@ -22,8 +22,14 @@ import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from optimizations.codemod import NESTED_SCOPES, OptimizationCodemod, imported_modules, walk
-from optimizations.registry import Optimization, RepoContext
+from optimizations.program.codemod import (
+    NESTED_SCOPES,
+    Identified,
+    OptimizationCodemod,
+    imported_modules,
+    walk,
+)
+from optimizations.program.repository import RepoContext
 
 LOOPS = (cst.For, cst.While)
 # The method a training loop calls: a file without this word has no training loop.
@@ -161,7 +167,7 @@ class PlannedCodemod(OptimizationCodemod):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, context: CodemodContext, optimization: Optimization, repo: RepoContext):
+    def __init__(self, context: CodemodContext, optimization: Identified, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.replacements: dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         self.inserted_before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
