@@ -85,7 +85,7 @@ def _commit_body(plan: Plan, row: Row, sites) -> str:
     items = {i.key: i for i in plan.items}
     lines = [f"Plan item {k}: {items[k].change}" for k in row.keys if k in items]
     changed = [s for s in sites if s.applicable]
-    refused = [s for s in sites if not s.applicable]
+    refused = [s for s in sites if s.refused]
     if changed:
         lines += ["", "Changed:"] + [f"- {s.path}:{s.line} {s.message}" for s in changed]
     if refused:
@@ -182,7 +182,8 @@ class TierRun:
         landed = counts[ItemStatus.LANDED] + counts[ItemStatus.RESUMED]
         publish(
             f"Done: {landed} landed, {counts[ItemStatus.FAILED]} failed, "
-            f"{counts[ItemStatus.NOT_APPLICABLE]} not applicable, {counts[ItemStatus.NEEDS_HUMAN]} need a human"
+            f"{counts[ItemStatus.ALREADY]} already done, {counts[ItemStatus.NOT_APPLICABLE]} not applicable, "
+            f"{counts[ItemStatus.NEEDS_HUMAN]} need a human"
         )
         pull_request = None
         if pushing and open_pr:
@@ -213,6 +214,12 @@ class TierRun:
         except BaseException:  # Ctrl-C mid-edit: stop, with the tree as the last commit left it
             workspace.discard()
             raise
+        if not change.files and change.already:
+            row.status = ItemStatus.ALREADY
+            row.note = "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already)
+            if change.refused:
+                row.note += " (left alone: " + describe_refusals(change.refused) + ")"
+            return None
         if not change.files:
             row.status = ItemStatus.NOT_APPLICABLE
             row.note = describe_refusals(change.refused) or "no site in this repository"

@@ -25,7 +25,11 @@ class Finding:
 
     @property
     def refused(self) -> list[Site]:
-        return [s for s in self.sites if not s.applicable]
+        return [s for s in self.sites if s.refused]
+
+    @property
+    def already(self) -> list[Site]:
+        return [s for s in self.sites if s.already]
 
 
 def scan(root: Path, on_step: OnStep | None = None) -> list[Finding]:

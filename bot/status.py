@@ -12,6 +12,7 @@ class ItemStatus(StrEnum):
     APPLYING = "applying"
     LANDED = "landed"
     RESUMED = "resumed"
+    ALREADY = "already"
     NOT_APPLICABLE = "not_applicable"
     FAILED = "failed"
     NEEDS_HUMAN = "needs_human"
@@ -38,6 +39,7 @@ _LABELS = {
     ItemStatus.APPLYING: "🔄 applying",
     ItemStatus.LANDED: "✅ landed",
     ItemStatus.RESUMED: "✅ landed (earlier run)",
+    ItemStatus.ALREADY: "✔ already",
     ItemStatus.NOT_APPLICABLE: "➖ not applicable",
     ItemStatus.FAILED: "❌ failed",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",

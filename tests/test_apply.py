@@ -15,7 +15,7 @@ from bot.local_tracker import LocalTracker
 from bot.plan import parse_plan
 from bot.progress import Progress
 from bot.tracker import PROGRESS
-from optimizations.program.repository import FileResult, TransformError
+from optimizations.program.repository import FileResult, Site, TransformError
 from optimizations.registry import Optimization, registry
 
 TRAIN = """\
@@ -250,3 +250,33 @@ def test_each_tier_keeps_its_own_state_and_baseline(tmp_path, capsys):
     repo.heads["bot/plan-tier-2"].checkout()
     assert main(["apply", "--tier", "2", "--repo", str(root)]) == 0  # a re-run resumes on the same baseline
     assert "baseline " + tier1_head[:10] in capsys.readouterr().out
+
+
+class _AlreadyOn(_Explodes):
+    id = "already_on"
+    summary = "finds its setting already on in train.py"
+    keywords = ("already",)
+
+    def transform_source(self, source, path, ctx, *, sites_only=False):
+        line = source.splitlines().index("        packing=False,") + 1
+        return FileResult(source, [Site(path, line, self.id, "setting on already", False, already=True)])
+
+    dry_run = Optimization.dry_run
+
+
+def test_an_optimization_the_code_already_does_is_its_own_state(target, monkeypatch, capsys):
+    root, repo = target
+    known = {**registry(), "already_on": _AlreadyOn()}
+    for module in (apply_module, sources_module):
+        monkeypatch.setattr(module, "registry", lambda: known)
+    plan = root / "plan.md"
+    plan.write_text("## Tier 1\n\n- opt:already_on\n- opt:dataloader_workers\n")
+    commit_all(repo, "plan")
+    base = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root), "--plan", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "✔ already" in out and "train.py:7 setting on already" in out
+    assert "1 landed, 0 failed, 1 already done, 0 not applicable" in out
+    assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1  # dataloader_workers only
+    progress = (root / ".bot" / "issues" / "plan" / "progress.md").read_text()
+    assert "| ✔ already |" in progress and "| ➖ not applicable |" not in progress

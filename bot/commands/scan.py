@@ -34,7 +34,10 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         return 0
     for finding in findings:
         opt = finding.optimization
-        print(f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applicable)} site(s) to change")
+        already = f", already at {len(finding.already)}" if finding.already else ""
+        print(
+            f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applicable)} site(s) to change{already}"
+        )
         for site in finding.sites:
             print(f"  {site.describe()}")
     return 0

@@ -55,6 +55,8 @@ def render_note(
         elif status.landed:
             effect = _shipped_effect(results, row.commit, reverted) + _claim(claims, row.commit)
             shipped.append(f"{label} ({commit_link(row.commit, commit_url)}): {effect}")
+        elif status is ItemStatus.ALREADY:
+            unchanged.append(f"{label}: already done ({clip(row.note, 240)})")
         elif status is ItemStatus.NOT_APPLICABLE:
             unchanged.append(f"{label}: not applicable ({clip(row.note or 'no site found', 240)})")
         elif status is ItemStatus.FAILED:

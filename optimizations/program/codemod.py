@@ -373,3 +373,9 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
 
     def refused(self, node: cst.CSTNode, message: str, reason: str) -> None:
         self.sites.append(Site(self.path, self.line(node), self.optimization.id, message, False, reason))
+
+    def already(self, node: cst.CSTNode, message: str) -> None:
+        """The program already does it at ``node``: ``message`` says what (``TF32 on``, say)."""
+        self.sites.append(
+            Site(self.path, self.line(node), self.optimization.id, message, False, already=True)
+        )

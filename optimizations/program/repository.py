@@ -36,10 +36,18 @@ class Site:
     message: str
     applicable: bool = True
     reason: str = ""
+    already: bool = False  # the program already does it here: ``message`` says what, nothing to change
+
+    @property
+    def refused(self) -> bool:
+        """Left alone for a reason a human must act on (not a change, not already done)."""
+        return not self.applicable and not self.already
 
     def describe(self) -> str:
-        """``path:line  message`` plus the refusal reason, for terminal output."""
+        """``path:line  message`` plus the refusal reason, or that it is already done, for terminal output."""
         text = f"{self.path}:{self.line}  {self.message}"
+        if self.already:
+            return f"{text}  [already]"
         return text if self.applicable else f"{text}  [refused: {self.reason}]"
 
 
@@ -65,7 +73,12 @@ class Change:
 
     @property
     def refused(self) -> list[Site]:
-        return [s for s in self.sites if not s.applicable]
+        return [s for s in self.sites if s.refused]
+
+    @property
+    def already(self) -> list[Site]:
+        """Where the program already does what the optimization would change."""
+        return [s for s in self.sites if s.already]
 
     def write(self, root: Path) -> None:
         """Write the edited files into the repository at ``root``."""
