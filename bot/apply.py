@@ -8,7 +8,7 @@ from pathlib import Path
 from bot.benchmarking import BenchOptions, bench_and_report, bench_spec
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
-from bot.hints import match_by_location
+from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
@@ -17,7 +17,7 @@ from bot.status import ItemStatus
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
-from optimizations.program.repository import Site, SourceCache
+from optimizations.program.repository import Change, Site, SourceCache, same_file
 from optimizations.registry import OnStep, Optimization, registry
 
 
@@ -67,12 +67,14 @@ def describe_refusals(sites: list[Site]) -> str:
 
 
 def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
-    """The files the row's plan items point at; empty (the whole repository) when any item names none."""
+    """Every file the row's plan items point at (a row may name several, an item "same set" in another file
+    adds its own); empty (the whole repository) when any item names none. A preference, not a filter: see
+    :meth:`TierRun._dry_run`."""
     items = {i.key: i for i in plan.items}
-    hints = [items[k].target_hint for k in row.keys if k in items]
-    if not hints or any(h is None for h in hints):
+    hints = [items[k].target_hints for k in row.keys if k in items]
+    if not hints or not all(hints):
         return ()
-    return tuple(dict.fromkeys(path for path, _ in hints))
+    return tuple(dict.fromkeys(path for item_hints in hints for path, _ in item_hints))
 
 
 def _expected(plan: Plan, row: Row, optimization: Optimization) -> str:
@@ -81,9 +83,11 @@ def _expected(plan: Plan, row: Row, optimization: Optimization) -> str:
     return stated[0] if len(row.keys) == 1 and stated else optimization.expected
 
 
-def _commit_body(plan: Plan, row: Row, sites) -> str:
+def _commit_body(plan: Plan, row: Row, sites, missed: str = "") -> str:
     items = {i.key: i for i in plan.items}
     lines = [f"Plan item {k}: {items[k].change}" for k in row.keys if k in items]
+    if missed:
+        lines += ["", missed.rstrip(" ;")]
     changed = [s for s in sites if s.applicable]
     refused = [s for s in sites if s.refused]
     if changed:
@@ -122,6 +126,7 @@ class TierRun:
                     "give paths relative to the repository root"
                 )
         plan = match_by_location(plan, workspace.root, list(registry().values()), exclude, sources)
+        plan = choose_by_sites(plan, workspace.root, list(registry().values()), exclude, sources)
         rows = plan_rows(plan, tier, registry())
         if not rows:
             raise BadInput(
@@ -198,12 +203,30 @@ class TierRun:
         failed = counts[ItemStatus.FAILED] or progress.bench.get("failed_runs", 0)
         return ApplyResult(progress, 1 if failed else 0, commits, pull_request)
 
+    def _dry_run(self, optimization: Optimization, focus: tuple[str, ...]) -> tuple[Change, str]:
+        """The optimization's change where the plan points (``focus``), and a note: empty when the hinted files
+        hold a site of it, else the change over the whole repository with a note that the hint did not match
+        (a hint one file off, or at a recipe the scan reaches through its script, still finds the site)."""
+        root = self.workspace.root
+        change = optimization.dry_run(root, self.exclude, focus, sources=self.sources)
+        if not focus or change.sites:
+            return change, ""
+        change = optimization.dry_run(root, self.exclude, sources=self.sources)
+        touched = {s.path for s in change.sites} | set(change.files)
+        if any(same_file(path, hint) for path in touched for hint in focus):
+            return change, ""
+        where = ", ".join(focus)
+        found = ", ".join(sorted({s.path for s in change.sites})) or "nowhere"
+        return (
+            change,
+            f"the plan points at {where}, which holds no site of {optimization.id}; bot scan finds it in {found}; ",
+        )
+
     def _apply_row(self, row: Row, optimization: Optimization, issue: int | str) -> str | None:
         """Apply one optimization and commit it; the row says what happened. The sha, or None."""
         workspace = self.workspace
-        focus = focus_files(self.plan, row)
         try:
-            change = optimization.dry_run(workspace.root, self.exclude, focus, sources=self.sources)
+            change, missed = self._dry_run(optimization, focus_files(self.plan, row))
             if change.files:
                 change.write(workspace.root)
                 tidy(workspace.root, {path: workspace.committed_text(path) for path in change.files})
@@ -216,19 +239,19 @@ class TierRun:
             raise
         if not change.files and change.already:
             row.status = ItemStatus.ALREADY
-            row.note = "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already)
+            row.note = missed + "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already)
             if change.refused:
                 row.note += " (left alone: " + describe_refusals(change.refused) + ")"
             return None
         if not change.files:
             row.status = ItemStatus.NOT_APPLICABLE
-            row.note = describe_refusals(change.refused) or "no site in this repository"
+            row.note = missed + (describe_refusals(change.refused) or "no site in this repository")
             return None
         message = commit_message(
             optimization.scope,
             optimization.title,
             _expected(self.plan, row, optimization),
-            _commit_body(self.plan, row, change.sites),
+            _commit_body(self.plan, row, change.sites, missed),
             {
                 TRAILER_OPTIMIZATION: row.optimization,
                 TRAILER_ITEM: ", ".join(row.keys),
@@ -242,7 +265,7 @@ class TierRun:
             workspace.discard()
             raise
         row.status = ItemStatus.LANDED
-        row.note = "; ".join(f"{s.path}:{s.line}" for s in change.applied)
+        row.note = missed + "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
             row.note += " (left alone: " + describe_refusals(change.refused) + ")"
         return row.commit

@@ -53,6 +53,9 @@ class PlanItem:
     expected: str = ""
     optimizations: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()  # why each of ``optimizations`` matched, in the same order
+    # Ids of ``optimizations`` matched only by a capability in plain words ("fused attention"): alternatives
+    # that the repository decides between (:func:`bot.hints.choose_by_sites`).
+    alternatives: tuple[str, ...] = ()
     auto_apply: bool = True
     why_not: str = ""
     follow_on: bool = False
@@ -60,8 +63,14 @@ class PlanItem:
     @property
     def target_hint(self) -> tuple[str, int] | None:
         """``(file, line)`` of the first ``file.py:123`` in the location (or change) text."""
-        match = _LOCATION.search(self.location) or _LOCATION.search(self.change)
-        return (match.group(1), int(match.group(2))) if match else None
+        hints = self.target_hints
+        return hints[0] if hints else None
+
+    @property
+    def target_hints(self) -> tuple[tuple[str, int], ...]:
+        """Every ``(file, line)`` the location names (``a.py:3 and b.py:9``), else those of the change text."""
+        found = _LOCATION.findall(self.location) or _LOCATION.findall(self.change)
+        return tuple(dict.fromkeys((path, int(line)) for path, line in found))
 
     @property
     def needs_human(self) -> bool:
@@ -155,29 +164,48 @@ def _vocabulary(text: str) -> set[str]:
     return set(stems) | {first + second for first, second in zip(stems, stems[1:], strict=False)}
 
 
+def _says(vocabulary: set[str], phrases: Iterable[str]) -> str | None:
+    """The first phrase whose word stems all occur in the vocabulary, in any order."""
+    return next((p for p in phrases if (stems := words(p)) and all(s in vocabulary for s in stems)), None)
+
+
 def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tuple[tuple[str, str], ...]:
     """``(id, reason)`` for each optimization the text names: explicitly as ``opt:<id>`` (then only those), or
     by one of its keyword phrases, matched on word stems in any order ("turn on sample packing" names
-    ``packing``; "add data loader workers" names ``dataloader_workers``)."""
+    ``packing``; "add data loader workers" names ``dataloader_workers``), or by a capability in plain words
+    that several optimizations share ("fused attention": ``fa2`` and ``sdpa``), unless a keyword already named
+    one of those (see :func:`alternatives`)."""
     known = {o.id: o for o in optimizations}
     explicit = [m.lower() for m in _EXPLICIT.findall(text)]
     if explicit:
         return tuple((i, f"the text names opt:{i}") for i in dict.fromkeys(explicit) if i in known)
     vocabulary = _vocabulary(text)
-    found = []
+    found = {}
     for optimization in known.values():
-        for phrase in optimization.keywords:
-            stems = words(phrase)
-            if stems and all(stem in vocabulary for stem in stems):
-                found.append((optimization.id, f'the text says "{phrase}"'))
-                break
-    return tuple(found)
+        if phrase := _says(vocabulary, optimization.keywords):
+            found[optimization.id] = f'the text says "{phrase}"'
+    for optimization in known.values():
+        phrase = _says(vocabulary, optimization.capabilities)
+        sharing = [o.id for o in known.values() if phrase in o.capabilities] if phrase else []
+        if phrase and not any(i in found for i in sharing):
+            for other in sharing:
+                found.setdefault(other, f'the text asks for "{phrase}"')
+    return tuple(found.items())
+
+
+def alternatives(reasons: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The ids matched by a capability only, which the repository decides between."""
+    return tuple(i for i, reason in reasons if reason.startswith("the text asks for"))
 
 
 def _matched(text: str, optimizations: Iterable[Optimization]) -> dict[str, tuple[str, ...]]:
-    """``optimizations`` and ``reasons`` for a :class:`PlanItem`."""
+    """``optimizations``, ``reasons`` and ``alternatives`` for a :class:`PlanItem`."""
     pairs = match_optimizations(text, optimizations)
-    return {"optimizations": tuple(i for i, _ in pairs), "reasons": tuple(r for _, r in pairs)}
+    return {
+        "optimizations": tuple(i for i, _ in pairs),
+        "reasons": tuple(r for _, r in pairs),
+        "alternatives": alternatives(pairs),
+    }
 
 
 def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "") -> Plan:

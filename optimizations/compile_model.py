@@ -147,7 +147,8 @@ class CompileModel(Optimization):
     expected = "+20-80% tokens/s after the first steps (example GPT, H100: x1.79); compiling takes a minute"
     summary = "compile_model(model) after it is built and moved: nn.Module.compile() on CUDA, PERFBOT_COMPILE=0 skips"
     scope = "model"
-    keywords = ("torch.compile", "compile the model", "model compile", "inductor")
+    keywords = ("inductor",)
+    capabilities = ("compile model", "torch.compile")
     codemods = (_Compile,)
     needs = (BACKWARD,)
 

@@ -246,7 +246,13 @@ class DataloaderWorkers(Optimization):
     expected = "+10-30% GPU util"
     summary = "dataloader_num_workers / num_workers with pin memory, persistent workers and prefetch"
     scope = "data"
-    keywords = ("dataloader_num_workers", "dataloader workers", "num_workers", "dataloader_pin_memory")
+    keywords = (
+        "dataloader_num_workers",
+        "dataloader workers",
+        "num_workers",
+        "dataloader_pin_memory",
+        "pin memory",
+    )
     codemods = (_AddWorkers,)
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 

@@ -398,14 +398,13 @@ class FlashAttention(Optimization):
     scope = "model"
     keywords = (
         "flash_attention_2",
-        "flash attention",
-        "flashattention",
         "flash-attn",
         "fa2",
         "attn_implementation",
         "flex attention",
         "flexattention",
     )
+    capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (_PickAttention,)
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 

@@ -127,6 +127,7 @@ class RegionalCompile(Optimization):
         "compile the repeated layers",
         "compile each layer",
     )
+    capabilities = ("compile model", "torch.compile")
     codemods = (_CompileLayers,)
     needs = ("Trainer",)
 

@@ -79,6 +79,9 @@ class Optimization:
     scope: ClassVar[str] = "train"
     # Lower-cased phrases that identify this optimization in a plan row's text.
     keywords: ClassVar[tuple[str, ...]] = ()
+    # Plain words for what it achieves, shared with the optimizations that achieve it another way ("fused
+    # attention": fa2 for a Hugging Face model, sdpa for hand-written attention); the repository decides.
+    capabilities: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()

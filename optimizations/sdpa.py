@@ -593,6 +593,7 @@ class Sdpa(Optimization):
         "hand-written attention",
         "masked softmax",
     )
+    capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (_Sdpa,)
     needs = ("softmax",)
 

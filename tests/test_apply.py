@@ -280,3 +280,28 @@ def test_an_optimization_the_code_already_does_is_its_own_state(target, monkeypa
     assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1  # dataloader_workers only
     progress = (root / ".bot" / "issues" / "plan" / "progress.md").read_text()
     assert "| ✔ already |" in progress and "| ➖ not applicable |" not in progress
+
+
+def test_a_hint_is_a_preference_not_a_filter(target, capsys):
+    """A row whose File:Line names a file with no site of its optimization (here a helper module) still lands where the scan finds the site, and the row says the hint did not match; a hint at
+    the right file with the wrong folder prefix finds it as it is."""
+    root, repo = target
+    (root / "util.py").write_text("def helper():\n    return 1\n")
+    plan = root / "plan.md"
+    plan.write_text(
+        "Performance fixes (apply unconditionally; pure speedups)\n\n"
+        "| # | File:Line | Change | Expected win |\n|---|---|---|---|\n"
+        "| A | util.py:1 | Add dataloader_num_workers=4 | +5% |\n"
+        "| B | src/pkg/train.py:6 | Turn on sample packing (opt:packing) | +50% |\n"
+    )
+    commit_all(repo, "plan")
+    assert main(["apply", "--tier", "1", "--repo", str(root), "--plan", str(plan)]) == 0
+    out = capsys.readouterr().out
+    workers = next(line for line in out.splitlines() if "dataloader_workers" in line)
+    assert "✅ landed" in workers
+    assert "the plan points at util.py, which holds no site of dataloader_workers" in workers
+    assert "bot scan finds it in train.py" in workers
+    packing = next(line for line in out.splitlines() if line.startswith("B "))
+    assert "✅ landed" in packing and "holds no site" not in packing
+    message = repo.git.log("-1", "--format=%B", "--grep=dataloader")
+    assert "the plan points at util.py" in message

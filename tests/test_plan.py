@@ -174,9 +174,13 @@ def test_plain_words_items_are_matched_and_say_why():
         "Turn on sample packing for SFT (bfd)": ("packing",),
         "Use more data loader worker processes": ("dataloader_workers",),
         "Precompute the DPO reference log-probs once": ("dpo_precompute",),
-        "Switch attention to Flash Attention where available": ("fa2",),
+        # a capability in plain words: the repository decides between them (bot.hints.choose_by_sites)
+        "Switch attention to Flash Attention where available": ("fa2", "sdpa"),
         "Fused AdamW optimizer step": ("fused_adamw",),
         "Refactor the logging module": (),
+    }
+    assert {i.change: i.alternatives for i in plan.items if i.alternatives} == {
+        "Switch attention to Flash Attention where available": ("fa2", "sdpa")
     }
     packing = plan.items[0]
     assert packing.reasons and "pack" in packing.reasons[0]

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from bot.commands import FromComment
 from bot.errors import BadInput
-from bot.hints import match_by_location
+from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Criterion
 from bot.scope import excluded
 from bot.sources import load_plan, read_plan_file
+from optimizations.program.repository import SourceCache
 from optimizations.registry import registry
 
 
@@ -31,7 +32,9 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         root = Path(args.repo)
         if not root.is_dir():
             raise BadInput(f"{args.repo} is not a directory; pass the root of the training repository")
-        plan = match_by_location(plan, root, list(registry().values()), excluded(root))
+        known, exclude, sources = list(registry().values()), excluded(root), SourceCache()
+        plan = match_by_location(plan, root, known, exclude, sources)
+        plan = choose_by_sites(plan, root, known, exclude, sources)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
         return 0

@@ -179,7 +179,7 @@ class RepoContext:
 
     def in_scope(self, path: str) -> bool:
         """Not excluded, not vendored, not hidden; and one of the ``focus`` files when a plan names them."""
-        if self.focus and not any(path == f or path.endswith("/" + f) for f in self.focus):
+        if self.focus and not any(same_file(path, f) for f in self.focus):
             return False
         name = Path(path).name
         if name.startswith(VENDORED_PREFIX):
@@ -209,6 +209,15 @@ class RepoContext:
         self.vendored[target] = runtime_source(runtime_module)
         in_package = (self.root / directory / "__init__.py").exists()
         return f".{VENDORED_PREFIX}{runtime_module}" if in_package else f"{VENDORED_PREFIX}{runtime_module}"
+
+
+def same_file(path: str, hint: str) -> bool:
+    """``path`` (repository-relative) is the file a plan's hint names: the same path, or one of the two ends
+    the other (``trainer.py`` for ``src/pkg/train/trainer.py``; ``trl/scripts/sft.py`` for a repository
+    rooted at ``trl/``)."""
+    ours, theirs = Path(path).parts, Path(hint).parts
+    shorter = min(len(ours), len(theirs))
+    return shorter > 0 and ours[-shorter:] == theirs[-shorter:]
 
 
 def runtime_source(module: str) -> str:
