@@ -448,14 +448,16 @@ def _target(criterion: Criterion) -> str:
 
 
 def _applied(adherence: list[Adherence]) -> tuple[str, str]:
-    landed = {ItemStatus.LANDED.label, ItemStatus.RESUMED.label}
+    done = {ItemStatus.LANDED.label, ItemStatus.RESUMED.label, ItemStatus.ALREADY.label}
     items = [a for a in adherence if a.status not in (BEHAVIOURAL, BEHAVIOURAL_CHANGED)]
     if not items:
         return "no plan items to check", UNMEASURED
-    missing = [f"{a.key}: {a.status}" for a in items if a.status not in landed]
+    missing = [f"{a.key}: {a.status}" for a in items if a.status not in done]
+    already = sum(a.status == ItemStatus.ALREADY.label for a in items)
+    also = f" ({already} already done before)" if already else ""
     if missing:
-        return f"{len(items) - len(missing)} of {len(items)} landed ({'; '.join(missing)})", NOT_MET
-    return f"all {len(items)} landed", MET
+        return f"{len(items) - len(missing)} of {len(items)} landed{also} ({'; '.join(missing)})", NOT_MET
+    return f"all {len(items)} landed{also}", MET
 
 
 def _stability(criterion: Criterion, results: Results) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from bot.comments.results import render_results
 from bot.comments.verdict import render_verdict
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_REVERT_OF
 from bot.local_tracker import LocalTracker
-from bot.plan import Criterion, Plan, PlanItem
+from bot.plan import Criterion, Plan, PlanItem, parse_plan
 from bot.progress import Progress, Row
 from bot.regressions import drop_regressions, slowdowns
 from bot.reporting import publish_reports
@@ -39,6 +39,8 @@ from bot.review import (
     MINOR,
     NOT_MET,
     PASS,
+    Adherence,
+    check_criteria,
     review,
     review_range,
 )
@@ -46,6 +48,7 @@ from bot.security import scan_added_lines, scan_python
 from bot.status import ItemStatus
 from bot.tracker import COMMENT_LIMIT, NOTE, PROGRESS, RESULTS, VERDICT
 from bot.workspace import Workspace, commit_message
+from optimizations.registry import registry
 
 PYPROJECT = (
     '[project]\nname = "target"\n\n[tool.ruff]\nline-length = 100\n\n[tool.ruff.lint]\nselect = ["E", "F"]\n'
@@ -643,3 +646,18 @@ def test_drop_regressions_option():
     add_bench_arguments(parser)
     assert parser.parse_args(["--drop-regressions"]).drop_regressions is True
     assert parser.parse_args([]).drop_regressions is False
+
+
+def test_an_item_the_code_already_did_meets_all_changes_applied():
+    plan = parse_plan(
+        "## Tier 1\n\n- opt:tf32\n- opt:fused_adamw\n\n## Success criteria\n\n- All code changes applied\n",
+        registry().values(),
+        "plan",
+    )
+    landed = Adherence("T1.1", "tf32", ItemStatus.LANDED.label)
+    already = Adherence("T1.2", "fused", ItemStatus.ALREADY.label)
+    failed = Adherence("T1.2", "fused", ItemStatus.NOT_APPLICABLE.label)
+    [check] = check_criteria(plan, None, [landed, already])
+    assert (check.status, check.observed) == (MET, "all 2 landed (1 already done before)")
+    [check] = check_criteria(plan, None, [landed, failed])
+    assert check.status == NOT_MET and check.observed.startswith("1 of 2 landed")
