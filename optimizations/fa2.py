@@ -37,8 +37,10 @@ from optimizations.program.codemod import (
     literal_value,
     replace_keyword,
     star_kwargs,
+    walk,
 )
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
+from optimizations.program.model_use import loaded_only_to_read
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 from optimizations.registry import Example, Optimization
@@ -64,11 +66,14 @@ class _PickAttention(OptimizationCodemod):
         self.used_names: set[str] = set()
         # model_init_kwargs dict node -> its config: the config call, or the `config.model_init_kwargs` target
         self.init_kwargs: dict[cst.CSTNode, cst.Call | cst.Attribute] = {}
+        self.functions: dict[cst.Call, cst.FunctionDef] = {}  # each call -> the function it runs in
 
     # -- pre-pass ---------------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
         self.used_names = {name.value for name in self.nodes(cst.Name)}
+        for function in self.nodes(cst.FunctionDef):
+            self.functions.update((c, function) for c in walk(function.body) if isinstance(c, cst.Call))
         for call in self.nodes(cst.Call):
             if not is_training_config(self.names(call.func)):
                 continue
@@ -175,6 +180,16 @@ class _PickAttention(OptimizationCodemod):
         if reason is None and fallback is None:
             return updated_node
         message = _message(code_of(func), fallback)
+        function = self.functions.get(original_node)
+        read = loaded_only_to_read(function, original_node) if function is not None else None
+        if read is not None:
+            self.refused(
+                original_node,
+                message,
+                f"the model is loaded only to copy from (`{code_of(read)}` at line {self.line(read)}); "
+                "it is never trained or run, so its attention does not matter",
+            )
+            return updated_node
         hidden = star_kwargs(original_node)
         if reason is None and hidden is not None:
             reason = (
@@ -409,6 +424,50 @@ class FlashAttention(Optimization):
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 
     examples = (
+        Example(
+            "model_loaded_only_to_copy_its_weights",
+            before="""\
+import torch
+from transformers import GPT2LMHeadModel
+
+from mymodel import TinyGPT
+
+
+def pretrained_tiny_gpt(name):
+    model = TinyGPT()
+    ours = model.state_dict()
+    source = GPT2LMHeadModel.from_pretrained(name)
+    theirs = source.state_dict()
+    with torch.no_grad():
+        for key, value in theirs.items():
+            ours[key].copy_(value)
+    del source
+    return model
+""",
+            refusal="the model is loaded only to copy from (`source.state_dict` at line 11)",
+        ),
+        Example(
+            "a_loaded_model_that_is_returned_is_trained",
+            before="""\
+from transformers import GPT2LMHeadModel
+
+
+def load(name):
+    model = GPT2LMHeadModel.from_pretrained(name)
+    print(model.config)
+    return model
+""",
+            after="""\
+from transformers import GPT2LMHeadModel
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(name):
+    model = GPT2LMHeadModel.from_pretrained(name, attn_implementation=pick_attention_implementation(GPT2LMHeadModel, name, fallback=None))
+    print(model.config)
+    return model
+""",
+        ),
         Example(
             "sdpa_to_picker",
             before="""\
