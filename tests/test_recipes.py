@@ -126,11 +126,11 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
         },
     )
     found = launches(ctx, "train/sft.py")
-    assert [(f.path, f.line, f.config) for f in found] == [
-        ("run.sh", 2, "recipes/a.yaml"),
-        ("train/go.sh", 1, None),
+    assert [(f.path, f.line, f.configs) for f in found] == [
+        ("run.sh", 2, ["recipes/a.yaml"]),
+        ("train/go.sh", 1, []),
     ]
-    assert found[0].flags == {"config": "recipes/a.yaml", "packing": "False"}
+    assert found[0].flags == {"config": "./recipes/a.yaml", "packing": "False"}
     assert found[1].flags == {"bf16": "true"}
     sites = switch(ctx, "train/sft.py", PACKING, "packing")
     assert [(s.path, s.line) for s in sites] == [("run.sh", 4)]
@@ -140,7 +140,7 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
     assert switch(ctx, "other.py", PACKING, "packing") is None
 
 
-def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_left_alone(tmp_path):
+def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_is_already_done(tmp_path):
     ctx = _repo(
         tmp_path,
         {
@@ -151,7 +151,10 @@ def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_left_alone
         },
     )
     sites = switch(ctx, "sft.py", PACKING, "packing")
-    assert [(s.path, s.line, s.applicable) for s in sites] == [("off.yaml", 2, False)]
+    assert [(s.path, s.line, s.refused, s.already) for s in sites] == [
+        ("off.yaml", 2, True, False),
+        ("on.yaml", 1, False, True),
+    ]
     assert "one example per row" in sites[0].reason and not ctx.edits
 
 
