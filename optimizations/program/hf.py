@@ -54,6 +54,9 @@ RECIPE_FIELDS = frozenset(
 
 # Argument parsers that fill TrainingArguments-family dataclasses from flags and recipe YAMLs.
 ARGUMENT_PARSERS = (("transformers", "HfArgumentParser"), ("trl", "TrlParser"))
+# Boolean fields of ``trl.ScriptArguments`` (the first dataclass of TRL's scripts) and their defaults.
+SCRIPT_ARGUMENT_DEFAULTS = {"dataset_streaming": False, "ignore_bias_buffers": False}
+
 # TRL's helper that builds a LoRA config from parsed ModelConfig flags: ``None`` unless ``use_peft`` is set.
 PEFT_FROM_FLAGS = ("trl", "get_peft_config")
 

@@ -26,7 +26,8 @@ from pathlib import PurePosixPath
 import libcst as cst
 import yaml
 
-from optimizations.program.codemod import keyword
+from optimizations.program.codemod import OptimizationCodemod, keyword, qualified_under
+from optimizations.program.hf import SCRIPT_ARGUMENT_DEFAULTS, is_argument_parser
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.yaml_settings import add_keys, settings
 
@@ -260,6 +261,39 @@ def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
         if requirement.search(repo.read(path)):
             return path
     return None
+
+
+def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:
+    """``path:line`` of a launch flag of ``script``, or of a recipe a launch passes, that sets ``key`` true."""
+    for launch in launches(repo, script):
+        if key in launch.flags:
+            if yaml_value(launch.flags[key]) is True:
+                return f"{launch.path}:{launch.line}"
+            continue  # the flag wins over the recipe
+        for config in launch.configs:
+            try:
+                text = repo.read(config)
+            except OSError:
+                continue
+            on = [s for s in settings(config, text, key) if s.value is True]
+            if on:
+                return f"{config}:{on[0].line}"
+    return None
+
+
+def parsed_flag_off(codemod: OptimizationCodemod, value: cst.BaseExpression) -> bool:
+    """True when ``value`` reads a boolean field of TRL's ``ScriptArguments`` that an argument parser of the
+    file fills (``streaming=script_args.dataset_streaming``), off by default, and that no launch of the script
+    (its flags, the recipes it passes) turns on."""
+    if not isinstance(value, cst.Attribute) or SCRIPT_ARGUMENT_DEFAULTS.get(value.attr.value) is not False:
+        return False
+    parsed = any(
+        qualified_under(codemod.names(element), ("trl",), ("ScriptArguments",))
+        for call in codemod.nodes(cst.Call)
+        if is_argument_parser(codemod.names(call.func))
+        for element in parser_types(call, codemod.nodes(cst.Assign))
+    )
+    return parsed and turned_on_at(codemod.repo, codemod.path, value.attr.value) is None
 
 
 def yaml_value(text: str) -> object:
