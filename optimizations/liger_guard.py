@@ -15,9 +15,17 @@ Liger is kept apart from DPO's precomputed reference log-probs. So configs whose
 module) are refused with that reason, as is a DPO config with ``precompute_ref_log_probs=True``. TRL 1.x applies only Liger's layer kernels (RMSNorm, RoPE,
 SwiGLU) and keeps its own fused LM-head loss, and has deprecated the flag in favour of Hub kernels: the win is
 on full fine-tunes.
+
+A script whose ``HfArgumentParser``/``TrlParser`` fills the config from flags gets ``use_liger_kernel: true`` in
+each recipe its launch lines pass (:mod:`optimizations.program.recipes`), where the repository installs
+liger-kernel (a recipe cannot check that at run time); recipes with ``use_peft: true`` or precomputed DPO
+reference log-probs are refused for the reasons above, as is a script whose trainer always gets a LoRA config.
+A DPO recipe is left to precomputed reference log-probs (the measured DPO win) unless it turns them off.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import libcst as cst
 
@@ -28,10 +36,19 @@ from optimizations.program.codemod import (
     code_of,
     keyword,
     literal_value,
+    qualified_under,
     replace_keyword,
     star_kwargs,
 )
-from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.hf import (
+    ARGUMENT_PARSERS,
+    HF_CONFIGS,
+    PEFT_FROM_FLAGS,
+    is_argument_parser,
+    is_training_config,
+    trainer_class,
+)
+from optimizations.program.recipes import RecipeSetting, declares_dependency, parser_types, switch
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
 from optimizations.registry import Example, Optimization
@@ -51,6 +68,42 @@ EXPLICITLY_OFF = (
     "use_liger_kernel=False is set explicitly and perfbot keeps that choice; replace it with the run-time "
     "check if Liger should be used where it helps"
 )
+LIGER_DISTRIBUTION = "liger-kernel"
+
+
+def _recipe_blocked(siblings: dict[str, object]) -> str | None:
+    """Why a recipe with these keys keeps Liger off: a LoRA run, precomputed DPO log-probs, an explicit false."""
+    if siblings.get("use_peft") is True:
+        return f"the recipe trains LoRA adapters (use_peft: true): {LORA_SLOWDOWN}"
+    if siblings.get("precompute_ref_log_probs") is True:
+        return (
+            "the recipe precomputes the DPO reference log-probs (precompute_ref_log_probs: true), which Liger "
+            "is kept apart from on one config: keep one of the two"
+        )
+    if siblings.get("use_liger_kernel") is False:
+        return "the recipe sets use_liger_kernel: false and perfbot keeps that choice"
+    return None
+
+
+def _dpo_recipe_blocked(siblings: dict[str, object]) -> str | None:
+    """A DPO recipe keeps Liger off unless it turns precomputed reference log-probs off."""
+    if siblings.get("precompute_ref_log_probs") is False:
+        return _recipe_blocked(siblings)
+    return _recipe_blocked(siblings) or (
+        "a DPO recipe: Liger is kept apart from precomputed reference log-probs on one config, and perfbot leaves "
+        "DPO configs to precompute (dpo_precompute, the measured DPO win); set precompute_ref_log_probs: false "
+        "here to choose Liger"
+    )
+
+
+# The setting in the recipes of an argument-parser script: fixed there, as a recipe has no run-time check.
+RECIPE_LIGER = RecipeSetting(
+    "use_liger_kernel",
+    "true",
+    lambda value: value is True,
+    comment="# perfbot: Liger's fused kernels (full fine-tunes; liger-kernel is a dependency).",
+    blocked=_recipe_blocked,
+)
 
 
 class _GuardLiger(OptimizationCodemod):
@@ -65,6 +118,9 @@ class _GuardLiger(OptimizationCodemod):
         self.links = TrainerLinks(self, node)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if is_argument_parser(self.names(original_node.func)):
+            self._parser(original_node)
+            return updated_node
         if not is_training_config(self.names(original_node.func)):
             return updated_node
         current = keyword(original_node, "use_liger_kernel")
@@ -154,6 +210,46 @@ class _GuardLiger(OptimizationCodemod):
             return None, f"the guard needs the trained model where the config is built, but {problem}"
         return model, None
 
+    def _parser(self, call: cst.Call) -> None:
+        """An argument parser filling a TrainingArguments-family config: Liger in the recipes its launches pass."""
+        types = parser_types(call, self.nodes(cst.Assign))
+        if not any(is_training_config(self.names(e)) for e in types):
+            return
+        message = f"`{code_of(call.func)}` fills the config from flags: use_liger_kernel in its recipes"
+        reason = self._fixed_adapter()
+        if reason is None and declares_dependency(self.repo, LIGER_DISTRIBUTION) is None:
+            reason = (
+                f"a recipe cannot check at run time that {LIGER_DISTRIBUTION} is installed, and the repository does "
+                f"not list it among its requirements: add it, then set use_liger_kernel: true in full fine-tune recipes"
+            )
+        dpo = any(qualified_under(self.names(e), ("trl",), ("DPOConfig",)) for e in types)
+        setting = replace(RECIPE_LIGER, blocked=_dpo_recipe_blocked) if dpo else RECIPE_LIGER
+        launched = None if reason else switch(self.repo, self.path, setting, self.optimization.id)
+        if reason is None and launched is None:
+            reason = (
+                "no shell script or README command launches this script: pass `--use_liger_kernel true` where a "
+                "full fine-tune is launched"
+            )
+        if reason is not None:
+            self.refused(call, message, reason)
+        self.sites.extend(launched or [])
+
+    def _fixed_adapter(self) -> str | None:
+        """Why every run of this script trains LoRA: a trainer here gets a ``peft_config`` that flags cannot
+        turn off (anything but TRL's ``get_peft_config(model_args)``, which is ``None`` without ``use_peft``)."""
+        for trainer in self.nodes(cst.Call):
+            if trainer_class(self.names(trainer.func)) is None:
+                continue
+            peft = keyword(trainer, "peft_config")
+            if peft is None or literal_value(peft.value) is None:
+                continue
+            from_flags = isinstance(peft.value, cst.Call) and qualified_under(
+                self.names(peft.value.func), (PEFT_FROM_FLAGS[0],), PEFT_FROM_FLAGS[1:]
+            )
+            if not from_flags:
+                return f"the trainer adds a LoRA adapter (peft_config={code_of(peft.value)}): {LORA_SLOWDOWN}"
+        return None
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.edited:
             self.import_runtime(RUNTIME_MODULE, HELPER)
@@ -171,7 +267,7 @@ class LigerGuard(Optimization):
     scope = "train"
     keywords = ("use_liger_kernel", "liger")
     codemods = (_GuardLiger,)
-    needs = HF_CONFIGS
+    needs = (*HF_CONFIGS, *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
         Example(

@@ -126,11 +126,11 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
         },
     )
     found = launches(ctx, "train/sft.py")
-    assert [(f.path, f.line, f.config) for f in found] == [
-        ("run.sh", 2, "recipes/a.yaml"),
-        ("train/go.sh", 1, None),
+    assert [(f.path, f.line, f.configs) for f in found] == [
+        ("run.sh", 2, ["recipes/a.yaml"]),
+        ("train/go.sh", 1, []),
     ]
-    assert found[0].flags == {"config": "recipes/a.yaml", "packing": "False"}
+    assert found[0].flags == {"config": "./recipes/a.yaml", "packing": "False"}
     assert found[1].flags == {"bf16": "true"}
     sites = switch(ctx, "train/sft.py", PACKING, "packing")
     assert [(s.path, s.line) for s in sites] == [("run.sh", 4)]
@@ -140,7 +140,7 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
     assert switch(ctx, "other.py", PACKING, "packing") is None
 
 
-def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_left_alone(tmp_path):
+def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_is_already_done(tmp_path):
     ctx = _repo(
         tmp_path,
         {
@@ -151,7 +151,10 @@ def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_left_alone
         },
     )
     sites = switch(ctx, "sft.py", PACKING, "packing")
-    assert [(s.path, s.line, s.applicable) for s in sites] == [("off.yaml", 2, False)]
+    assert [(s.path, s.line, s.refused, s.already) for s in sites] == [
+        ("off.yaml", 2, True, False),
+        ("on.yaml", 1, False, True),
+    ]
     assert "one example per row" in sites[0].reason and not ctx.edits
 
 
@@ -240,3 +243,47 @@ def test_the_lora_host_overhead_transforms_follow_the_trainer_a_trl_script_build
     for optimization in ("bf16_adapters", "regional_compile"):
         again = get(optimization).transform_source(source, script, RepoContext(tmp_path))
         assert again.source == source and again.sites == []
+
+
+STREAMING_SCRIPT = """\
+from datasets import load_dataset
+from trl import DPOConfig, DPOTrainer, ModelConfig, ScriptArguments, TrlParser
+
+
+def main(script_args, training_args, model_args):
+    dataset = load_dataset(script_args.dataset_name, streaming=script_args.dataset_streaming)
+    trainer = DPOTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=dataset["train"])
+    trainer.train()
+
+
+if __name__ == "__main__":
+    parser = TrlParser((ScriptArguments, DPOConfig, ModelConfig))
+    main(*parser.parse_args_and_config())
+"""
+
+
+@pytest.mark.parametrize(
+    ("recipe_extra", "flags", "lands"),
+    [("", "", True), ("dataset_streaming: true\n", "", False), ("", " --dataset_streaming true", False)],
+)
+def test_a_parsed_streaming_flag_blocks_precompute_only_where_a_launch_turns_it_on(
+    tmp_path, recipe_extra, flags, lands
+):
+    """``streaming=script_args.dataset_streaming`` is TRL's ScriptArguments field, false by default: precompute
+    is refused only where the launch line or the recipe it passes turns streaming on."""
+    make_repo(
+        tmp_path / "r",
+        {
+            "dpo.py": STREAMING_SCRIPT,
+            "run.sh": f"accelerate launch dpo.py --config recipes/dpo.yaml{flags}\n",
+            "recipes/dpo.yaml": "beta: 0.1\nlearning_rate: 5.0e-7\n" + recipe_extra,
+        },
+    )
+    sites = get("dpo_precompute").find(tmp_path / "r")
+    if lands:
+        # the recipe is switched on, and the trainer's dataset gets one cache file for every rank
+        assert [(s.path, s.applicable) for s in sites] == [("recipes/dpo.yaml", True), ("dpo.py", True)]
+        assert "with_shared_cache" in sites[1].message
+    else:
+        assert [(s.path, s.applicable) for s in sites] == [("dpo.py", False)]
+        assert "streaming=script_args.dataset_streaming" in sites[0].reason

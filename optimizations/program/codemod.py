@@ -20,6 +20,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
+from optimizations.program.classes import repository_classes
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 
 
@@ -355,8 +356,11 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         return self.parsed.nodes(*types)
 
     def names(self, node: cst.CSTNode) -> set[str]:
-        """Fully qualified names a node (a call's callee, say) may refer to."""
-        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+        """Fully qualified names a node (a call's callee, say) may refer to; for a class of the repository, also
+        the classes outside it that it derives from (``mypkg.SFTConfig`` is a ``trl.SFTConfig`` too)."""
+        qualified = self.get_metadata(QualifiedNameProvider, node, set())
+        ancestors = repository_classes(self.repo).ancestors(self.path, qualified) if qualified else ()
+        return {q.name for q in qualified} | set(ancestors)
 
     def calls(self, node: cst.BaseExpression, function: str) -> bool:
         """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""

@@ -45,7 +45,7 @@ from optimizations.program.codemod import (
     star_kwargs,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
-from optimizations.program.recipes import RecipeSetting, parser_types, switch
+from optimizations.program.recipes import RecipeSetting, parsed_flag_off, parser_types, switch
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.trl_scope import CallSite, TrainingScope
 from optimizations.program.yaml_settings import settings, turn_on
@@ -319,7 +319,7 @@ class SettingSwitch(OptimizationCodemod):
 
     # -- decisions, all made before anything is edited -----------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        self.scope = TrainingScope(self.names)
+        self.scope = TrainingScope(self.names, lambda value: parsed_flag_off(self, value))
         node.visit(self.scope)
         for site in self.scope.calls_to(self.configs):
             self._decide_config(site)

@@ -54,6 +54,11 @@ RECIPE_FIELDS = frozenset(
 
 # Argument parsers that fill TrainingArguments-family dataclasses from flags and recipe YAMLs.
 ARGUMENT_PARSERS = (("transformers", "HfArgumentParser"), ("trl", "TrlParser"))
+# Boolean fields of ``trl.ScriptArguments`` (the first dataclass of TRL's scripts) and their defaults.
+SCRIPT_ARGUMENT_DEFAULTS = {"dataset_streaming": False, "ignore_bias_buffers": False}
+
+# TRL's helper that builds a LoRA config from parsed ModelConfig flags: ``None`` unless ``use_peft`` is set.
+PEFT_FROM_FLAGS = ("trl", "get_peft_config")
 
 # Position of ``args`` among a trainer's positional parameters, where callers pass it positionally.
 TRAINER_ARGS_POSITION = {
@@ -88,6 +93,11 @@ TF32_CHECK = ("transformers.utils", "is_torch_tf32_available")
 def is_training_config(names: Iterable[str]) -> bool:
     """True when one of the qualified ``names`` is a TrainingArguments-family config class."""
     return qualified_under(names, HF_PACKAGES, HF_CONFIGS)
+
+
+def is_argument_parser(names: Iterable[str]) -> bool:
+    """True when one of the qualified ``names`` is an argument parser that reads flags and recipe YAMLs."""
+    return any(qualified_under(names, (package,), (parser,)) for package, parser in ARGUMENT_PARSERS)
 
 
 def trainer_class(names: Iterable[str]) -> str | None:

@@ -2,9 +2,13 @@
 
 TRL's own scripts (``trl/scripts/sft.py``) build ``TrlParser((ScriptArguments, SFTConfig, ModelConfig))`` and
 read every setting from the command line or a ``--config recipe.yaml``; a shell script launches them
-(``accelerate launch --num_processes 1 sft.py --config recipes/sft.yaml --packing false``). A setting is then
-switched where its value really comes from: a ``--<setting> <value>`` flag of the launch line (the flag wins
-over the recipe), else the recipe YAML the line passes with ``--config`` (keys added, comments and order kept).
+(``accelerate launch --num_processes 1 sft.py --config recipes/sft.yaml --packing false``), or a README shows
+the command in a code block (``accelerate launch scripts/sft.py --config recipes/zephyr/sft/config_full.yaml``,
+as recipe repositories document each recipe). A setting is then switched where its value really comes from: a
+``--<setting> <value>`` flag of the launch line (the flag wins over the recipe; a README's line is documentation,
+so a flag there that keeps the setting off is refused for a human), else the recipe YAML the line passes with
+``--config`` (keys added, comments and order kept; ``config_{a,b}.yaml`` names both recipes, as the shell
+expands it). A recipe or flag that already turns the setting on is reported as already done.
 
 Shell lines are read with :mod:`shlex` (line continuations joined), never run. A value the repository set on
 purpose is respected: a flag or recipe key that already turns the setting on is left alone, and a recipe whose
@@ -22,7 +26,8 @@ from pathlib import PurePosixPath
 import libcst as cst
 import yaml
 
-from optimizations.program.codemod import keyword
+from optimizations.program.codemod import OptimizationCodemod, keyword, qualified_under
+from optimizations.program.hf import SCRIPT_ARGUMENT_DEFAULTS, is_argument_parser
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.yaml_settings import add_keys, settings
 
@@ -30,6 +35,11 @@ from optimizations.program.yaml_settings import add_keys, settings
 LAUNCHERS = ("python", "python3", "accelerate", "torchrun", "deepspeed")
 # Characters of the shell's control operators, which end a command's arguments.
 OPERATORS = ";&|"
+# Files whose commands launch scripts: shell scripts (edited), and Markdown code blocks (read only).
+SHELL_FILES = ("*.sh",)
+DOCUMENT_FILES = ("*.md",)
+# A fenced code block's opening or closing line in Markdown.
+FENCES = ("```", "~~~")
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,35 @@ class Launch:
     flags: dict[str, str] = field(default_factory=dict)
 
     @property
-    def config(self) -> str | None:
-        """The recipe passed with ``--config``, relative to the repository root."""
-        return self.flags.get("config")
+    def configs(self) -> list[str]:
+        """The recipes passed with ``--config``, relative to the repository root, ``{a,b}`` expanded."""
+        given = self.flags.get("config")
+        return [] if given is None else [str(PurePosixPath(p)) for p in _expand_braces(given)]
+
+    @property
+    def documented(self) -> bool:
+        """The command is shown in a document (a README's code block), not run by a script of the repository."""
+        return not self.path.endswith(".sh")
+
+
+def _expand_braces(word: str) -> list[str]:
+    """The words the shell's brace expansion makes of ``word`` (``c_{a,b}.yaml``: ``c_a.yaml``, ``c_b.yaml``)."""
+    match = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if match is None:
+        return [word]
+    head, tail = word[: match.start()], word[match.end() :]
+    return [w for part in match.group(1).split(",") for w in _expand_braces(head + part + tail)]
+
+
+def _code_blocks(text: str) -> str:
+    """A Markdown text with every line outside fenced code blocks blanked, so offsets and lines still hold."""
+    kept, fenced = [], False
+    for raw in text.splitlines(keepends=True):
+        is_fence = raw.lstrip().startswith(FENCES)
+        body = raw if fenced and not is_fence else ""
+        fenced = fenced != is_fence
+        kept.append(body or ("\n" if raw.endswith("\n") else ""))
+    return "".join(kept)
 
 
 @dataclass(frozen=True)
@@ -131,10 +167,12 @@ def _words(command: str) -> list[str]:
 
 
 def launches(repo: RepoContext, script: str) -> list[Launch]:
-    """The commands of the repository's shell scripts that run ``script`` with python/accelerate/torchrun."""
+    """The commands that run ``script`` with python/accelerate/torchrun: those of the repository's shell
+    scripts, and those its Markdown documents show in code blocks."""
     found = []
-    for path in repo.files("*.sh"):
-        for line, start, end, command in _commands(repo.read(path)):
+    for path in repo.files(*SHELL_FILES, *DOCUMENT_FILES):
+        text = repo.read(path)
+        for line, start, end, command in _commands(text if path.endswith(".sh") else _code_blocks(text)):
             words = _words(command)
             runs = next((i for i, w in enumerate(words) if _same_script(w, script, path)), None)
             if runs is None or not any(PurePosixPath(w).name in LAUNCHERS for w in words[:runs]):
@@ -143,10 +181,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             ends = next(
                 (i for i, w in enumerate(arguments) if w and set(w) <= set(OPERATORS)), len(arguments)
             )
-            flags = _flags(arguments[:ends])
-            if "config" in flags:
-                flags["config"] = str(PurePosixPath(flags["config"]))
-            found.append(Launch(path, line, start, end, flags))
+            found.append(Launch(path, line, start, end, _flags(arguments[:ends])))
     return found
 
 
@@ -191,9 +226,15 @@ def switch(repo: RepoContext, script: str, setting: RecipeSetting, optimization:
             f", {k} {v}" for k, v in setting.companions.items()
         )
         if setting.key in launch.flags:
+            flag = f"--{setting.key} {launch.flags[setting.key]}"
             if setting.is_on(yaml_value(launch.flags[setting.key])):
+                sites.append(
+                    Site(launch.path, launch.line, optimization, f"launch flag {flag}", False, already=True)
+                )
                 continue
             reason = setting.blocked({k: yaml_value(v) for k, v in launch.flags.items()})
+            if reason is None and launch.documented:
+                reason = f"the documented command passes {flag}, which wins over its recipe; change it there"
             flipped = _flip_flag(repo.read(launch.path), launch, setting) if reason is None else None
             if reason is not None:
                 sites.append(
@@ -203,11 +244,56 @@ def switch(repo: RepoContext, script: str, setting: RecipeSetting, optimization:
                 repo.edit(launch.path, flipped[0])
                 sites.append(Site(launch.path, flipped[1], optimization, f"launch flag --{message}"))
             continue
-        if launch.config is None or launch.config in done:
-            continue
-        done.add(launch.config)
-        sites.extend(_switch_recipe(repo, launch.config, setting, optimization))
+        for config in launch.configs:
+            if config not in done:
+                done.add(config)
+                sites.extend(_switch_recipe(repo, config, setting, optimization))
     return sites
+
+
+def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
+    """The file that lists ``distribution`` among the repository's requirements (``setup.py``, ``setup.cfg``,
+    ``pyproject.toml``, ``requirements*.txt``), if one does: a recipe can only turn on a setting whose package
+    the repository installs, as it cannot check at run time that the package imports."""
+    spelled = "[-_]".join(map(re.escape, re.split(r"[-_]", distribution)))
+    requirement = re.compile(rf"(^|[\"'\s])({spelled})\s*(\[[^\]]*\])?\s*([<>=!~;\"',\s]|$)", re.I | re.M)
+    for path in repo.files("setup.py", "setup.cfg", "pyproject.toml", "requirements*.txt"):
+        if requirement.search(repo.read(path)):
+            return path
+    return None
+
+
+def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:
+    """``path:line`` of a launch flag of ``script``, or of a recipe a launch passes, that sets ``key`` true."""
+    for launch in launches(repo, script):
+        if key in launch.flags:
+            if yaml_value(launch.flags[key]) is True:
+                return f"{launch.path}:{launch.line}"
+            continue  # the flag wins over the recipe
+        for config in launch.configs:
+            try:
+                text = repo.read(config)
+            except OSError:
+                continue
+            on = [s for s in settings(config, text, key) if s.value is True]
+            if on:
+                return f"{config}:{on[0].line}"
+    return None
+
+
+def parsed_flag_off(codemod: OptimizationCodemod, value: cst.BaseExpression) -> bool:
+    """True when ``value`` reads a boolean field of TRL's ``ScriptArguments`` that an argument parser of the
+    file fills (``streaming=script_args.dataset_streaming``), off by default, and that no launch of the script
+    (its flags, the recipes it passes) turns on."""
+    if not isinstance(value, cst.Attribute) or SCRIPT_ARGUMENT_DEFAULTS.get(value.attr.value) is not False:
+        return False
+    parsed = any(
+        qualified_under(codemod.names(element), ("trl",), ("ScriptArguments",))
+        for call in codemod.nodes(cst.Call)
+        if is_argument_parser(codemod.names(call.func))
+        for element in parser_types(call, codemod.nodes(cst.Assign))
+    )
+    return parsed and turned_on_at(codemod.repo, codemod.path, value.attr.value) is None
 
 
 def yaml_value(text: str) -> object:
@@ -236,7 +322,11 @@ def _switch_recipe(repo: RepoContext, path: str, setting: RecipeSetting, optimiz
         None,
     )
     if current is not None and setting.is_on(current.value):
-        return []
+        return [
+            Site(
+                path, current.line, optimization, f"recipe {setting.key}: {current.text}", False, already=True
+            )
+        ]
     siblings = current.siblings if current is not None else top
     message = f"{setting.key}: {setting.value}" + "".join(
         f", {k}: {v}" for k, v in setting.companions.items()

@@ -37,9 +37,14 @@ def _mentions(names: Iterable[str], package: str, wanted: Callable[[str], bool])
 class TrainingScope(cst.CSTVisitor):
     """A pre-pass over a module; ``names`` resolves a node to its qualified names (the codemod's metadata)."""
 
-    def __init__(self, names: Callable[[cst.CSTNode], set[str]]):
+    def __init__(
+        self,
+        names: Callable[[cst.CSTNode], set[str]],
+        known_off: Callable[[cst.BaseExpression], bool] = lambda value: False,
+    ):
         super().__init__()
         self._names = names
+        self._known_off = known_off  # a flag value the program model knows is false (a parsed default)
         self._functions: list[cst.FunctionDef] = []
         self.calls: list[CallSite] = []
         self.classes: dict[str, cst.ClassDef] = {}
@@ -69,11 +74,14 @@ class TrainingScope(cst.CSTVisitor):
         if self.iterable_dataset is None:
             self.iterable_dataset = self._iterable_evidence(node, names)
 
-    @staticmethod
-    def _iterable_evidence(node: cst.Call, names: frozenset[str]) -> str | None:
+    def _iterable_evidence(self, node: cst.Call, names: frozenset[str]) -> str | None:
         callee = code_of(node.func)
         streaming = keyword(node, "streaming")
-        if streaming is not None and literal_value(streaming.value) is not False:
+        if (
+            streaming is not None
+            and literal_value(streaming.value) is not False
+            and not self._known_off(streaming.value)
+        ):
             return f"{callee}(..., streaming={code_of(streaming.value)})"
         if _mentions(names, "datasets", lambda p: p == "IterableDataset"):
             return f"{callee}(...)"
