@@ -49,8 +49,10 @@ class _Compile(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         vendored = f"_perfbot_{RUNTIME_MODULE}.{COMPILE}"
         calls = self.nodes(cst.Call)
-        if any(any(n.endswith(vendored) for n in self.names(c.func)) for c in calls):
-            return  # already compiled by this transform
+        done = next((c for c in calls if any(n.endswith(vendored) for n in self.names(c.func))), None)
+        if done is not None:
+            self.already(done, f"the model is compiled: `{code_of(done)}`")
+            return
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
             (c for c in calls if any(n.rsplit(".", 1)[-1] in WRAPPERS for n in self.names(c.func))), None

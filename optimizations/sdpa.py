@@ -765,7 +765,7 @@ class Sdpa(Optimization):
         "fused attention",
     )
     codemods = (_Sdpa,)
-    needs = ("softmax",)
+    needs = ("softmax", "scaled_dot_product_attention")
 
     examples = (
         Example(

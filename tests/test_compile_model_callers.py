@@ -106,3 +106,11 @@ def main(small, large, loader):
         "`student` gets `small` of main() in run.py" in site.reason
         and "`teacher` gets `large`" in site.reason
     )
+
+
+def test_a_second_pass_reports_the_compiled_model_as_already_done(tmp_path):
+    source = TRAINING.replace("    history = []\n", "    net.train()\n    history = []\n")
+    once = _apply(tmp_path, {"training.py": source}).source
+    again = _apply(tmp_path, {"training.py": once})
+    assert again.source == once
+    assert [(s.already, "compile_model(net)" in s.message) for s in again.sites] == [(True, True)]

@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_from_scratch import FLOAT32_TOLERANCE, load, max_difference, transformed
 
+from bot.plan import match_optimizations
 from optimizations.program.repository import RepoContext
 from optimizations.registry import registry
 
@@ -260,3 +261,11 @@ def test_a_transformed_file_is_already_done_the_second_time():
     again = sdpa(once)
     assert again.source == once
     assert [s.already for s in again.sites] == [True]
+
+
+@pytest.mark.parametrize(
+    ("text", "optimization"),
+    [("Use PyTorch's fused attention", "sdpa"), ("Tensor cores for float32 matmuls", "tf32")],
+)
+def test_plain_words_name_the_optimization(text, optimization):
+    assert [i for i, _ in match_optimizations(text, registry().values())] == [optimization]
