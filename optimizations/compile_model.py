@@ -1,16 +1,21 @@
 """``torch.compile`` for the model a hand-written training loop trains.
 
 The model is the name whose ``.parameters()`` the function reads and that the loop calls (``model(x, y)``).
+Where the function receives the model and its optimizer as parameters (``def train(model, loader, optimizer)``),
+the calls of the function in the repository (in its own file, or in the files that import it) tell which
+parameter gets the module whose ``.parameters()`` built the optimizer the loop steps; without such a call, the
+one parameter the loop reaches and the function uses as a module (``model.train()``) is the model.
 Right after the last statement before the loop that builds or moves it (``model = GPT(config).to(device)``)
-comes ``compile_model(model)`` (vendored as ``_perfbot_compile.py``): ``nn.Module.compile()`` in place, so the
-class, ``isinstance`` checks and state-dict keys stay as they were (``model = torch.compile(model)`` would
-prefix every key with ``_orig_mod.``). It does nothing when no parameter is on a CUDA device, when torch is
-older than 2.2, or when ``PERFBOT_COMPILE=0``.
+comes ``compile_model(model)`` (vendored as ``_perfbot_compile.py``), or, for a model passed in, at the top of
+the function: ``nn.Module.compile()`` in place, so the class, ``isinstance`` checks and state-dict keys stay as
+they were (``model = torch.compile(model)`` would prefix every key with ``_orig_mod.``). It does nothing when no
+parameter is on a CUDA device, when torch is older than 2.2, or when ``PERFBOT_COMPILE=0``.
 
 Compiled kernels fuse element-wise work and round differently: losses agree closely, not bit for bit, and the
-first steps pay the compilation. Refused: a file that calls ``torch.compile`` or a model already
-``.compile()``-d, a model wrapped in DistributedDataParallel or FSDP (compile the inner module before wrapping,
-by hand), a loop that trains several modules or none the function can name.
+first steps pay the compilation. A model already compiled (``torch.compile(model)``, ``model.compile()``, in the
+function or a caller in the same file) is reported as already done. Refused: a file that calls
+``torch.compile`` on something else, a model wrapped in DistributedDataParallel or FSDP (compile the inner
+module before wrapping, by hand), a loop that trains several modules or none the function can name.
 """
 
 from __future__ import annotations
@@ -19,12 +24,20 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.codemod import code_of, walk
-from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call
+from optimizations.program.training_loops import (
+    BACKWARD,
+    NESTED_SCOPES,
+    PlannedCodemod,
+    argument_for,
+    is_method_call,
+)
 from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "compile"
 COMPILE = "compile_model"
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel", "fully_shard")
+# Methods only a module has: a parameter the function calls them on is a model.
+MODULE_METHODS = ("train", "eval", "parameters", "named_parameters", "state_dict")
 MOVES = ("to", "cuda", "half", "bfloat16", "float", "load_state_dict", "apply", "requires_grad_")
 
 
@@ -36,8 +49,10 @@ class _Compile(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         vendored = f"_perfbot_{RUNTIME_MODULE}.{COMPILE}"
         calls = self.nodes(cst.Call)
-        if any(any(n.endswith(vendored) for n in self.names(c.func)) for c in calls):
-            return  # already compiled by this transform
+        done = next((c for c in calls if any(n.endswith(vendored) for n in self.names(c.func))), None)
+        if done is not None:
+            self.already(done, f"the model is compiled: `{code_of(done)}`")
+            return
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
             (c for c in calls if any(n.rsplit(".", 1)[-1] in WRAPPERS for n in self.names(c.func))), None
@@ -54,6 +69,20 @@ class _Compile(PlannedCodemod):
             f"{function.name.value}(): torch.compile the model in place (on CUDA; PERFBOT_COMPILE=0 skips)"
         )
         try:
+            model, passed = self._model(function, loop)
+        except _Refused as refusal:
+            called = {c.func.value for c in walk(loop.body, NESTED_SCOPES) if isinstance(c, cst.Call)}
+            compiled = self._compiling({n.value for n in called if isinstance(n, cst.Name)})
+            if compiled is not None:
+                self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+            else:
+                self.refused(loop, message, str(refusal))
+            return
+        compiled = self._compiling({model, *passed})
+        if compiled is not None:
+            self.already(compiled, f"the model is compiled: `{code_of(compiled)}`")
+            return
+        try:
             if self.compiled is not None:
                 raise _Refused(
                     f"the file already compiles at line {self.line(self.compiled)} (`{code_of(self.compiled)}`)"
@@ -63,17 +92,6 @@ class _Compile(PlannedCodemod):
                     f"the model is wrapped at line {self.line(self.wrapped)} (`{code_of(self.wrapped.func)}`): "
                     "compile the inner module before wrapping it, by hand"
                 )
-            model = self._model(function, loop)
-            compiled = next(
-                (
-                    c
-                    for c in m.findall(function, m.Call())
-                    if is_method_call(c, "compile") and m.matches(c.func.value, m.Name(model))
-                ),
-                None,
-            )
-            if compiled is not None:
-                raise _Refused(f"`{model}` is already compiled at line {self.line(compiled)}")
             anchor, after = self._anchor(function, loop, model)
         except _Refused as refusal:
             self.refused(loop, message, str(refusal))
@@ -86,8 +104,26 @@ class _Compile(PlannedCodemod):
         self.runtime_imports.add((RUNTIME_MODULE, COMPILE))
         self.changed(anchor, message)
 
-    def _model(self, function: cst.FunctionDef, loop: cst.For | cst.While) -> str:
-        """The one name whose parameters the function reads and that the loop calls."""
+    def _compiling(self, models: set[str]) -> cst.Call | None:
+        """The ``torch.compile(m)`` (or ``m = torch.compile(...)``) or ``m.compile()`` of one of ``models``."""
+        for call in self.nodes(cst.Call):
+            if "torch.compile" in self.names(call.func):
+                assigned = self.parent(call)
+                targets = [t.target for t in assigned.targets] if isinstance(assigned, cst.Assign) else []
+                operand = call.args[0].value if call.args else None
+                if any(isinstance(n, cst.Name) and n.value in models for n in (operand, *targets)):
+                    return call
+            elif is_method_call(call, "compile") and m.matches(
+                call.func.value, m.Name(m.MatchIfTrue(lambda name: name in models))
+            ):
+                return call
+        return None
+
+    def _model(self, function: cst.FunctionDef, loop: cst.For | cst.While) -> tuple[str, set[str]]:
+        """The one module the loop trains, and the names its callers pass in for it: the name whose parameters
+        the function reads and that the loop calls; else the parameter that every call of the function in the
+        repository passes the module whose parameters the optimizer it steps was built from; else the one
+        parameter the loop reaches that the function uses as a module (``.train()``, ``.eval()``)."""
         with_parameters = {
             call.func.value.value
             for call in walk(function.body, NESTED_SCOPES)
@@ -100,10 +136,87 @@ class _Compile(PlannedCodemod):
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Name)
         }
         models = sorted(with_parameters & called)
-        if len(models) != 1:
-            found = ", ".join(models) or "none"
-            raise _Refused(f"cannot tell which one module the loop trains (called and optimised: {found})")
-        return models[0]
+        if len(models) > 1:
+            raise _Refused(f"the loop calls and optimises several modules: {', '.join(models)}")
+        if models:
+            return models[0], set()
+        parameters = [
+            p.name.value
+            for p in (
+                *function.params.posonly_params,
+                *function.params.params,
+                *function.params.kwonly_params,
+            )
+        ]
+        reached = {p for p in parameters if self.reads_and_writes(loop.body, p)[0]}
+        stepped = {
+            call.func.value.value
+            for call in walk(loop.body, NESTED_SCOPES)
+            if is_method_call(call, "step") and isinstance(call.func.value, cst.Name)
+        } & reached
+        passed = self._passed_modules(function, stepped, reached - stepped)
+        if len(passed) > 1:
+            found = "; ".join(
+                f"`{p}` gets {', '.join(sorted(w.values()))}" for p, w in sorted(passed.items())
+            )
+            raise _Refused(
+                f"several modules reach the loop through {function.name.value}()'s parameters: {found}"
+            )
+        if passed:
+            ((parameter, modules),) = passed.items()
+            return parameter, set(modules)
+        used = {
+            call.func.value.value
+            for call in walk(function.body, NESTED_SCOPES)
+            if is_method_call(call, *MODULE_METHODS) and isinstance(call.func.value, cst.Name)
+        } & (reached - stepped)
+        if len(used) == 1:
+            return used.pop(), set()
+        raise _Refused(
+            f"cannot tell which one module the loop trains: no call of {function.name.value}() passes it the "
+            f"module its optimizer steps, and it uses {', '.join(sorted(used)) or 'no parameter'} as a module"
+        )
+
+    def _passed_modules(self, function: cst.FunctionDef, optimizers: set[str], candidates: set[str]):
+        """``{parameter: {module: where}}``: for each call of ``function``, the parameter it passes the module
+        whose ``.parameters()`` built the optimizer it passes for one of ``optimizers``."""
+        found: dict[str, dict[str, str]] = {}
+        for site in self.call_sites(function):
+            for optimizer in optimizers:
+                module = self._optimised_module(site.scope, argument_for(function, site.call, optimizer))
+                for candidate in candidates:
+                    if module is not None and m.matches(
+                        argument_for(function, site.call, candidate), m.Name(module)
+                    ):
+                        scope = (
+                            f"{site.scope.name.value}()"
+                            if isinstance(site.scope, cst.FunctionDef)
+                            else "module"
+                        )
+                        found.setdefault(candidate, {})[module] = f"`{module}` of {scope} in {site.path}"
+        return found
+
+    def _optimised_module(self, scope: cst.CSTNode, optimizer: cst.BaseExpression | None) -> str | None:
+        """The one name whose ``.parameters()`` build ``optimizer``: in the call itself, or in the assignment
+        of the name in ``scope``."""
+        if isinstance(optimizer, cst.Name):
+            body = scope if isinstance(scope, cst.Module) else scope.body
+            values = [
+                node.value
+                for node in walk(body, NESTED_SCOPES)
+                if isinstance(node, cst.Assign)
+                and any(m.matches(t.target, m.Name(optimizer.value)) for t in node.targets)
+            ]
+            optimizer = values[0] if len(values) == 1 else None
+        if optimizer is None:
+            return None
+        modules = {
+            call.func.value.value
+            for call in m.findall(optimizer, m.Call())
+            if is_method_call(call, "parameters", "named_parameters")
+            and isinstance(call.func.value, cst.Name)
+        }
+        return modules.pop() if len(modules) == 1 else None
 
     def _anchor(self, function: cst.FunctionDef, loop, model: str) -> tuple[cst.BaseStatement, bool]:
         """The statement to compile after (``True``) or before (``False``): the last one before the loop that
@@ -237,7 +350,7 @@ def evaluate(model, loader):
 """,
         ),
         Example(
-            "refuses_already_compiled",
+            "already_compiled",
             before="""\
 import torch
 
@@ -249,7 +362,85 @@ def main(model, loader, optimizer):
         loss.backward()
         optimizer.step()
 """,
-            refusal="already compiles",
+        ),
+        Example(
+            "model_and_optimizer_passed_by_the_caller",
+            before="""\
+import torch
+
+
+def step_loss(batch, net):
+    inputs, labels = batch
+    return torch.nn.functional.cross_entropy(net(inputs), labels)
+
+
+def fit(net, batches, opt, sched, epochs):
+    for _ in range(epochs):
+        net.train()
+        for batch in batches:
+            opt.zero_grad()
+            step_loss(batch, net).backward()
+            opt.step()
+            sched.step()
+
+
+def run(build, batches):
+    classifier = build()
+    opt = torch.optim.AdamW(classifier.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+    fit(classifier, batches, opt, sched, epochs=3)
+""",
+            after="""\
+import torch
+from _perfbot_compile import compile_model
+
+
+def step_loss(batch, net):
+    inputs, labels = batch
+    return torch.nn.functional.cross_entropy(net(inputs), labels)
+
+
+def fit(net, batches, opt, sched, epochs):
+    compile_model(net)
+    for _ in range(epochs):
+        net.train()
+        for batch in batches:
+            opt.zero_grad()
+            step_loss(batch, net).backward()
+            opt.step()
+            sched.step()
+
+
+def run(build, batches):
+    classifier = build()
+    opt = torch.optim.AdamW(classifier.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+    fit(classifier, batches, opt, sched, epochs=3)
+""",
+        ),
+        Example(
+            "refuses_two_modules_passed_in",
+            before="""\
+import torch
+
+
+def adversarial(gen, disc, batches, g_opt, d_opt):
+    for noise, real in batches:
+        d_loss = disc(gen(noise).detach()).mean() - disc(real).mean()
+        d_loss.backward()
+        d_opt.step()
+        g_loss = -disc(gen(noise)).mean()
+        g_loss.backward()
+        g_opt.step()
+
+
+def main(make_gen, make_disc, batches):
+    generator, critic = make_gen(), make_disc()
+    g_opt = torch.optim.Adam(generator.parameters())
+    d_opt = torch.optim.Adam(critic.parameters())
+    adversarial(generator, critic, batches, g_opt, d_opt)
+""",
+            refusal="several modules reach the loop",
         ),
         Example(
             "refuses_distributed_wrapper",

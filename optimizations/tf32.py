@@ -155,7 +155,15 @@ class Tf32(Optimization):
     expected = "up to 2-3x float32 matmul throughput on Ampere+; changes float32 rounding"
     summary = "enable_tf32() at start-up (fp32_precision API or legacy flags, never both); Trainer: tf32=True"
     scope = "train"
-    keywords = ("tf32", "tensorfloat", "allow_tf32", "fp32_precision", "cudnn.benchmark")
+    keywords = (
+        "tf32",
+        "tensorfloat",
+        "allow_tf32",
+        "fp32_precision",
+        "cudnn.benchmark",
+        "float32 matmul",
+        "matmul precision",
+    )
     codemods = (_Tf32,)
     needs = (BACKWARD, *HF_CONFIGS)
 

@@ -10,12 +10,16 @@ step, not one per step.
 :class:`PlannedCodemod` walks the whole module first (``plan``), with qualified names, positions and
 parents at hand, and records its edits by original node: replacements, statements to insert before or after
 a statement, statements to drop, runtime helpers to vendor and import. The transform pass then applies them.
+Its :meth:`~PlannedCodemod.call_sites` finds the calls of a loop's function across the repository, so that a
+model or optimizer the function receives as a parameter can be traced to what its callers pass.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
+from pathlib import PurePosixPath
+from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -26,6 +30,7 @@ from optimizations.program.codemod import (
     NESTED_SCOPES,
     Identified,
     OptimizationCodemod,
+    code_of,
     imported_modules,
     walk,
 )
@@ -157,6 +162,30 @@ def _inside_nested_scope(node: cst.CSTNode, body: cst.CSTNode, parent) -> bool:
     return False
 
 
+class CallSite(NamedTuple):
+    """A call of a function somewhere in the repository: the file, the function (or module) it is made in,
+    and the call."""
+
+    path: str
+    scope: cst.CSTNode
+    call: cst.Call
+
+
+def argument_for(function: cst.FunctionDef, call: cst.Call, parameter: str) -> cst.BaseExpression | None:
+    """The argument ``call`` passes to ``parameter`` of ``function``, by position or keyword; ``None`` when it
+    passes none (or only through ``*args``/``**kwargs``)."""
+    positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == parameter:
+                return arg.value
+        elif index < len(positional) and positional[index] == parameter:
+            return arg.value
+    return None
+
+
 def float_of(node: cst.BaseExpression) -> cst.Call:
     """``float(<node>)``."""
     return cst.Call(func=cst.Name("float"), args=[cst.Arg(node)])
@@ -248,3 +277,56 @@ class PlannedCodemod(OptimizationCodemod):
     def reads_and_writes(self, scope_body: cst.CSTNode, name: str):
         """:func:`name_reads_and_writes` with this module's parent links."""
         return name_reads_and_writes(scope_body, name, self.parent)
+
+    def call_sites(self, function: cst.FunctionDef) -> list[CallSite]:
+        """Where the repository calls ``function``, a module-level function of this file: by its bare name
+        here, and in the files that import it from this module (``from <module> import <name>``, or
+        ``import <module>`` then ``<module>.<name>(...)``)."""
+        if not isinstance(self.parent(function), cst.Module):
+            return []
+        name, module = function.name.value, PurePosixPath(self.path).stem
+        sites = []
+        for path in self.repo.python_files():
+            here = path == self.path
+            text = self.parsed.source if here else self.repo.read(path)
+            if name not in text or (not here and module not in text):
+                continue
+            tree = self.parsed.module if here else self.repo.sources.parse(path, text).module
+            spelled = _spellings(tree, name, module, here)
+            for scope in (tree, *m.findall(tree, m.FunctionDef())):
+                body = scope if isinstance(scope, cst.Module) else scope.body
+                for call in walk(body, NESTED_SCOPES):
+                    if isinstance(call, cst.Call) and code_of(call.func) in spelled:
+                        sites.append(CallSite(path, scope, call))
+        return sites
+
+
+def _spellings(tree: cst.Module, name: str, module: str, here: bool) -> set[str]:
+    """How a file calls ``name`` of ``module``: bare in the module itself, else as it imports it."""
+    if here:
+        return {name}
+    spelled = set()
+    for node in m.findall(tree, m.ImportFrom() | m.Import()):
+        if isinstance(node.names, cst.ImportStar):
+            continue
+        if isinstance(node, cst.ImportFrom):
+            source = code_of(node.module) if node.module is not None else ""
+            if source.rpartition(".")[2] == module:
+                spelled |= {
+                    code_of(a.asname.name) if a.asname else name
+                    for a in node.names
+                    if code_of(a.name) == name
+                }
+            elif any(code_of(a.name) == module for a in node.names):  # `from . import module`
+                spelled |= {
+                    f"{code_of(a.asname.name) if a.asname else module}.{name}"
+                    for a in node.names
+                    if code_of(a.name) == module
+                }
+        else:
+            spelled |= {
+                f"{code_of(a.asname.name) if a.asname else code_of(a.name)}.{name}"
+                for a in node.names
+                if code_of(a.name).rpartition(".")[2] == module
+            }
+    return spelled
