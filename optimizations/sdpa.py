@@ -762,7 +762,6 @@ class Sdpa(Optimization):
         "scaled dot product attention",
         "hand-written attention",
         "masked softmax",
-        "fused attention",
     )
     capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (_Sdpa,)
