@@ -29,7 +29,6 @@ from optimizations.program.codemod import (
     keyword,
     literal_value,
     replace_keyword,
-    star_kwargs,
 )
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import RepoContext
@@ -101,14 +100,10 @@ class _GuardLiger(OptimizationCodemod):
                 None,
                 f"use_liger_kernel comes from `{code_of(current.value)}`; guard it where that is set",
             )
-        hidden = star_kwargs(call)
-        if hidden is not None:
-            return (
-                None,
-                None,
-                f"settings are passed through `**{code_of(hidden.value)}`; add it where that is built",
-            )
         model, reason = self._trained_model(call)
+        hidden = self.links.values.hidden(call, ["use_liger_kernel", "precompute_ref_log_probs"])
+        if reason is None and hidden is not None:
+            return None, None, hidden
         precompute = keyword(call, "precompute_ref_log_probs")
         precompute_value = None if precompute is None else literal_value(precompute.value)
         if reason is None and precompute_value is True:
@@ -146,7 +141,7 @@ class _GuardLiger(OptimizationCodemod):
             )
         model = next(iter(models.values()))
         scope = self.links.scope(call)
-        wrapped = self.links.peft_wrap(model, scope)
+        wrapped = self.links.peft_wrap(model)
         if wrapped is not None:
             return None, f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
         problem = self.links.unbound_at(model, self.line(call), self.line(trainers[0]), scope)
@@ -298,7 +293,7 @@ def train(path, data):
     args = SFTConfig(output_dir="out", use_liger_kernel=True)
     SFTTrainer(model=model, args=args, train_dataset=data).train()
 """,
-            refusal="the model is a LoRA model (line 12: `load(...)`, which wraps it with `get_peft_model`)",
+            refusal="the model is a LoRA model (`load(...)` (train.py:12), which returns `get_peft_model(...)` (train.py:8))",
         ),
         Example(
             "refuses_trainer_peft_config",

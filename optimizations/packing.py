@@ -33,6 +33,7 @@ PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
 
 
 class _Pack(SettingSwitch):
+    default_as_found = True  # packing changes the steps per epoch: the repository's config decides
     setting = "packing"
     configs = ("SFTConfig",)
     field_comment = "# perfbot: pack examples into max_length rows (TRL's padding-free bfd packing)."
@@ -191,7 +192,7 @@ def build(cfg):
         output_dir=cfg["output_dir"],
         learning_rate=training["learning_rate"],
         max_length=training["max_length"],
-        packing=training.get("packing", True),
+        packing=training.get("packing", False),
         packing_strategy="bfd",
     )
 """,
@@ -236,7 +237,7 @@ class RunConfig:
     learning_rate: float = 2e-4
     max_length: int = 1024
     # perfbot: pack examples into max_length rows (TRL's padding-free bfd packing).
-    packing: bool = True
+    packing: bool = False
 
     def describe(self):
         return f"lr={self.learning_rate}"
@@ -266,7 +267,7 @@ from trl import SFTConfig
 
 
 def build(args):
-    return SFTConfig(output_dir=args.output_dir, learning_rate=args.lr, packing=getattr(args, "packing", True), packing_strategy="bfd")
+    return SFTConfig(output_dir=args.output_dir, learning_rate=args.lr, packing=getattr(args, "packing", False), packing_strategy="bfd")
 """,
         ),
         Example(
@@ -307,7 +308,7 @@ def main():
 """,
         ),
         Example(
-            "get_with_false_default",
+            "get_with_false_default_kept",
             before="""\
 from trl import SFTConfig
 
@@ -317,18 +318,6 @@ def build(training):
         output_dir=training.get("output_dir", "out"),
         learning_rate=training.get("lr", 2e-5),
         packing=training.get("packing", False),
-    )
-""",
-            after="""\
-from trl import SFTConfig
-
-
-def build(training):
-    return SFTConfig(
-        output_dir=training.get("output_dir", "out"),
-        learning_rate=training.get("lr", 2e-5),
-        packing=training.get("packing", True),
-        packing_strategy="bfd",
     )
 """,
         ),
