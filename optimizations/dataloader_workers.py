@@ -251,6 +251,56 @@ class DataloaderWorkers(Optimization):
 
     examples = (
         Example(
+            "beside_a_splat_an_imported_helper_builds",
+            before="""\
+from transformers import TrainingArguments
+
+from schedules import warmup_settings
+
+
+def build(run):
+    return TrainingArguments(output_dir=run.out, **warmup_settings(run))
+""",
+            after="""\
+from transformers import TrainingArguments
+
+from schedules import warmup_settings
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def build(run):
+    return TrainingArguments(output_dir=run.out, **warmup_settings(run), dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+            files={
+                "schedules.py": """\
+def warmup_settings(run):
+    settings = {}
+    if run.warmup_steps:
+        settings.update(warmup_steps=run.warmup_steps)
+    else:
+        settings["warmup_ratio"] = run.warmup_ratio
+    return settings
+"""
+            },
+        ),
+        Example(
+            "refuses_splat_of_unknown_keys",
+            before="""\
+from transformers import TrainingArguments
+
+
+def build(run, extra):
+    settings = {"output_dir": run.out}
+    settings.update(extra)
+    return TrainingArguments(**settings)
+""",
+            refusal="(train.py:4), whose keys are unknown: `extra` is a parameter of build()",
+        ),
+        Example(
             "sft_config",
             before="""\
 from trl import SFTConfig

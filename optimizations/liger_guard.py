@@ -28,6 +28,7 @@ from optimizations.program.codemod import (
     code_of,
     keyword,
     literal_value,
+    qualified_under,
     replace_keyword,
 )
 from optimizations.program.hf import HF_CONFIGS, is_training_config
@@ -101,7 +102,10 @@ class _GuardLiger(OptimizationCodemod):
                 f"use_liger_kernel comes from `{code_of(current.value)}`; guard it where that is set",
             )
         model, reason = self._trained_model(call)
-        hidden = self.links.values.hidden(call, ["use_liger_kernel", "precompute_ref_log_probs"])
+        settings = ["use_liger_kernel"]
+        if qualified_under(self.names(call.func), ("trl",), ("DPOConfig",)):
+            settings.append("precompute_ref_log_probs")  # a precompute hidden in the splat would clash
+        hidden = self.links.values.hidden(call, settings)
         if reason is None and hidden is not None:
             return None, None, hidden
         precompute = keyword(call, "precompute_ref_log_probs")
@@ -262,6 +266,58 @@ def train(model, data, dpo):
     config = DPOConfig(output_dir="out", precompute_ref_log_probs=dpo["precompute"], use_liger_kernel=liger_kernel_usable(model, precompute_ref_log_probs=dpo["precompute"]))
     DPOTrainer(model=model, args=config, train_dataset=data).train()
 """,
+        ),
+        Example(
+            "explicit_keyword_beside_a_splat",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, overrides):
+    args = SFTConfig(output_dir="out", use_liger_kernel=True, **overrides)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(model, data, overrides):
+    args = SFTConfig(output_dir="out", use_liger_kernel=liger_kernel_usable(model), **overrides)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "refuses_model_returned_wrapped_from_a_helper_module",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+from setup_model import prepare
+
+
+def train(path, data):
+    model, tokenizer = prepare(path)
+    args = SFTConfig(output_dir="out")
+    SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer).train()
+""",
+            files={
+                "setup_model.py": """\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def with_adapter(base, rank):
+    wrapped = get_peft_model(base, LoraConfig(r=rank))
+    return wrapped
+
+
+def prepare(path):
+    base = AutoModelForCausalLM.from_pretrained(path)
+    return with_adapter(base, 8), AutoTokenizer.from_pretrained(path)
+"""
+            },
+            refusal="`prepare(...)` (train.py:7), which returns `with_adapter(...)` (setup_model.py:12), which returns "
+            "`get_peft_model(...)` (setup_model.py:6)",
         ),
         Example(
             "already_guarded",

@@ -322,6 +322,85 @@ def build(training):
 """,
         ),
         Example(
+            "dict_literal_with_subscript_assignments",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, *, lr=1e-5, epochs=1, every=0):
+    settings = {
+        "output_dir": "out",
+        "learning_rate": lr,
+        "num_train_epochs": epochs,
+    }
+    if every:
+        settings["save_steps"] = every
+    args = SFTConfig(**settings)
+    return SFTTrainer(model=model, args=args, train_dataset=data)
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, *, lr=1e-5, epochs=1, every=0, packing: bool = False):
+    settings = {
+        "output_dir": "out",
+        "learning_rate": lr,
+        "num_train_epochs": epochs,
+        "packing": packing,
+        "packing_strategy": "bfd",
+    }
+    if every:
+        settings["save_steps"] = every
+    args = SFTConfig(**settings)
+    return SFTTrainer(model=model, args=args, train_dataset=data)
+""",
+        ),
+        Example(
+            "beside_a_splat_a_helper_builds",
+            before="""\
+from trl import SFTConfig
+
+
+def schedule(run):
+    if run.warmup > 1:
+        return {"warmup_steps": run.warmup}
+    return dict(warmup_ratio=run.warmup)
+
+
+def build(run):
+    extra = schedule(run)
+    return SFTConfig(output_dir=run.out, learning_rate=run.lr, **extra, packing=False)
+""",
+            after="""\
+from trl import SFTConfig
+
+
+def schedule(run):
+    if run.warmup > 1:
+        return {"warmup_steps": run.warmup}
+    return dict(warmup_ratio=run.warmup)
+
+
+def build(run):
+    extra = schedule(run)
+    return SFTConfig(output_dir=run.out, learning_rate=run.lr, **extra, packing=getattr(run, "packing", False), packing_strategy="bfd")
+""",
+        ),
+        Example(
+            "refuses_splat_dict_that_may_set_it",
+            before="""\
+from trl import SFTConfig
+
+
+def build(run, pack):
+    options = {"output_dir": run.out}
+    options["packing_strategy"] = "wrapped" if pack else "bfd"
+    return SFTConfig(learning_rate=run.lr, **options)
+""",
+            refusal="may set packing_strategy",
+        ),
+        Example(
             "already_packs",
             before="""\
 from trl import SFTConfig

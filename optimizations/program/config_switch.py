@@ -467,6 +467,8 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         if self.default_as_found and default is not None:
             self._keep_default(site, message, companions)
             return
+        if self.default_as_found and field is not None and not self._parsed_from_flags(cls):
+            return  # a dataclass default the file has: the repository turns it on where it sets the field
         if default is None and (field is None or field.value is not False):
             self.refused(
                 call,
@@ -490,6 +492,15 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         reads = self._config_reads(call)
         if default is not None and reads is not None:
             self.sites.extend(self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())[0])
+
+    def _parsed_from_flags(self, cls: cst.ClassDef) -> bool:
+        """An argument parser of this module fills the dataclass ``cls`` from flags (its default is a flag's)."""
+        return any(
+            isinstance(element, cst.Name) and element.value == cls.name.value
+            for package, parser in ARGUMENT_PARSERS
+            for site in self.scope.calls_to((parser,), (package,))
+            for element in parser_types(site.call, self.nodes(cst.Assign))
+        )
 
     def _keep_default(
         self, site: CallSite, message: str, companions: list[tuple[str, cst.BaseExpression]]

@@ -103,6 +103,11 @@ def _literal_keys(node: cst.Dict) -> frozenset[str] | None:
     return frozenset(keys)
 
 
+def _resolved(value: object) -> object:
+    """A metadata value, loaded when the provider resolved it lazily (libcst's ``LazyValue``)."""
+    return value() if callable(value) else value
+
+
 def _params(function: cst.FunctionDef) -> set[str]:
     params = function.params
     named = (*params.posonly_params, *params.params, *params.kwonly_params)
@@ -143,6 +148,8 @@ class ProgramValues:
         A keyword the call also passes explicitly cannot be in a splat (Python would raise), so it is no reason.
         """
         wanted = set(wanted) - {a.keyword.value for a in call.args if a.keyword is not None}
+        if not wanted:
+            return None
         function = self.function_of(call)
         for arg in call.args:
             if arg.star != "**":
@@ -423,7 +430,7 @@ class ProgramValues:
                 path,
                 parsed.module,
                 lambda node: positions[node].start.line,
-                lambda node: {q.name for q in qualified.get(node, set())},
+                lambda node: {q.name for q in _resolved(qualified.get(node, set()))},
             )
         return self._sources[path]
 
