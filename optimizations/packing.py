@@ -15,9 +15,11 @@ What TRL 1.x does with it (checked against the ``trl.trainer.sft_trainer`` sourc
 - Fewer, fuller rows mean fewer optimizer steps per epoch (125 steps become 16 on short examples):
   compare runs by tokens/s and by loss at equal tokens, not at equal step numbers.
 
-Config-driven where the call reads its settings from a config object (``training.get("packing", True)`` and
-the YAML it reads switched on, a dataclass field, ``getattr``), defaults turned on where the repository defines
-them (dataclass fields, recipe YAMLs of ``HfArgumentParser``/``TrlParser``): see
+Config-driven, with the default the file has (off), where the call reads its settings from a config object
+(``training.get("packing", False)``, ``getattr``, a dataclass field) or from its function's parameters (a new
+``packing: bool = False`` parameter): packing changes the steps per epoch, so the repository's config decides.
+Recipe YAMLs the call reads that say ``packing: false`` are switched on, as are the recipes and flag defaults of
+``HfArgumentParser``/``TrlParser`` scripts; where nothing turns it on, the site says which key does. See
 :mod:`optimizations.program.config_switch`. A recipe with a ``packing_strategy`` other than bfd is left to a human.
 """
 
