@@ -26,11 +26,11 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     replace_keyword,
-    star_kwargs,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
 from optimizations.program.repository import RepoContext
+from optimizations.program.values import SettingsPlacement
 from optimizations.registry import Example, Optimization
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
@@ -83,7 +83,7 @@ def _is_main_guard(node: cst.If) -> bool:
     )
 
 
-class _AddWorkers(OptimizationCodemod):
+class _AddWorkers(SettingsPlacement, OptimizationCodemod):
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.guarded_depth = 0  # inside a function or an `if __name__ == "__main__":` block
@@ -91,13 +91,16 @@ class _AddWorkers(OptimizationCodemod):
         self.iterable_instances: set[str] = set()
         self.edited = False
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self.start_placement()
+
     # -- where the code runs -------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.guarded_depth += 1
 
     def leave_FunctionDef(self, original_node, updated_node):
         self.guarded_depth -= 1
-        return updated_node
+        return super().leave_FunctionDef(original_node, updated_node)
 
     def visit_If(self, node: cst.If) -> None:
         if _is_main_guard(node):
@@ -176,7 +179,7 @@ class _AddWorkers(OptimizationCodemod):
         message = f"{callee}(...): {label}={WORKERS}, pinned memory, persistent workers, prefetch factor 2"
         if current is not None and literal_value(current.value) is ...:
             pinned = settings is TORCH_SETTINGS and keyword(updated_node, "pin_memory") is None
-            if pinned and star_kwargs(updated_node) is None:
+            if pinned and self.values.hidden(original_node, ["pin_memory"]) is None:
                 self.need_module("torch")
                 self.changed(
                     original_node,
@@ -190,13 +193,9 @@ class _AddWorkers(OptimizationCodemod):
                 f"{label} comes from `{code_of(current.value)}`; raise its default where that value is defined",
             )
             return updated_node
-        hidden = star_kwargs(updated_node)
+        hidden = self.values.hidden(original_node, settings)
         if hidden is not None:
-            self.refused(
-                original_node,
-                message,
-                f"settings are passed through `**{code_of(hidden.value)}`; add them where that dict is built",
-            )
+            self.refused(original_node, message, hidden)
             return updated_node
         if self.guarded_depth == 0:
             self.refused(
@@ -219,7 +218,7 @@ class _AddWorkers(OptimizationCodemod):
         if current is not None:
             call = replace_keyword(call, label, _setting(settings[label]))
         missing = [(k, _setting(v)) for k, v in settings.items() if keyword(call, k) is None]
-        call = add_keywords(call, missing)
+        call = self.placed(original_node, updated_node, add_keywords(call, missing))
         if any(name in ("pin_memory", "dataloader_pin_memory") for name, _ in missing):
             self.need_module("torch")
         self.changed(original_node, message)
@@ -257,6 +256,56 @@ class DataloaderWorkers(Optimization):
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
+        Example(
+            "beside_a_splat_an_imported_helper_builds",
+            before="""\
+from transformers import TrainingArguments
+
+from schedules import warmup_settings
+
+
+def build(run):
+    return TrainingArguments(output_dir=run.out, **warmup_settings(run))
+""",
+            after="""\
+from transformers import TrainingArguments
+
+from schedules import warmup_settings
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def build(run):
+    return TrainingArguments(output_dir=run.out, **warmup_settings(run), dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+            files={
+                "schedules.py": """\
+def warmup_settings(run):
+    settings = {}
+    if run.warmup_steps:
+        settings.update(warmup_steps=run.warmup_steps)
+    else:
+        settings["warmup_ratio"] = run.warmup_ratio
+    return settings
+"""
+            },
+        ),
+        Example(
+            "refuses_splat_of_unknown_keys",
+            before="""\
+from transformers import TrainingArguments
+
+
+def build(run, extra):
+    settings = {"output_dir": run.out}
+    settings.update(extra)
+    return TrainingArguments(**settings)
+""",
+            refusal="(train.py:4), whose keys are unknown: `extra` is a parameter of build()",
+        ),
         Example(
             "sft_config",
             before="""\

@@ -38,7 +38,6 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     replace_keyword,
-    star_kwargs,
 )
 from optimizations.program.hf import (
     ARGUMENT_PARSERS,
@@ -157,14 +156,13 @@ class _GuardLiger(OptimizationCodemod):
                 None,
                 f"use_liger_kernel comes from `{code_of(current.value)}`; guard it where that is set",
             )
-        hidden = star_kwargs(call)
-        if hidden is not None:
-            return (
-                None,
-                None,
-                f"settings are passed through `**{code_of(hidden.value)}`; add it where that is built",
-            )
         model, reason = self._trained_model(call)
+        settings = ["use_liger_kernel"]
+        if qualified_under(self.names(call.func), ("trl",), ("DPOConfig",)):
+            settings.append("precompute_ref_log_probs")  # a precompute hidden in the splat would clash
+        hidden = self.links.values.hidden(call, settings)
+        if reason is None and hidden is not None:
+            return None, None, hidden
         precompute = keyword(call, "precompute_ref_log_probs")
         precompute_value = None if precompute is None else literal_value(precompute.value)
         if reason is None and precompute_value is True:
@@ -202,7 +200,7 @@ class _GuardLiger(OptimizationCodemod):
             )
         model = next(iter(models.values()))
         scope = self.links.scope(call)
-        wrapped = self.links.peft_wrap(model, scope)
+        wrapped = self.links.peft_wrap(model)
         if wrapped is not None:
             return None, f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
         problem = self.links.unbound_at(model, self.line(call), self.line(trainers[0]), scope)
@@ -365,6 +363,58 @@ def train(model, data, dpo):
 """,
         ),
         Example(
+            "explicit_keyword_beside_a_splat",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, overrides):
+    args = SFTConfig(output_dir="out", use_liger_kernel=True, **overrides)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_liger import liger_kernel_usable
+
+
+def train(model, data, overrides):
+    args = SFTConfig(output_dir="out", use_liger_kernel=liger_kernel_usable(model), **overrides)
+    SFTTrainer(model=model, args=args, train_dataset=data).train()
+""",
+        ),
+        Example(
+            "refuses_model_returned_wrapped_from_a_helper_module",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+from setup_model import prepare
+
+
+def train(path, data):
+    model, tokenizer = prepare(path)
+    args = SFTConfig(output_dir="out")
+    SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer).train()
+""",
+            files={
+                "setup_model.py": """\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def with_adapter(base, rank):
+    wrapped = get_peft_model(base, LoraConfig(r=rank))
+    return wrapped
+
+
+def prepare(path):
+    base = AutoModelForCausalLM.from_pretrained(path)
+    return with_adapter(base, 8), AutoTokenizer.from_pretrained(path)
+"""
+            },
+            refusal="`prepare(...)` (train.py:7), which returns `with_adapter(...)` (setup_model.py:12), which returns "
+            "`get_peft_model(...)` (setup_model.py:6)",
+        ),
+        Example(
             "already_guarded",
             before="""\
 from _perfbot_liger import liger_kernel_usable
@@ -394,7 +444,7 @@ def train(path, data):
     args = SFTConfig(output_dir="out", use_liger_kernel=True)
     SFTTrainer(model=model, args=args, train_dataset=data).train()
 """,
-            refusal="the model is a LoRA model (line 12: `load(...)`, which wraps it with `get_peft_model`)",
+            refusal="the model is a LoRA model (`load(...)` (train.py:12), which returns `get_peft_model(...)` (train.py:8))",
         ),
         Example(
             "refuses_trainer_peft_config",

@@ -15,9 +15,11 @@ What TRL 1.x does with it (checked against the ``trl.trainer.sft_trainer`` sourc
 - Fewer, fuller rows mean fewer optimizer steps per epoch (125 steps become 16 on short examples):
   compare runs by tokens/s and by loss at equal tokens, not at equal step numbers.
 
-Config-driven where the call reads its settings from a config object (``training.get("packing", True)`` and
-the YAML it reads switched on, a dataclass field, ``getattr``), defaults turned on where the repository defines
-them (dataclass fields, recipe YAMLs of ``HfArgumentParser``/``TrlParser``): see
+Config-driven, with the default the file has (off), where the call reads its settings from a config object
+(``training.get("packing", False)``, ``getattr``, a dataclass field) or from its function's parameters (a new
+``packing: bool = False`` parameter): packing changes the steps per epoch, so the repository's config decides.
+Recipe YAMLs the call reads that say ``packing: false`` are switched on, as are the recipes and flag defaults of
+``HfArgumentParser``/``TrlParser`` scripts; where nothing turns it on, the site says which key does. See
 :mod:`optimizations.program.config_switch`. A recipe with a ``packing_strategy`` other than bfd is left to a human.
 """
 
@@ -33,6 +35,7 @@ PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
 
 
 class _Pack(SettingSwitch):
+    default_as_found = True  # packing changes the steps per epoch: the repository's config decides
     setting = "packing"
     configs = ("SFTConfig",)
     field_comment = "# perfbot: pack examples into max_length rows (TRL's padding-free bfd packing)."
@@ -191,7 +194,7 @@ def build(cfg):
         output_dir=cfg["output_dir"],
         learning_rate=training["learning_rate"],
         max_length=training["max_length"],
-        packing=training.get("packing", True),
+        packing=training.get("packing", False),
         packing_strategy="bfd",
     )
 """,
@@ -236,7 +239,7 @@ class RunConfig:
     learning_rate: float = 2e-4
     max_length: int = 1024
     # perfbot: pack examples into max_length rows (TRL's padding-free bfd packing).
-    packing: bool = True
+    packing: bool = False
 
     def describe(self):
         return f"lr={self.learning_rate}"
@@ -266,7 +269,7 @@ from trl import SFTConfig
 
 
 def build(args):
-    return SFTConfig(output_dir=args.output_dir, learning_rate=args.lr, packing=getattr(args, "packing", True), packing_strategy="bfd")
+    return SFTConfig(output_dir=args.output_dir, learning_rate=args.lr, packing=getattr(args, "packing", False), packing_strategy="bfd")
 """,
         ),
         Example(
@@ -307,7 +310,7 @@ def main():
 """,
         ),
         Example(
-            "get_with_false_default",
+            "get_with_false_default_kept",
             before="""\
 from trl import SFTConfig
 
@@ -319,18 +322,85 @@ def build(training):
         packing=training.get("packing", False),
     )
 """,
+        ),
+        Example(
+            "dict_literal_with_subscript_assignments",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, *, lr=1e-5, epochs=1, every=0):
+    settings = {
+        "output_dir": "out",
+        "learning_rate": lr,
+        "num_train_epochs": epochs,
+    }
+    if every:
+        settings["save_steps"] = every
+    args = SFTConfig(**settings)
+    return SFTTrainer(model=model, args=args, train_dataset=data)
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data, *, lr=1e-5, epochs=1, every=0, packing: bool = False):
+    settings = {
+        "output_dir": "out",
+        "learning_rate": lr,
+        "num_train_epochs": epochs,
+        "packing": packing,
+        "packing_strategy": "bfd",
+    }
+    if every:
+        settings["save_steps"] = every
+    args = SFTConfig(**settings)
+    return SFTTrainer(model=model, args=args, train_dataset=data)
+""",
+        ),
+        Example(
+            "beside_a_splat_a_helper_builds",
+            before="""\
+from trl import SFTConfig
+
+
+def schedule(run):
+    if run.warmup > 1:
+        return {"warmup_steps": run.warmup}
+    return dict(warmup_ratio=run.warmup)
+
+
+def build(run):
+    extra = schedule(run)
+    return SFTConfig(output_dir=run.out, learning_rate=run.lr, **extra, packing=False)
+""",
             after="""\
 from trl import SFTConfig
 
 
-def build(training):
-    return SFTConfig(
-        output_dir=training.get("output_dir", "out"),
-        learning_rate=training.get("lr", 2e-5),
-        packing=training.get("packing", True),
-        packing_strategy="bfd",
-    )
+def schedule(run):
+    if run.warmup > 1:
+        return {"warmup_steps": run.warmup}
+    return dict(warmup_ratio=run.warmup)
+
+
+def build(run):
+    extra = schedule(run)
+    return SFTConfig(output_dir=run.out, learning_rate=run.lr, **extra, packing=getattr(run, "packing", False), packing_strategy="bfd")
 """,
+        ),
+        Example(
+            "refuses_splat_dict_that_may_set_it",
+            before="""\
+from trl import SFTConfig
+
+
+def build(run, pack):
+    options = {"output_dir": run.out}
+    options["packing_strategy"] = "wrapped" if pack else "bfd"
+    return SFTConfig(learning_rate=run.lr, **options)
+""",
+            refusal="may set packing_strategy",
         ),
         Example(
             "already_packs",

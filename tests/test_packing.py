@@ -57,7 +57,7 @@ def test_config_driven_packing_switches_on_the_yaml_the_call_reads(tmp_path):
     assert sorted(change.files) == ["configs/sft.yaml", "train.py"]
     assert (root / "configs/sft.yaml").read_text() == SFT_YAML.replace("packing: false", "packing: true")
     assert (root / "configs/other.yaml").read_text() == OTHER_YAML
-    assert 'packing=training.get("packing", True),' in (root / "train.py").read_text()
+    assert 'packing=training.get("packing", False),' in (root / "train.py").read_text()
     assert [(s.path, s.line) for s in change.applied] == [("train.py", 6), ("configs/sft.yaml", 4)]
     assert Packing().apply(root) is None
 

@@ -42,12 +42,12 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     replace_keyword,
-    star_kwargs,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
 from optimizations.program.recipes import RecipeSetting, parsed_flag_off, parser_types, switch
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.trl_scope import CallSite, TrainingScope
+from optimizations.program.values import SettingsPlacement
 from optimizations.program.yaml_settings import settings, turn_on
 
 
@@ -122,12 +122,17 @@ def _field(cls: cst.ClassDef, name: str) -> DataclassField | None:
     return None
 
 
+def _caveat(blocked: str | None) -> str:
+    """What to mind before turning a setting on, said after where it is turned on."""
+    return "" if blocked is None else f"; before turning it on: {blocked}"
+
+
 def _turned_on(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(value="True") if isinstance(node, cst.Name) else expr("True")
 
 
-def _with_field(cls: cst.ClassDef, name: str, comment: str) -> cst.ClassDef:
-    """``cls`` with ``<name>: bool = True`` after its last annotated field."""
+def _with_field(cls: cst.ClassDef, name: str, comment: str, value: bool) -> cst.ClassDef:
+    """``cls`` with ``<name>: bool = <value>`` after its last annotated field."""
     body = list(cls.body.body)
     last_field = max(
         (
@@ -137,7 +142,7 @@ def _with_field(cls: cst.ClassDef, name: str, comment: str) -> cst.ClassDef:
         ),
         default=len(body) - 1,
     )
-    field = parse_template_statement("{name}: bool = True", name=cst.Name(name)).with_changes(
+    field = parse_template_statement(f"{{name}}: bool = {value}", name=cst.Name(name)).with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))]
     )
     body.insert(last_field + 1, field)
@@ -176,9 +181,15 @@ def _assigned_class(function: cst.FunctionDef, name: str) -> str | None:
     return found[0]["cls"].value if found else None
 
 
-class SettingSwitch(OptimizationCodemod):
-    """Turns ``setting`` on in calls to ``configs`` (TRL classes) and where the repository defines its default."""
+class SettingSwitch(SettingsPlacement, OptimizationCodemod):
+    """Turns ``setting`` on in calls to ``configs`` (TRL classes) and where the repository defines its default.
 
+    With ``default_as_found``, a call that reads its settings from a config object or from its function's
+    parameters gets the setting read from there with the default the file has (off), and only recipe YAMLs that
+    the call reads and that set it off are switched on: a setting that changes what training does (packing) stays
+    the repository's choice, and the site says which key turns it on."""
+
+    default_as_found: ClassVar[bool] = False
     setting: ClassVar[str]
     configs: ClassVar[tuple[str, ...]]
     field_comment: ClassVar[str]  # the comment above a dataclass field this codemod adds
@@ -231,13 +242,21 @@ class SettingSwitch(OptimizationCodemod):
             for q in self.get_metadata(QualifiedNameProvider, node, set())
         )
 
+    def _settings(self, call: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
+        """The call's keyword settings, with those of the dict literal it takes them all from."""
+        given = [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
+        literal = self.values.settings_dict(call)
+        if literal is not None:
+            given += [(literal_value(e.key), e.value) for e in literal.literal.elements]
+        return given
+
     def _config_reads(self, call: cst.Call) -> ConfigReads | None:
         """The config object the call reads two or more of its settings from (the one it reads most)."""
         groups: dict[str, tuple[cst.BaseExpression, bool, set[str]]] = {}
-        for arg in call.args:
-            if arg.keyword is None or arg.keyword.value == self.setting:
+        for name, value in self._settings(call):
+            if name == self.setting:
                 continue
-            read = _read_of(arg.value)
+            read = _read_of(value)
             if read is None or self._imported(read[0]):
                 continue
             base, mapping, key = read
@@ -281,13 +300,27 @@ class SettingSwitch(OptimizationCodemod):
         return with_field[0] if len(with_field) == 1 else None
 
     def _refusal(self, call: cst.Call, function: cst.FunctionDef | None) -> str | None:
-        hidden = star_kwargs(call)
-        if hidden is not None:
-            wanted = ", ".join(
-                f"{k}={code_of(v)}" for k, v in [(self.setting, expr("True")), *self.companions(call)]
-            )
-            return f"settings are passed through `**{code_of(hidden.value)}`; add {wanted} where that dict is built"
-        return self.blocked(call, function)
+        return self._hidden(call) or self.blocked(call, function)
+
+    def _hidden(self, call: cst.Call) -> str | None:
+        """Why a ``**splat`` of the call may already hold the setting or its companions."""
+        hidden = self.values.hidden(call, [self.setting, *(k for k, _ in self.companions(call))])
+        if hidden is None:
+            return None
+        wanted = ", ".join(
+            f"{k}={code_of(v)}" for k, v in [(self.setting, expr("True")), *self.companions(call)]
+        )
+        return f"{hidden} (wanted: {wanted})"
+
+    def _parameter_driven(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """The call takes two or more of its settings straight from its function's parameters."""
+        if function is None:
+            return False
+        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        return (
+            sum(isinstance(v, cst.Name) and v.value in params for _, v in self._settings(call)) >= 2
+            and self.setting not in params
+        )
 
     # -- YAML configs ----------------------------------------------------------------------------------------
     def _turn_on_yaml(self, belongs: Callable[[dict[str, object]], bool]) -> tuple[list[Site], int]:
@@ -319,6 +352,7 @@ class SettingSwitch(OptimizationCodemod):
 
     # -- decisions, all made before anything is edited -----------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
+        self.start_placement()
         self.scope = TrainingScope(self.names, lambda value: parsed_flag_off(self, value))
         node.visit(self.scope)
         for site in self.scope.calls_to(self.configs):
@@ -343,31 +377,74 @@ class SettingSwitch(OptimizationCodemod):
             self._decide_expression(site, given.value)
             return
         companions = self.companions(call)
-        reason = self._refusal(call, site.function)
+        reads = self._config_reads(call)
+        parameters = reads is None and self.default_as_found and self._parameter_driven(call, site.function)
+        # Read from the repository's config with the default off, the setting changes nothing until someone
+        # turns it on: a reason to keep it off is said there instead of refusing the read.
+        blocked = self.blocked(call, site.function)
+        reason = self._hidden(call)
+        if reason is None and not (self.default_as_found and (reads is not None or parameters)):
+            reason = blocked
         if reason is not None:
             self.refused(call, self._describe(callee, "True", companions), reason)
             return
         value, how, yaml_sites = expr("True"), "", []
-        reads = self._config_reads(call)
         if reads is not None:
-            value, how, yaml_sites = self._config_driven(reads, site)
+            value, how, yaml_sites = self._config_driven(reads, site, blocked)
+        elif parameters:
+            name = site.function.name.value
+            self.add_parameter(site.function, self.setting, "bool", "False")
+            value = cst.Name(self.setting)
+            how = (
+                f" (new parameter {name}({self.setting}: bool = False); it stays off until a caller passes "
+                f"{self.setting}=True{_caveat(blocked)})"
+            )
         self.call_edits[call] = (value, companions)
         self.changed(call, self._describe(callee, code_of(value) + how, companions))
         self.sites.extend(yaml_sites)
 
     def _config_driven(
-        self, reads: ConfigReads, site: CallSite
+        self, reads: ConfigReads, site: CallSite, blocked: str | None = None
     ) -> tuple[cst.BaseExpression, str, list[Site]]:
-        """The setting read from the call's config object, a note on what else changes, and the YAML sites."""
+        """The setting read from the call's config object, a note on what else changes, and the YAML sites.
+
+        ``blocked``: why the setting should stay off (``default_as_found`` only): no YAML is switched on then."""
         name = self.setting
+        default = "False" if self.default_as_found else "True"
         cls = None if reads.mapping else self._dataclass_of(reads.base, site.function)
         if cls is None:
-            yaml_sites, _ = self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
-            template = "{base}.get({key}, True)" if reads.mapping else "getattr({base}, {key}, True)"
-            read = parse_template_expression(template, base=reads.base, key=cst.SimpleString(f'"{name}"'))
-            return read, "", yaml_sites
+            yaml_sites, already = (
+                ([], 0) if blocked else self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
+            )
+            template = (
+                "{base}.get({key}, {default})" if reads.mapping else "getattr({base}, {key}, {default})"
+            )
+            read = parse_template_expression(
+                template, base=reads.base, key=cst.SimpleString(f'"{name}"'), default=cst.Name(default)
+            )
+            how = ""
+            if self.default_as_found and not already and not any(s.applicable for s in yaml_sites):
+                unset = "" if blocked else f"; no recipe YAML with the keys this call reads sets {name}"
+                how = (
+                    f" (default off as the file has it{unset}: it stays off until `{name}: true` is set in the "
+                    f"config `{code_of(reads.base)}` reads{_caveat(blocked)})"
+                )
+            return read, how, yaml_sites
         attribute = parse_template_expression("{base}.{name}", base=reads.base, name=cst.Name(name))
         field = _field(cls, name)
+        if self.default_as_found:
+            if field is None:
+                self.class_edits[cls] = "add"
+            how = (
+                f" (it stays off until {cls.name.value}.{name} is set to True{_caveat(blocked)})"
+                if field is None or field.value is not True
+                else ""
+            )
+            return (
+                attribute,
+                (f" (new field {cls.name.value}.{name} = False)" if field is None else "") + how,
+                [],
+            )
         if field is None:
             self.class_edits[cls] = "add"
             return attribute, f" (new field {cls.name.value}.{name} = True)", []
@@ -387,6 +464,11 @@ class SettingSwitch(OptimizationCodemod):
         if (default is not None and default[1] is True) or (field is not None and field.value is True):
             return  # on by default already
         message = self._describe(callee, code_of(value), [])
+        if self.default_as_found and default is not None:
+            self._keep_default(site, message, companions)
+            return
+        if self.default_as_found and field is not None and not self._parsed_from_flags(cls):
+            return  # a dataclass default the file has: the repository turns it on where it sets the field
         if default is None and (field is None or field.value is not False):
             self.refused(
                 call,
@@ -410,6 +492,29 @@ class SettingSwitch(OptimizationCodemod):
         reads = self._config_reads(call)
         if default is not None and reads is not None:
             self.sites.extend(self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())[0])
+
+    def _parsed_from_flags(self, cls: cst.ClassDef) -> bool:
+        """An argument parser of this module fills the dataclass ``cls`` from flags (its default is a flag's)."""
+        return any(
+            isinstance(element, cst.Name) and element.value == cls.name.value
+            for package, parser in ARGUMENT_PARSERS
+            for site in self.scope.calls_to((parser,), (package,))
+            for element in parser_types(site.call, self.nodes(cst.Assign))
+        )
+
+    def _keep_default(
+        self, site: CallSite, message: str, companions: list[tuple[str, cst.BaseExpression]]
+    ) -> None:
+        """``default_as_found``: a read with the default off (``.get("<setting>", False)``) keeps it; the recipe
+        YAMLs the call reads that set it off are switched on, with the companions beside the read."""
+        reads = self._config_reads(site.call)
+        if reads is None or self._refusal(site.call, site.function) is not None:
+            return
+        yaml_sites, _ = self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
+        self.sites.extend(yaml_sites)
+        if any(s.applicable for s in yaml_sites):
+            self.call_edits[site.call] = (None, companions)
+            self.changed(site.call, message + " (its default kept; on where its config sets it)")
 
     def _decide_parser(self, site: CallSite) -> None:
         """An argument parser filling one of ``configs`` (or a dataclass with the setting) from flags."""
@@ -469,7 +574,7 @@ class SettingSwitch(OptimizationCodemod):
                 call = replace_keyword(call, self.setting, value)
             else:
                 missing.insert(0, (self.setting, value))
-        return add_keywords(call, missing)
+        return self.placed(original_node, updated_node, add_keywords(call, missing))
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         if original_node.value in self.default_edits:
@@ -479,7 +584,7 @@ class SettingSwitch(OptimizationCodemod):
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         edit = self.class_edits.get(original_node)
         if edit == "add":
-            return _with_field(updated_node, self.setting, self.field_comment)
+            return _with_field(updated_node, self.setting, self.field_comment, not self.default_as_found)
         if edit == "on":
             return _with_default_on(updated_node, self.setting)
         return updated_node

@@ -4,7 +4,8 @@ A transform that adds a run-time check to a config call (``use_liger_kernel=lige
 an attention picker in ``model_init_kwargs``) needs the model the config will train, evaluated where the
 config is built. These queries follow libcst's scope analysis: the config's binding to the trainer call that
 takes it as ``args``, the trainer's ``model`` argument, and that model's own bindings (where it is assigned,
-whether it is reassigned before the trainer sees it, whether a PEFT adapter wraps it). Codemods that use them
+whether it is reassigned before the trainer sees it, whether a PEFT adapter wraps it, followed through the
+repository's functions by :mod:`optimizations.program.values`). Codemods that use them
 list :data:`LINK_METADATA` among their metadata dependencies.
 
 What only exists once a trainer is built (the model a TRL trainer loads from a checkpoint name, the adapters it
@@ -17,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import BuiltinScope, GlobalScope, ParentNodeProvider, Scope, ScopeProvider
 
 from optimizations.program.codemod import (
@@ -29,6 +29,7 @@ from optimizations.program.codemod import (
     qualified_under,
 )
 from optimizations.program.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
+from optimizations.program.values import ProgramValues
 
 LINK_METADATA = (ScopeProvider, ParentNodeProvider)
 
@@ -68,7 +69,7 @@ class TrainerLinks:
 
     def __init__(self, codemod: OptimizationCodemod, module: cst.Module):
         self.codemod = codemod
-        self.peft_functions = self._peft_wrapping_functions(module)
+        self.values = ProgramValues(codemod)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node that holds ``node`` in the module being transformed."""
@@ -216,46 +217,15 @@ class TrainerLinks:
         return None
 
     # -- PEFT ---------------------------------------------------------------------------------------------
-    def peft_wrap(self, expression: cst.BaseExpression, scope: Scope) -> str | None:
-        """The code that wraps the model ``expression`` names with a PEFT adapter in this module, if any."""
-        name = root_name(expression)
-        if name is None:
-            return None
-        for binding in self.bindings(name.value, scope)[0]:
-            if binding.value is not None:
-                found = self._peft_call_in(binding.value)
-                if found is not None:
-                    return f"line {binding.line}: {found}"
+    def peft_wrap(self, model: cst.BaseExpression) -> str | None:
+        """How the model ``model`` names comes from a PEFT adapter wrapper, followed through assignments and the
+        returns of the repository's functions (``_init_phase(...)`` returns ``apply_lora(...)``, which returns
+        ``get_peft_model(...)``); ``None`` when no origin is one."""
+        for origin in self.values.origins(model, model):
+            if qualified_under(origin.names, ("peft",), PEFT_WRAPPERS):
+                wrapper = f"`{code_of(origin.call.func)}(...)` ({origin.where})"
+                return ", which returns ".join((*origin.through, wrapper))
         return None
-
-    def _peft_call_in(self, node: cst.CSTNode) -> str | None:
-        """A call in ``node`` that adds a PEFT adapter: a peft wrapper, or a function here that calls one."""
-        for call in m.findall(node, m.Call()):
-            if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
-                return f"`{code_of(call.func)}(...)`"
-            if isinstance(call.func, cst.Name) and call.func.value in self.peft_functions:
-                return f"`{call.func.value}(...)`, which wraps it with {self.peft_functions[call.func.value]}"
-        return None
-
-    def _peft_wrapping_functions(self, module: cst.Module) -> dict[str, str]:
-        """Module-level functions that call a peft wrapper, directly or through each other."""
-        functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-        wrapping: dict[str, str] = {}
-        changed = True
-        while changed:
-            changed = False
-            for name, function in functions.items():
-                if name in wrapping:
-                    continue
-                for call in m.findall(function.body, m.Call()):
-                    if qualified_under(self.codemod.names(call.func), ("peft",), PEFT_WRAPPERS):
-                        wrapping[name] = f"`{code_of(call.func)}`"
-                    elif isinstance(call.func, cst.Name) and call.func.value in wrapping:
-                        wrapping[name] = wrapping[call.func.value]
-                    if name in wrapping:
-                        changed = True
-                        break
-        return wrapping
 
 
 class TrainerFollowUp(OptimizationCodemod):

@@ -1,0 +1,605 @@
+"""Values through the program: the keys a ``**splat`` can hold, and the calls a value comes from.
+
+A call that takes ``**kwargs`` hides settings only when nothing says which keys that dict holds. Here the dict
+is followed to where it is built: a dict literal or ``dict(...)`` in the same function, with the
+``name["key"] = value`` subscript assignments, ``name.update(...)`` and ``name |= {...}`` that add to it, or the
+return value of a function of this module (or of a module of the repository it imports, relative or absolute,
+``src/`` layouts included) whose every ``return`` is such a dict. When every key is known the dict provably
+holds no other: a keyword the keys exclude can go beside the splat. Anything else that could add a key (the
+dict passed to another function, aliased, rebound in a loop, a computed subscript key) leaves the keys unknown,
+and the refusal names the line.
+
+The same walk follows a model to the calls it may come from (:meth:`ProgramValues.origins`): through local
+assignments, tuple unpacking and the returns of the repository's own functions, so a model that
+``get_peft_model`` wraps two helpers down is known to be a PEFT model where the trainer gets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from optimizations.program.codemod import OptimizationCodemod, code_of, literal_value
+from optimizations.program.repository import TransformError
+
+MAX_DEPTH = 4  # helper calls followed into helpers, at most
+# Calls that read a dict they are given and never add to it.
+READING_CALLS = frozenset({"len", "print", "repr", "str", "sorted", "list", "dict", "set", "tuple", "bool"})
+READING_METHODS = frozenset({"get", "keys", "items", "values", "copy", "pop", "__contains__"})
+LOGGING_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "log", "critical"})
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys a dict value may hold (``names``; ``None``: unknown), where it is built (``path:line``), and
+    why the keys are unknown when they are."""
+
+    names: frozenset[str] | None
+    where: str
+    why: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.names is not None
+
+
+@dataclass(frozen=True)
+class SettingsDict:
+    """The dict literal a call takes all its settings from (``Config(**kwargs)``): the name, its literal."""
+
+    name: str
+    literal: cst.Dict
+    function: cst.FunctionDef
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A call a value may come from: the call, its callee's qualified names, where it is."""
+
+    call: cst.Call
+    names: frozenset[str]
+    where: str
+    through: tuple[str, ...] = ()  # the helper calls it was returned through, outermost first
+
+
+class _Source:
+    """One parsed module: its path, tree, and the line and qualified names of its nodes."""
+
+    def __init__(
+        self,
+        path: str,
+        module: cst.Module,
+        line: Callable[[cst.CSTNode], int],
+        names: Callable[[cst.CSTNode], set[str]],
+    ):
+        self.path = path
+        self.module = module
+        self.line = line
+        self.names = names
+        self.functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+
+    def where(self, node: cst.CSTNode) -> str:
+        return f"{self.path}:{self.line(node)}"
+
+
+def _children(node: cst.CSTNode, parent: cst.CSTNode | None) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
+    """Every descendant of ``node`` with its parent, in source order."""
+    for child in node.children:
+        yield child, node
+        yield from _children(child, node)
+
+
+def _literal_keys(node: cst.Dict) -> frozenset[str] | None:
+    """The keys of a dict literal whose keys are all string literals, without ``**`` entries."""
+    keys = set()
+    for element in node.elements:
+        if not isinstance(element, cst.DictElement) or not isinstance(literal_value(element.key), str):
+            return None
+        keys.add(literal_value(element.key))
+    return frozenset(keys)
+
+
+def _resolved(value: object) -> object:
+    """A metadata value, loaded when the provider resolved it lazily (libcst's ``LazyValue``)."""
+    return value() if callable(value) else value
+
+
+def _params(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    named = (*params.posonly_params, *params.params, *params.kwonly_params)
+    stars = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in (*named, *stars)}
+
+
+class ProgramValues:
+    """Value queries over the module a codemod transforms, following helpers into the repository's modules."""
+
+    def __init__(self, codemod: OptimizationCodemod):
+        self.codemod = codemod
+        self.here = _Source(codemod.path, codemod.parsed.module, codemod.line, codemod.names)
+        self._sources: dict[str, _Source | None] = {codemod.path: self.here}
+
+    # -- where a node is -----------------------------------------------------------------------------
+    def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The innermost function of this module that holds ``node``."""
+        position = self.codemod.get_metadata(PositionProvider, node).start
+        holding = None
+        for function in self.codemod.nodes(cst.FunctionDef):
+            span = self.codemod.get_metadata(PositionProvider, function)
+            if (
+                (span.start.line, span.start.column)
+                <= (position.line, position.column)
+                <= (
+                    span.end.line,
+                    span.end.column,
+                )
+            ):
+                holding = function  # source order: a later holder is nested in an earlier one
+        return holding
+
+    # -- splats ----------------------------------------------------------------------------------------
+    def hidden(self, call: cst.Call, wanted: Iterable[str]) -> str | None:
+        """Why a ``**splat`` of ``call`` may hold one of the ``wanted`` keywords; ``None`` when none can.
+
+        A keyword the call also passes explicitly cannot be in a splat (Python would raise), so it is no reason.
+        """
+        wanted = set(wanted) - {a.keyword.value for a in call.args if a.keyword is not None}
+        if not wanted:
+            return None
+        function = self.function_of(call)
+        for arg in call.args:
+            if arg.star != "**":
+                continue
+            keys = self.keys(arg.value, function, self.here)
+            splat = f"`**{code_of(arg.value)}`"
+            if not keys.known:
+                return (
+                    f"settings are passed through {splat} ({keys.where}), whose keys are unknown: {keys.why}"
+                )
+            clash = sorted(wanted & keys.names)
+            if clash:
+                return f"{splat} ({keys.where}) may set {', '.join(clash)}; set it where that dict is built"
+        return None
+
+    def settings_dict(self, call: cst.Call) -> SettingsDict | None:
+        """The dict literal ``call`` takes all its settings from: ``Config(**name)`` alone, ``name`` bound once, in
+        the same function, to a dict literal with string keys."""
+        if len(call.args) != 1 or call.args[0].star != "**" or not isinstance(call.args[0].value, cst.Name):
+            return None
+        name = call.args[0].value.value
+        function = self.function_of(call)
+        if function is None or name in _params(function):
+            return None
+        bindings, _ = self._uses(name, function.body, self.here)
+        if len(bindings) != 1 or not isinstance(bindings[0], cst.Dict) or _literal_keys(bindings[0]) is None:
+            return None
+        if not self.keys(call.args[0].value, function, self.here).known:
+            return None
+        return SettingsDict(name, bindings[0], function)
+
+    def keys(
+        self, value: cst.BaseExpression, function: cst.FunctionDef | None, source: _Source, depth: int = 0
+    ) -> Keys:
+        """The keys the dict ``value`` (evaluated in ``function`` of ``source``) may hold."""
+        where = source.where(value)
+        if isinstance(value, cst.Dict):
+            keys: set[str] = set()
+            for element in value.elements:
+                if isinstance(element, cst.StarredDictElement):
+                    inner = self.keys(element.value, function, source, depth)
+                    if not inner.known:
+                        return inner
+                    keys |= inner.names
+                elif isinstance(literal_value(element.key), str):
+                    keys.add(literal_value(element.key))
+                else:
+                    return Keys(None, where, f"the key `{code_of(element.key)}` is computed")
+            return Keys(frozenset(keys), where)
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.BitOr):
+            left = self.keys(value.left, function, source, depth)
+            right = self.keys(value.right, function, source, depth)
+            if not (left.known and right.known):
+                return left if not left.known else right
+            return Keys(left.names | right.names, where)
+        if isinstance(value, cst.Name):
+            return self._name_keys(value.value, function, source, depth)
+        if isinstance(value, cst.Call):
+            return self._call_keys(value, source, depth)
+        return Keys(None, where, f"`{code_of(value)}` is not a dict built here")
+
+    def _name_keys(self, name: str, function: cst.FunctionDef | None, source: _Source, depth: int) -> Keys:
+        if function is not None and name in _params(function):
+            return Keys(None, source.where(function), f"`{name}` is a parameter of {function.name.value}()")
+        scope = function.body if function is not None else source.module
+        bindings, additions = self._uses(name, scope, source)
+        if not bindings and function is not None:
+            return self._name_keys(name, None, source, depth)
+        if not bindings:
+            return Keys(None, source.path, f"`{name}` is not bound in this module")
+        keys: set[str] = set()
+        for item in (*bindings, *additions):
+            if isinstance(item, str):
+                keys.add(item)
+                continue
+            if isinstance(item, Keys):
+                return item
+            found = self.keys(item, function, source, depth)
+            if not found.known:
+                return found
+            keys |= found.names
+        return Keys(frozenset(keys), source.where(bindings[0]))
+
+    def _uses(
+        self, name: str, scope: cst.CSTNode, source: _Source
+    ) -> tuple[list[cst.BaseExpression], list[str | cst.BaseExpression | Keys]]:
+        """The values ``name`` is bound to in ``scope``, and what its other uses add: keys, dicts merged in, or
+        a :class:`Keys` saying why its keys cannot be known."""
+        bindings: list[cst.BaseExpression] = []
+        additions: list[str | cst.BaseExpression | Keys] = []
+        parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        for node, parent in _children(scope, None):
+            parents[node] = parent
+            if not (isinstance(node, cst.Name) and node.value == name):
+                continue
+            grand = parents.get(parent)
+
+            def unknown(why: str, node: cst.CSTNode = node) -> Keys:
+                return Keys(None, source.where(node), why)
+
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                continue
+            if isinstance(parent, (cst.Arg, cst.Param)) and parent.keyword is node:
+                continue
+            if isinstance(parent, cst.Param):
+                continue  # a nested function's own parameter
+            if isinstance(parent, cst.AssignTarget) and parent.target is node:
+                bindings.append(grand.value)
+            elif isinstance(parent, cst.AnnAssign) and parent.target is node:
+                if parent.value is not None:
+                    bindings.append(parent.value)
+            elif isinstance(parent, cst.AugAssign) and parent.target is node:
+                if isinstance(parent.operator, cst.BitOrAssign):
+                    additions.append(parent.value)
+                else:
+                    additions.append(unknown(f"`{code_of(parent)}` changes it"))
+            elif isinstance(parent, cst.Subscript) and parent.value is node:
+                stored = isinstance(grand, cst.AssignTarget) or (
+                    isinstance(grand, cst.AugAssign) and grand.target is parent
+                )
+                if stored:
+                    key = self._subscript_key(parent)
+                    additions.append(
+                        key if key is not None else unknown(f"`{code_of(parent)}` sets a computed key")
+                    )
+            elif isinstance(parent, cst.Attribute) and parent.value is node:
+                call = parents.get(parent)
+                method = parent.attr.value
+                if method in READING_METHODS:
+                    continue
+                if method in ("update", "setdefault") and isinstance(call, cst.Call):
+                    additions.extend(
+                        self._method_additions(method, call) or [unknown(f"`{code_of(call)}` adds keys")]
+                    )
+                else:
+                    additions.append(unknown(f"`{code_of(parent)}` may change it"))
+            elif isinstance(parent, cst.Arg) and parent.star == "":
+                call = parents.get(parent)
+                if not (isinstance(call, cst.Call) and self._reads_only(call)):
+                    additions.append(
+                        unknown(f"it is passed to `{code_of(call.func)}(...)`, which may add keys")
+                    )
+            elif isinstance(parent, (cst.AssignTarget, cst.Element, cst.StarredElement)) or (
+                isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node
+            ):
+                additions.append(unknown("it is aliased or unpacked here"))
+            elif isinstance(parent, (cst.AsName, cst.For, cst.CompFor, cst.NamedExpr, cst.ImportAlias)):
+                additions.append(unknown("it is rebound here"))
+            elif isinstance(parent, (cst.Global, cst.Nonlocal, cst.NameItem)):
+                additions.append(unknown("it is declared global or nonlocal here"))
+        return bindings, additions
+
+    @staticmethod
+    def _subscript_key(subscript: cst.Subscript) -> str | None:
+        if len(subscript.slice) == 1 and isinstance(subscript.slice[0].slice, cst.Index):
+            key = literal_value(subscript.slice[0].slice.value)
+            return key if isinstance(key, str) else None
+        return None
+
+    @staticmethod
+    def _method_additions(method: str, call: cst.Call) -> list[str | cst.BaseExpression] | None:
+        """The keys ``name.update(...)``/``name.setdefault(...)`` may add; ``None`` when they cannot be known."""
+        if method == "setdefault":
+            key = literal_value(call.args[0].value) if call.args else None
+            return [key] if isinstance(key, str) else None
+        added: list[str | cst.BaseExpression] = []
+        for arg in call.args:
+            if arg.keyword is not None:
+                added.append(arg.keyword.value)
+            elif arg.star == "" and isinstance(arg.value, (cst.Dict, cst.Name, cst.Call)):
+                added.append(arg.value)
+            else:
+                return None
+        return added
+
+    def _reads_only(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value in READING_CALLS
+        return isinstance(func, cst.Attribute) and func.attr.value in LOGGING_METHODS
+
+    def _call_keys(self, call: cst.Call, source: _Source, depth: int) -> Keys:
+        where = source.where(call)
+        if isinstance(call.func, cst.Name) and call.func.value == "dict":
+            keys: set[str] = set()
+            for arg in call.args:
+                if arg.keyword is not None:
+                    keys.add(arg.keyword.value)
+                    continue
+                inner = self.keys(arg.value, None, source, depth) if arg.star != "*" else None
+                if inner is None or not inner.known:
+                    return inner or Keys(None, where, f"`{code_of(call)}` unpacks pairs")
+                keys |= inner.names
+            return Keys(frozenset(keys), where)
+        found = self.callee(call, source)
+        if found is None or depth >= MAX_DEPTH:
+            return Keys(
+                None, where, f"`{code_of(call.func)}` is not a function of this repository perfbot can read"
+            )
+        helper, helper_source = found
+        returns = self._returns(helper)
+        if not returns:
+            return Keys(None, helper_source.where(helper), f"{helper.name.value}() returns no dict")
+        keys = set()
+        for returned in returns:
+            inner = self.keys(returned, helper, helper_source, depth + 1)
+            if not inner.known:
+                return inner
+            keys |= inner.names
+        return Keys(frozenset(keys), helper_source.where(helper))
+
+    @staticmethod
+    def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What ``function`` returns (an empty list when it yields, or returns nothing)."""
+        returned = []
+        for node, _ in _children(function.body, None):
+            if isinstance(node, (cst.Yield, cst.Await)):
+                return []
+            if isinstance(node, cst.Return) and node.value is not None:
+                returned.append(node.value)
+        nested = [
+            n for n, _ in _children(function.body, None) if isinstance(n, (cst.FunctionDef, cst.Lambda))
+        ]
+        return [] if nested else returned
+
+    # -- functions of the repository --------------------------------------------------------------------
+    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
+        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
+        of the repository."""
+        if not isinstance(call.func, cst.Name):
+            return None
+        name = call.func.value
+        if name in source.functions:
+            return source.functions[name], source
+        for statement in source.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                for alias in small.names:
+                    bound = alias.asname.name.value if alias.asname else code_of(alias.name)
+                    if bound != name:
+                        continue
+                    imported = self._module_source(small, source)
+                    original = code_of(alias.name)
+                    if imported is not None and original in imported.functions:
+                        return imported.functions[original], imported
+        return None
+
+    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
+        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
+        module = code_of(statement.module).split(".") if statement.module is not None else []
+        dots = len(statement.relative)
+        if dots:
+            base = Path(source.path).parent
+            for _ in range(dots - 1):
+                base = base.parent
+            candidates = [base.joinpath(*module)]
+        else:
+            candidates = [Path(*module), Path("src", *module)]
+        for candidate in candidates:
+            for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+                if (self.codemod.repo.root / path).is_file():
+                    return self._parsed(path.as_posix())
+        return None
+
+    def _parsed(self, path: str) -> _Source | None:
+        if path not in self._sources:
+            try:
+                parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
+            except (TransformError, OSError, UnicodeDecodeError):
+                self._sources[path] = None
+                return None
+            positions = parsed.wrapper.resolve(PositionProvider)
+            qualified = parsed.wrapper.resolve(QualifiedNameProvider)
+            self._sources[path] = _Source(
+                path,
+                parsed.module,
+                lambda node: positions[node].start.line,
+                lambda node: {q.name for q in _resolved(qualified.get(node, set()))},
+            )
+        return self._sources[path]
+
+    # -- where a value comes from --------------------------------------------------------------------
+    def origins(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[Origin]:
+        """The calls ``value`` (read at ``at`` in this module) may come from, through assignments, tuple
+        unpacking and the returns of the repository's functions."""
+        return self._origins(value, self.function_of(at), self.here, (), 0)
+
+    def _origins(
+        self,
+        value: cst.BaseExpression,
+        function: cst.FunctionDef | None,
+        source: _Source,
+        index: tuple[int, ...],
+        depth: int,
+    ) -> list[Origin]:
+        if index and isinstance(value, (cst.Tuple, cst.List)):
+            elements = value.elements
+            if index[0] < len(elements) and not isinstance(elements[index[0]], cst.StarredElement):
+                return self._origins(elements[index[0]].value, function, source, index[1:], depth)
+            return []
+        if isinstance(value, cst.Name):
+            scope = function.body if function is not None else source.module
+            found = []
+            for bound, position in self._bindings(value.value, scope):
+                found += self._origins(bound, function, source, position + index, depth)
+            return found
+        if not isinstance(value, cst.Call):
+            return []
+        found = [] if index else [Origin(value, frozenset(source.names(value.func)), source.where(value))]
+        helper = self.callee(value, source) if depth < MAX_DEPTH else None
+        if helper is not None:
+            function_def, helper_source = helper
+            through = f"`{code_of(value.func)}(...)` ({source.where(value)})"
+            for returned in self._returns(function_def):
+                for origin in self._origins(returned, function_def, helper_source, index, depth + 1):
+                    found.append(Origin(origin.call, origin.names, origin.where, (through, *origin.through)))
+        return found
+
+    @staticmethod
+    def _bindings(name: str, scope: cst.CSTNode) -> list[tuple[cst.BaseExpression, tuple[int, ...]]]:
+        """The values ``name`` is assigned in ``scope``, with its position when it is unpacked from a tuple."""
+        found = []
+        for node, _ in _children(scope, None):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    position = _position_of(name, target.target)
+                    if position is not None:
+                        found.append((node.value, position))
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                position = _position_of(name, node.target)
+                if position is not None:
+                    found.append((node.value, position))
+        return found
+
+
+def _position_of(name: str, target: cst.BaseExpression) -> tuple[int, ...] | None:
+    """Where ``name`` sits in an assignment target: ``()`` for the whole of it, ``(i, …)`` inside tuples."""
+    if isinstance(target, cst.Name):
+        return () if target.value == name else None
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for i, element in enumerate(target.elements):
+            if isinstance(element, cst.StarredElement):
+                return None
+            inner = _position_of(name, element.value)
+            if inner is not None:
+                return (i, *inner)
+    return None
+
+
+# -- edits: settings that go into the dict literal a call takes them all from ------------------------------
+def _separator(
+    commas: list[cst.Comma | cst.MaybeSentinel], opening: cst.BaseParenthesizableWhitespace
+) -> cst.Comma:
+    """The comma that separates items in a layout: the one before the last item's, or one after the opening."""
+    if len(commas) >= 2 and isinstance(commas[-2], cst.Comma):
+        return commas[-2]
+    return cst.Comma(whitespace_after=opening)
+
+
+def with_entries(literal: cst.Dict, items: list[tuple[str, cst.BaseExpression]]) -> cst.Dict:
+    """``literal`` with ``"key": value`` entries appended, in its own layout (one per line when it is)."""
+    if not items:
+        return literal
+    new = [cst.DictElement(cst.SimpleString(f'"{key}"'), value) for key, value in items]
+    elements = list(literal.elements)
+    if not elements:
+        return literal.with_changes(elements=new)
+    separator = _separator([e.comma for e in elements], literal.lbrace.whitespace_after)
+    trailing = elements[-1].comma
+    elements[-1] = elements[-1].with_changes(comma=separator)
+    elements += [e.with_changes(comma=separator) for e in new[:-1]]
+    elements.append(new[-1].with_changes(comma=trailing))
+    return literal.with_changes(elements=elements)
+
+
+def with_keyword_parameter(
+    function: cst.FunctionDef, name: str, annotation: str, default: str
+) -> cst.FunctionDef:
+    """``function`` with a ``name: annotation = default`` parameter after its last one (keyword-only when it
+    has keyword-only parameters), in its own layout."""
+    parameter = cst.ensure_type(
+        cst.parse_statement(f"def f(*, {name}: {annotation} = {default}): pass"), cst.FunctionDef
+    ).params.kwonly_params[0]
+    params = function.params
+    kwonly = bool(params.kwonly_params) or params.star_arg is not cst.MaybeSentinel.DEFAULT
+    group = list(params.kwonly_params if kwonly else params.params)
+    if group and isinstance(group[-1].comma, cst.Comma):
+        separator = _separator([p.comma for p in group], cst.SimpleWhitespace(" "))
+        parameter = parameter.with_changes(comma=group[-1].comma)
+        group[-1] = group[-1].with_changes(comma=separator)
+    group.append(parameter)
+    changed = params.with_changes(**{"kwonly_params" if kwonly else "params": group})
+    return function.with_changes(params=changed)
+
+
+class _DictEntries(cst.CSTTransformer):
+    """Appends entries to the dict literal ``name`` is assigned."""
+
+    def __init__(self, name: str, items: list[tuple[str, cst.BaseExpression]]):
+        super().__init__()
+        self.name = name
+        self.items = items
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        targets = [t.target for t in original_node.targets]
+        if isinstance(updated_node.value, cst.Dict) and any(
+            isinstance(t, cst.Name) and t.value == self.name for t in targets
+        ):
+            return updated_node.with_changes(value=with_entries(updated_node.value, self.items))
+        return updated_node
+
+
+class SettingsPlacement:
+    """Mixin for an :class:`OptimizationCodemod`: keywords it adds to a call that takes all its settings from a
+    dict literal of the same function (``SFTConfig(**sft_kwargs)``) go into that literal instead, as a
+    maintainer would write them; parameters it adds to a function are added as that function is left.
+
+    Call :meth:`start_placement` in ``visit_Module``; a subclass that defines ``leave_FunctionDef`` calls this
+    one's."""
+
+    def start_placement(self) -> None:
+        self.values = ProgramValues(self)
+        self._entries: dict[cst.FunctionDef, tuple[str, list[tuple[str, cst.BaseExpression]]]] = {}
+        self._parameters: dict[cst.FunctionDef, list[tuple[str, str, str]]] = {}
+
+    def placed(self, original: cst.Call, updated: cst.Call, edited: cst.Call) -> cst.Call:
+        """``edited`` (``updated`` with keywords appended), or ``updated`` with those keywords queued for the dict
+        literal the call takes its settings from."""
+        target = self.values.settings_dict(original)
+        if target is None:
+            return edited
+        added = [(a.keyword.value, a.value) for a in edited.args[len(updated.args) :]]
+        self._entries.setdefault(target.function, (target.name, []))[1].extend(added)
+        return updated
+
+    def add_parameter(self, function: cst.FunctionDef, name: str, annotation: str, default: str) -> None:
+        """Add ``name: annotation = default`` to ``function`` (unless queued already)."""
+        queued = self._parameters.setdefault(function, [])
+        if all(p[0] != name for p in queued):
+            queued.append((name, annotation, default))
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        for name, annotation, default in self._parameters.pop(original_node, []):
+            updated_node = with_keyword_parameter(updated_node, name, annotation, default)
+        if original_node in self._entries:
+            name, items = self._entries.pop(original_node)
+            updated_node = updated_node.with_changes(body=updated_node.body.visit(_DictEntries(name, items)))
+        return updated_node
