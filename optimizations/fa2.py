@@ -36,7 +36,6 @@ from optimizations.program.codemod import (
     keyword,
     literal_value,
     replace_keyword,
-    star_kwargs,
     walk,
 )
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
@@ -190,11 +189,8 @@ class _PickAttention(OptimizationCodemod):
                 "it is never trained or run, so its attention does not matter",
             )
             return updated_node
-        hidden = star_kwargs(original_node)
-        if reason is None and hidden is not None:
-            reason = (
-                f"`**{code_of(hidden.value)}` may carry attn_implementation; set it where that dict is built"
-            )
+        if reason is None:
+            reason = self.links.values.hidden(original_node, ["attn_implementation"])
         dtype_arg = keyword(original_node, "dtype") or keyword(original_node, "torch_dtype")
         dtype = dtype_arg.value if dtype_arg else None
         if reason is None and dtype is not None and self._is_float32(dtype):
@@ -750,7 +746,29 @@ from transformers import AutoModelForCausalLM
 def load(path, **loading):
     return AutoModelForCausalLM.from_pretrained(path, **loading)
 """,
-            refusal="`**loading` may carry attn_implementation",
+            refusal="settings are passed through `**loading` (train.py:4), whose keys are unknown: `loading` is a parameter",
+        ),
+        Example(
+            "beside_a_splat_that_cannot_hold_it",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path, revision):
+    loading = dict(revision=revision, dtype=torch.bfloat16)
+    return AutoModelForCausalLM.from_pretrained(path, **loading)
+""",
+            after="""\
+import torch
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def load(path, revision):
+    loading = dict(revision=revision, dtype=torch.bfloat16)
+    return AutoModelForCausalLM.from_pretrained(path, **loading, attn_implementation=pick_attention_implementation(AutoModelForCausalLM, path, fallback=None))
+""",
         ),
         Example(
             "refuses_model_init_kwargs_without_dtype",
