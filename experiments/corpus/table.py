@@ -52,12 +52,12 @@ def _short(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _applied_cell(outcome: Outcome, optimization: str, tier: int) -> str:
+def _applied_cell(outcome: Outcome, optimization: str, tier: int, sites: list[dict]) -> str:
     if tier != 1:
         return "–"
     rows = [r for r in outcome.applied.get("rows", []) if r["optimization"] == optimization]
     if not rows:
-        return "not in the plan"
+        return "refused rows only (need a human)" if any(_kind(s) == "refuse" for s in sites) else "no row"
     row = rows[0]
     return _short(f"{row['status']}: {row['note']}" if row["note"] else row["status"])
 
@@ -82,7 +82,7 @@ def render(outcomes: list[Outcome], tiers: dict[str, int]) -> str:
                 f"{optimization} (t{tier})",
                 expected,
                 _sites_cell(sites),
-                _applied_cell(outcome, optimization, tier),
+                _applied_cell(outcome, optimization, tier, sites),
                 judged,
             ]
             lines.append("| " + " | ".join(cells) + " |")
