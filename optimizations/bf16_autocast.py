@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.helpers import parse_template_expression, parse_template_statement
+from libcst.helpers import parse_template_statement
 
 from optimizations.program.codemod import (
     add_keywords,
@@ -161,10 +161,11 @@ class _Autocast(PlannedCodemod):
         if setting is not None:
             self._judge_setting(found, message, setting.value)
             return
-        launch = launch_setting(self.repo, framework.precision) if framework is ACCELERATE else None
+        launch = (
+            launch_setting(self.repo, framework.precision, self.path) if framework is ACCELERATE else None
+        )
         if launch is not None:
-            where, text = launch
-            self.refused(call, message, f"the launch configuration sets it at {where} (`{text}`)")
+            self.refused(call, message, launch)
             return
         fallback = "None" if framework is ACCELERATE else '"32-true"'
         value = expr(f'"{bf16}" if {CHECK}() else {fallback}')
@@ -231,9 +232,7 @@ class _Autocast(PlannedCodemod):
                     value, message, f"the config sets precision at line {self.line(value)}: decide there"
                 )
             else:
-                element = parse_template_expression(
-                    '{{"bf16": {{"enabled": {check}()}}}}', check=cst.Name(CHECK)
-                ).elements[0]
+                element = expr(f'{{"bf16": {{"enabled": {CHECK}()}}}}').elements[0]
                 self.replacements[value] = lambda updated, element=element: _with_element(updated, element)
                 self.runtime_imports.add((RUNTIME_MODULE, CHECK))
                 self.changed(value, message)
@@ -265,18 +264,23 @@ class _Autocast(PlannedCodemod):
         )
         owner = self.enclosing_body(loop)
         existing = self._autocasts(owner)
-        bf16 = [(item, dtypes) for item, dtypes in existing if "bfloat16" in dtypes]
+        bf16 = [(item, call, dtypes) for item, call, dtypes in existing if "bfloat16" in dtypes]
         if bf16:
-            item, dtypes = bf16[0]
+            item, call, dtypes = bf16[0]
             if all(site.line != self.line(item) for site in self.sites):
-                either = "" if dtypes == ["bfloat16"] else f"; its dtype is {' or '.join(dtypes)}"
+                dtype = keyword(call, "dtype") or call.args[1]
+                either = (
+                    ""
+                    if dtypes == ["bfloat16"]
+                    else f"; dtype `{code_of(dtype.value)}` is {' or '.join(dtypes)}"
+                )
                 self.already(
                     item, f"forward and loss under autocast to bfloat16 (`with {code_of(item)}:`{either})"
                 )
             return
         try:
             if existing:
-                item, dtypes = existing[0]
+                item, _call, dtypes = existing[0]
                 raise _Refused(
                     f"the loop already autocasts at line {self.line(item)} (`{code_of(item)}`, "
                     f"to {' or '.join(dtypes)})"
@@ -304,8 +308,9 @@ class _Autocast(PlannedCodemod):
         self.need_module("torch")
         self.changed(span[0], message)
 
-    def _autocasts(self, owner: cst.CSTNode) -> list[tuple[cst.BaseExpression, list[str]]]:
-        """The autocast context managers in the function, each with the dtypes it may cast to:
+    def _autocasts(self, owner: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.Call, list[str]]]:
+        """The autocast context managers in the function (the ``with`` item, the autocast call), each with the
+        dtypes it may cast to:
         ``torch.autocast(...)``, ``torch.cuda.amp.autocast(...)``, ``accelerator.autocast()``, or a name bound
         to one (``ctx = nullcontext() if cpu else torch.amp.autocast(...)``; ``with ctx:``)."""
         found = []
@@ -318,7 +323,7 @@ class _Autocast(PlannedCodemod):
                     qualified_under(self.names(value.func), ("torch",), ("autocast",))
                     or is_method_call(value, "autocast")
                 ):
-                    found.append((node.item, self._dtypes(value, scopes)))
+                    found.append((node.item, value, self._dtypes(value, scopes)))
                     break
         return found
 

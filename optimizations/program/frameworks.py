@@ -100,10 +100,13 @@ def framework_backward(backward: cst.Call) -> bool:
 LAUNCH_FILES = ("*.sh", "*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "Makefile")
 
 
-def launch_setting(repo: RepoContext, setting: str) -> tuple[str, str] | None:
-    """``(path:line, text)`` of the first launch or config file line that names ``setting`` (or its
-    ``--dashed`` flag spelling); ``None`` when no launch file of the repository sets it."""
+def launch_setting(repo: RepoContext, setting: str, script: str) -> str | None:
+    """Why a launch file owns ``setting`` for ``script``, naming the line; ``None`` when none does. A command
+    that runs the script with the setting (``accelerate launch --mixed_precision fp16 train.py``) comes first,
+    then a config file that sets it (an ``accelerate config`` YAML with ``mixed_precision: fp16``)."""
     spellings = (setting, setting.replace("_", "-"))
+    name = PurePosixPath(script).name
+    configs = []
     for path in repo.files(*LAUNCH_FILES):
         try:
             text = repo.read(path)
@@ -112,8 +115,16 @@ def launch_setting(repo: RepoContext, setting: str) -> tuple[str, str] | None:
         if not any(spelling in text for spelling in spellings):
             continue
         for number, line in enumerate(text.splitlines(), start=1):
-            if any(spelling in line for spelling in spellings) and not line.lstrip().startswith("#"):
-                return f"{path}:{number}", line.strip()
+            if line.lstrip().startswith("#") or not any(spelling in line for spelling in spellings):
+                continue
+            if name in line:
+                return f"the launch command at {path}:{number} sets it (`{line.strip()}`)"
+            if line.lstrip().startswith(f"{setting}:"):
+                configs.append(f"{path}:{number} (`{line.strip()}`)")
+    if configs:
+        return (
+            f"a launch config of the repository sets it at {configs[0]}, and a keyword here would override it"
+        )
     return None
 
 

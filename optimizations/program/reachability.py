@@ -1,9 +1,10 @@
 """What the program runs: the code reached from its entry points, so that a library's own training loop that
 the program never calls is no site.
 
-Entry points are the scripts a person starts: Python files with ``if __name__ == "__main__":``, the console
-scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that launch files (shell scripts, a
-Makefile, ``[tool.bot]`` workloads, YAML, a README's commands) name. A vendored library -- a folder with its
+Entry points are the scripts a person starts: Python files with ``if __name__ == "__main__":``, scripts outside
+any package that no file imports (nanoGPT's ``train.py``, a snippet: all of their code taken to run), the console
+scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that commands in launch files (shell scripts,
+a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate launch``, .... A vendored library -- a folder with its
 own ``setup.py``/``pyproject.toml``, or one named ``third_party``, ``vendor``, ``external`` -- contributes no entry
 points of its own. From the entry points, imports are followed through the repository's modules (the script's
 folder, the root and ``src/`` on the path, relative imports, packages' ``__init__``); a top-level function or
@@ -31,7 +32,11 @@ VENDOR_FOLDERS = frozenset(
 )
 PROJECT_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
 LAUNCH_FILES = ("*.sh", "*.bash", "Makefile", "*.mk", "*.toml", "*.yaml", "*.yml", "*.md", "*.cfg")
+# Commands that run a Python file or module named after them.
+LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "uv", "srun", "mpirun", "lightning", "composer")
 MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]""", re.MULTILINE)
+# ``import a.b, c`` and ``from .a import (b, c)``: the names a file imports.
+IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([\w., ()]+)", re.MULTILINE)
 MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
 
 
@@ -42,6 +47,7 @@ class Program:
         self.repo = repo
         self.files = set(repo.python_files())
         self.vendored = {path for path in self.files if self._is_vendored(path)}
+        self.standalone = self._standalone()
         self.entry_points = sorted(self._entry_points())
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
@@ -56,7 +62,7 @@ class Program:
             return True
         if path not in self.reached:
             return False
-        if definition is None:
+        if definition is None or path in self.standalone:
             return True
         return definition in self.used_names or definition in self._decorated(path)
 
@@ -72,12 +78,31 @@ class Program:
             for name in PROJECT_FILES
         )
 
+    def _standalone(self) -> set[str]:
+        """Scripts outside any package that no file of the repository imports and that have no ``__main__``
+        guard to start from: the program a person runs (``python train.py``), all of their code taken to run."""
+        imported: set[str] = set()
+        texts = {path: self._text(path) or "" for path in self.files}
+        for text in texts.values():
+            for names in IMPORTED.findall(text):
+                imported |= {
+                    part for name in re.split(r"[\s,()]+", " ".join(names)) for part in name.split(".")
+                }
+        return {
+            path
+            for path in self.files - self.vendored
+            if not (self.repo.root / posixpath.dirname(path) / "__init__.py").exists()
+            and PurePosixPath(path).stem not in imported
+            and not MAIN_GUARD.search(texts[path])
+        }
+
     def _entry_points(self) -> set[str]:
         found = set()
         for path in self.files - self.vendored:
             text = self._text(path)
             if text is not None and "__main__" in text and MAIN_GUARD.search(text):
                 found.add(path)
+        found |= self.standalone
         for path in self.repo.files(*LAUNCH_FILES):
             if path.endswith("pyproject.toml"):
                 found |= self._console_scripts(path)
@@ -111,8 +136,10 @@ class Program:
         base = posixpath.dirname(path)
         found = set()
         for line in text.splitlines():
-            for token in _tokens(line):
-                token = token.strip("\"'`,;()[]")
+            tokens = [token.strip("\"'`,;()[]") for token in _tokens(line)]
+            if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
+                continue  # prose that names a file, not a command that runs it
+            for token in tokens:
                 if token.endswith(".py"):
                     found |= self._script_file(token, base)
             for module in MODULE_FLAG.findall(line):
