@@ -11,9 +11,17 @@ data moves such as ``x.to(device)`` -- are wrapped in::
 exactly what it did before; ``.backward()`` and the optimizer step stay outside. bf16 keeps float32's range, so
 no loss scaling is needed.
 
-Refused: a loop that already autocasts to another dtype (one that autocasts to bf16 is left alone), a file
-that uses a ``GradScaler`` or float16, a loop with more than one ``.backward()``, a loss not computed in the
-block that calls ``.backward()``.
+Already done: a loop whose function autocasts to bf16, directly or through a name (``ctx = nullcontext() if cpu
+else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16-or-float16 choice).
+
+Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
+gets ``mixed_precision="bf16" if bf16_supported() else None``, Lightning's ``Trainer``/``Fabric`` gets
+``precision="bf16-mixed" if bf16_supported() else "32-true"``, a DeepSpeed dict config gets ``"bf16":
+{"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
+
+Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
+or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
+loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()``.
 
 Tier 1 because loss parity holds: the example GPT (``examples/gpt_loop``, GPT-2 small shapes) trained 200
 steps on an H100 in float32 and under this autocast, same seed, data and batch order, gave step losses within
@@ -526,6 +534,54 @@ def train(model, loader, optimizer):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x, y)
         loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_through_a_name",
+            before="""\
+import contextlib
+import torch
+
+dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+cast = {"bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+ctx = torch.autocast("cuda", dtype=cast) if torch.cuda.is_available() else contextlib.nullcontext()
+scaler = torch.cuda.amp.GradScaler(enabled=dtype == "float16")
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with ctx:
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+""",
+        ),
+        Example(
+            "accelerate_mixed_precision",
+            before="""\
+from accelerate import Accelerator
+
+
+def train(model, loader, optimizer):
+    accelerator = Accelerator()
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
+        optimizer.step()
+""",
+            after="""\
+from accelerate import Accelerator
+from _perfbot_precision import bf16_supported
+
+
+def train(model, loader, optimizer):
+    accelerator = Accelerator(mixed_precision="bf16" if bf16_supported() else None)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
         optimizer.step()
 """,
         ),

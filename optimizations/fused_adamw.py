@@ -302,6 +302,17 @@ def build(model):
 """,
         ),
         Example(
+            "already_fused_through_kwargs",
+            before="""\
+import torch
+
+
+def build(model, device_type):
+    extra = dict(fused=True) if device_type == "cuda" else dict()
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, **extra)
+""",
+        ),
+        Example(
             "refuses_foreach",
             before="""\
 import torch
