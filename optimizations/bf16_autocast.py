@@ -11,9 +11,17 @@ data moves such as ``x.to(device)`` -- are wrapped in::
 exactly what it did before; ``.backward()`` and the optimizer step stay outside. bf16 keeps float32's range, so
 no loss scaling is needed.
 
-Refused: a loop that already autocasts to another dtype (one that autocasts to bf16 is left alone), a file
-that uses a ``GradScaler`` or float16, a loop with more than one ``.backward()``, a loss not computed in the
-block that calls ``.backward()``.
+Already done: a loop whose function autocasts to bf16, directly or through a name (``ctx = nullcontext() if cpu
+else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16-or-float16 choice).
+
+Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
+gets ``mixed_precision="bf16" if bf16_supported() else None``, Lightning's ``Trainer``/``Fabric`` gets
+``precision="bf16-mixed" if bf16_supported() else "32-true"``, a DeepSpeed dict config gets ``"bf16":
+{"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
+
+Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
+or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
+loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()``.
 
 Tier 1 because loss parity holds: the example GPT (``examples/gpt_loop``, GPT-2 small shapes) trained 200
 steps on an H100 in float32 and under this autocast, same seed, data and batch order, gave step losses within
@@ -26,7 +34,26 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.program.codemod import code_of, qualified_under, walk
+from optimizations.program.codemod import (
+    add_keywords,
+    code_of,
+    expr,
+    keyword,
+    literal_value,
+    qualified_under,
+    walk,
+)
+from optimizations.program.frameworks import (
+    ACCELERATE,
+    DEEPSPEED,
+    FRAMEWORK_WORDS,
+    FrameworkCall,
+    framework_backward,
+    framework_calls,
+    json_config,
+    launch_setting,
+)
+from optimizations.program.repository import Site
 from optimizations.program.training_loops import (
     BACKWARD,
     NESTED_SCOPES,
@@ -35,6 +62,7 @@ from optimizations.program.training_loops import (
     is_method_call,
     loss_names,
 )
+from optimizations.program.values import dict_items, outcomes
 from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "precision"
@@ -46,6 +74,8 @@ AUTOCAST = (
 DATA_METHODS = ("to", "cuda", "pin_memory", "contiguous", "long", "int", "float", "get", "items", "keys")
 DATA_FUNCTIONS = ("next", "len", "iter", "tuple", "list", "dict")
 FP16 = ("torch.float16", "torch.half")
+# torch dtype names (and getattr(torch, name) spellings) by the dtype they are.
+DTYPE_NAMES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 class _Refused(Exception):
@@ -76,22 +106,165 @@ def _attribute_part(target: cst.CSTNode, name: cst.Name) -> bool:
     )
 
 
+def _with_element(config: cst.Dict, element: cst.DictElement) -> cst.Dict:
+    """The dict literal with one more ``key: value`` at its end, after the same separator as the others."""
+    elements = list(config.elements)
+    if not elements:
+        return config.with_changes(elements=[element])
+    separator = (
+        elements[0].comma if len(elements) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    )
+    last = elements[-1]
+    elements[-1] = last.with_changes(comma=separator)
+    return config.with_changes(elements=[*elements, element.with_changes(comma=last.comma)])
+
+
 def _read(statement: cst.BaseStatement) -> set[str]:
     return {n.value for n in m.findall(statement, m.Name())}
 
 
 class _Autocast(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
+        frameworks = [f for f in framework_calls(self.nodes(cst.Call), self.names) if self.runs(f.call)]
+        for found in frameworks:
+            self._plan_framework(found)
+        if frameworks:
+            return  # the framework owns the precision of every loop in this file
         self.scaler = next(
             (
                 call
                 for call in self.nodes(cst.Call)
                 if any(name.rsplit(".", 1)[-1] == "GradScaler" for name in self.names(call.func))
+                and self._may_be_enabled(call)
             ),
             None,
         )
         for loop in self.training_loops():
             self._plan_loop(loop)
+
+    def _scopes(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """Where the names ``node`` reads are bound: its function, then the module."""
+        owner = self.enclosing_body(node)
+        return [owner] if owner is self.parsed.module else [owner, self.parsed.module]
+
+    def _may_be_enabled(self, scaler: cst.Call) -> bool:
+        """A ``GradScaler`` that scales unless ``enabled=`` is always false (``enabled=False``, or a name
+        bound only to false)."""
+        enabled = keyword(scaler, "enabled")
+        if enabled is None:
+            return True
+        values = outcomes(enabled.value, self._scopes(scaler))
+        return values is None or any(literal_value(v) is not False for v in values)
+
+    def _plan_framework(self, found: FrameworkCall) -> None:
+        framework, call = found.framework, found.call
+        if framework is DEEPSPEED:
+            self._plan_deepspeed(found)
+            return
+        bf16 = framework.bf16[0]
+        message = (
+            f"{code_of(call.func)}(...): {framework.precision}={bf16!r} where the GPU has bf16 tensor cores"
+        )
+        setting = found.setting
+        if setting is not None:
+            self._judge_setting(found, message, setting.value)
+            return
+        launch = (
+            launch_setting(self.repo, framework.precision, self.path) if framework is ACCELERATE else None
+        )
+        if launch is not None:
+            self.refused(call, message, launch)
+            return
+        fallback = "None" if framework is ACCELERATE else '"32-true"'
+        value = expr(f'"{bf16}" if {CHECK}() else {fallback}')
+        self.replacements[call] = lambda updated: add_keywords(updated, [(framework.precision, value)])
+        self.runtime_imports.add((RUNTIME_MODULE, CHECK))
+        self.changed(call, message)
+
+    def _judge_setting(self, found: FrameworkCall, message: str, value: cst.BaseExpression) -> None:
+        framework, call = found.framework, found.call
+        values = outcomes(value, self._scopes(call))
+        literals = None if values is None else [literal_value(v) for v in values]
+        written = f"{framework.precision}={code_of(value)}"
+        if literals is not None and any(v in framework.bf16 for v in literals):
+            self.already(call, f"{framework.name} mixed precision bf16 (`{written}`)")
+        elif literals is not None and any(v in framework.float16 for v in literals):
+            self.refused(
+                call,
+                message,
+                f"`{written}` at line {self.line(value)}: float16 mixed precision; moving it "
+                "to bf16 is a separate change",
+            )
+        elif literals is None or ... in literals:
+            self.refused(
+                call,
+                message,
+                f"`{written}` at line {self.line(value)} comes from the run's arguments: choose "
+                f"{framework.bf16[0]!r} where they are given",
+            )
+        else:
+            self.refused(call, message, f"`{written}` is set explicitly at line {self.line(value)}")
+
+    def _plan_deepspeed(self, found: FrameworkCall) -> None:
+        call = found.call
+        message = 'deepspeed.initialize(...): the config\'s "bf16": {"enabled": true} where the GPU has it'
+        setting = found.setting
+        if setting is None:
+            self.refused(
+                call, message, f"the DeepSpeed config comes from the command line (`{code_of(call)}`)"
+            )
+            return
+        values = outcomes(setting.value, self._scopes(call))
+        configs = [dict_items(v) for v in values or []]
+        if values is None or not values:
+            self.refused(call, message, f"the config `{code_of(setting.value)}` is not written in this file")
+            return
+        if all(isinstance(literal_value(v), str) for v in values):
+            for value in values:
+                self._judge_json(call, message, literal_value(value))
+            return
+        if any(items is None for items in configs):
+            self.refused(call, message, f"the config `{code_of(setting.value)}` is not a dict literal here")
+            return
+        for value, items in zip(values, configs, strict=True):
+            section = {name: dict_items(items[name]) for name in ("bf16", "fp16") if name in items}
+            enabled = {
+                name: literal_value(part.get("enabled")) if part else ... for name, part in section.items()
+            }
+            if enabled.get("bf16") is True:
+                self.already(value, 'DeepSpeed bf16 (`"bf16": {"enabled": True}`)')
+            elif enabled.get("fp16") is True:
+                self.refused(value, message, f"the config enables fp16 at line {self.line(items['fp16'])}")
+            elif section:
+                self.refused(
+                    value, message, f"the config sets precision at line {self.line(value)}: decide there"
+                )
+            else:
+                element = expr(f'{{"bf16": {{"enabled": {CHECK}()}}}}').elements[0]
+                self.replacements[value] = lambda updated, element=element: _with_element(updated, element)
+                self.runtime_imports.add((RUNTIME_MODULE, CHECK))
+                self.changed(value, message)
+
+    def _judge_json(self, call: cst.Call, message: str, path: str) -> None:
+        """A DeepSpeed config given as a JSON file of the repository."""
+        found = json_config(self.repo, self.path, path)
+        if found is None:
+            self.refused(call, message, f"the config file `{path}` is not in the repository")
+            return
+        where, config = found
+        if (config.get("bf16") or {}).get("enabled") is True:
+            self.sites.append(
+                Site(where, 1, self.optimization.id, "DeepSpeed bf16 in its config", False, already=True)
+            )
+        elif (config.get("fp16") or {}).get("enabled") is True:
+            self.refused(call, message, f"{where} enables fp16: moving it to bf16 is a separate change")
+        else:
+            self.refused(
+                call,
+                message,
+                f"{where} is JSON, which cannot ask whether the GPU has bf16: add the section "
+                "where every GPU that runs it does",
+            )
 
     def _plan_loop(self, loop: cst.For | cst.While) -> None:
         message = (
@@ -99,17 +272,37 @@ class _Autocast(PlannedCodemod):
         )
         owner = self.enclosing_body(loop)
         existing = self._autocasts(owner)
-        if existing and all(self._is_bf16(call) for call in existing):
-            return  # already autocasts to bf16
+        bf16 = [(item, call, dtypes) for item, call, dtypes in existing if "bfloat16" in dtypes]
+        if bf16:
+            item, call, dtypes = bf16[0]
+            if all(site.line != self.line(item) for site in self.sites):
+                dtype = keyword(call, "dtype") or call.args[1]
+                either = (
+                    ""
+                    if dtypes == ["bfloat16"]
+                    else f"; dtype `{code_of(dtype.value)}` is {' or '.join(dtypes)}"
+                )
+                self.already(
+                    item, f"forward and loss under autocast to bfloat16 (`with {code_of(item)}:`{either})"
+                )
+            return
         try:
             if existing:
+                item, _call, dtypes = existing[0]
                 raise _Refused(
-                    f"the loop already autocasts at line {self.line(existing[0])} (`{code_of(existing[0])}`)"
+                    f"the loop already autocasts at line {self.line(item)} (`{code_of(item)}`, "
+                    f"to {' or '.join(dtypes)})"
+                )
+            framework = next((b for b in backward_calls(loop) if framework_backward(b)), None)
+            if framework is not None:
+                raise _Refused(
+                    f"`{code_of(framework)}` at line {self.line(framework)}: the framework that owns this "
+                    "backward sets the precision, and its set-up is not in this file"
                 )
             if self.scaler is not None:
                 raise _Refused(
-                    f"the file uses a GradScaler at line {self.line(self.scaler)}: float16 mixed precision; "
-                    "moving it to bf16 is a separate change"
+                    f"the file uses a GradScaler at line {self.line(self.scaler)} (`{code_of(self.scaler)}`): "
+                    "float16 mixed precision; moving it to bf16 is a separate change"
                 )
             half = self._float16(owner)
             if half is not None:
@@ -123,24 +316,44 @@ class _Autocast(PlannedCodemod):
         self.need_module("torch")
         self.changed(span[0], message)
 
-    def _autocasts(self, owner: cst.CSTNode) -> list[cst.Call]:
-        """The autocast context managers in the function: ``torch.autocast``, ``torch.cuda.amp.autocast``,
-        ``accelerator.autocast()``."""
+    def _autocasts(self, owner: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.Call, list[str]]]:
+        """The autocast context managers in the function (the ``with`` item, the autocast call), each with the
+        dtypes it may cast to:
+        ``torch.autocast(...)``, ``torch.cuda.amp.autocast(...)``, ``accelerator.autocast()``, or a name bound
+        to one (``ctx = nullcontext() if cpu else torch.amp.autocast(...)``; ``with ctx:``)."""
         found = []
+        scopes = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
         for node in walk(owner.body if isinstance(owner, cst.FunctionDef) else owner, NESTED_SCOPES):
-            if isinstance(node, cst.WithItem) and isinstance(node.item, cst.Call):
-                call = node.item
-                if qualified_under(self.names(call.func), ("torch",), ("autocast",)) or is_method_call(
-                    call, "autocast"
+            if not isinstance(node, cst.WithItem):
+                continue
+            for value in outcomes(node.item, scopes) or [node.item]:
+                if isinstance(value, cst.Call) and (
+                    qualified_under(self.names(value.func), ("torch",), ("autocast",))
+                    or is_method_call(value, "autocast")
                 ):
-                    found.append(call)
+                    found.append((node.item, value, self._dtypes(value, scopes)))
+                    break
         return found
 
-    def _is_bf16(self, call: cst.Call) -> bool:
-        dtype = next(
-            (a.value for a in call.args if a.keyword is not None and a.keyword.value == "dtype"), None
-        )
-        return dtype is not None and "torch.bfloat16" in self.names(dtype)
+    def _dtypes(self, autocast: cst.Call, scopes: list[cst.CSTNode]) -> list[str]:
+        """The dtypes an autocast may cast to, by name (``float16`` when none is given: CUDA's default);
+        ``a dtype set elsewhere`` where it cannot be followed."""
+        given = keyword(autocast, "dtype")
+        if given is None and len(autocast.args) > 1 and autocast.args[1].keyword is None:
+            given = autocast.args[1]  # autocast(device_type, dtype) and cuda.amp.autocast(enabled, dtype)
+        if given is None:
+            return ["float16"] if not is_method_call(autocast, "autocast") else ["the framework's dtype"]
+        values = outcomes(given.value, scopes)
+        if values is None:
+            return ["a dtype set elsewhere"]
+        dtypes = []
+        for value in values:
+            names = {n.rpartition(".")[2] for n in self.names(value) if n.startswith("torch.")}
+            if isinstance(value, cst.Call) and code_of(value.func) == "getattr" and len(value.args) == 2:
+                names = {literal_value(v) for v in outcomes(value.args[1].value, scopes) or []}
+            named = {DTYPE_NAMES.get(n, n) for n in names if isinstance(n, str)}
+            dtypes.extend(sorted(named) or [code_of(value)])
+        return list(dict.fromkeys(dtypes))
 
     def _float16(self, owner: cst.CSTNode) -> cst.CSTNode | None:
         scope = owner.body if isinstance(owner, cst.FunctionDef) else owner
@@ -238,7 +451,7 @@ class Bf16Autocast(Optimization):
         "mixed precision",
     )
     codemods = (_Autocast,)
-    needs = (BACKWARD,)
+    needs = (BACKWARD, *FRAMEWORK_WORDS)
 
     examples = (
         Example(
@@ -321,6 +534,54 @@ def train(model, loader, optimizer):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x, y)
         loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_through_a_name",
+            before="""\
+import contextlib
+import torch
+
+dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+cast = {"bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+ctx = torch.autocast("cuda", dtype=cast) if torch.cuda.is_available() else contextlib.nullcontext()
+scaler = torch.cuda.amp.GradScaler(enabled=dtype == "float16")
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with ctx:
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+""",
+        ),
+        Example(
+            "accelerate_mixed_precision",
+            before="""\
+from accelerate import Accelerator
+
+
+def train(model, loader, optimizer):
+    accelerator = Accelerator()
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
+        optimizer.step()
+""",
+            after="""\
+from accelerate import Accelerator
+from _perfbot_precision import bf16_supported
+
+
+def train(model, loader, optimizer):
+    accelerator = Accelerator(mixed_precision="bf16" if bf16_supported() else None)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
         optimizer.step()
 """,
         ),

@@ -10,8 +10,10 @@ floating-point CUDA tensor, so the same code still runs on CPU with the default 
 built once, and gradient clipping over ``model.parameters()`` reuses it instead of walking the module tree
 every step. The fused kernel rounds differently from the foreach one: losses agree closely but not bit for bit.
 
-Refused: ``foreach=`` or ``differentiable=`` set (torch rejects them with ``fused``), settings hidden in
-``**kwargs``, parameters given as a name that may be a one-shot iterator, a call inside a lambda or a
+Already done: ``fused=`` given and possibly true, also through a ``**kwargs`` dict built in the same function or
+module (``extra_args = dict(fused=True) if use_fused else dict()``). A splat whose keys can be read and hold no
+``fused=`` gets the keyword beside it. Refused: ``fused=False``, ``foreach=`` or ``differentiable=`` set (torch
+rejects them with ``fused``), settings hidden in a ``**kwargs`` that cannot be read, parameters given as a name that may be a one-shot iterator, a call inside a lambda or a
 comprehension.
 """
 
@@ -31,6 +33,7 @@ from optimizations.program.codemod import (
     star_kwargs,
 )
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
+from optimizations.program.values import dict_items, outcomes
 from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "gpu_flags"
@@ -47,24 +50,51 @@ class _Refused(Exception):
 class _Fuse(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         for call in self.nodes(cst.Call):
-            if qualified_under(self.names(call.func), ("torch.optim",), OPTIMIZERS):
+            if qualified_under(self.names(call.func), ("torch.optim",), OPTIMIZERS) and self.runs(call):
                 self._plan_optimizer(call)
 
+    def _options(self, call: cst.Call) -> list[dict[str, cst.BaseExpression]] | None:
+        """The keyword settings of the call, one dict per way its ``**kwargs`` may be built (``extra =
+        dict(fused=True) if use_fused else dict()``); ``None`` when a splat's keys cannot be read."""
+        hidden = star_kwargs(call)
+        given = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        if hidden is None:
+            return [given]
+        owner = self.enclosing_body(call)
+        scopes = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
+        built = [dict_items(value) for value in outcomes(hidden.value, scopes) or [hidden.value]]
+        if any(items is None for items in built):
+            return None
+        return [given | items for items in built]
+
     def _plan_optimizer(self, call: cst.Call) -> None:
-        if keyword(call, "fused") is not None:
-            return  # the author chose
         callee = code_of(call.func)
         message = (
             f"{callee}(...): fused=True where every parameter is a floating-point CUDA tensor (checked at run "
             "time); the parameter list is built once"
         )
         try:
-            for name in ("foreach", "differentiable"):
-                given = keyword(call, name)
-                if given is not None and literal_value(given.value) not in (None, False):
-                    raise _Refused(f"{name}= is set, and torch does not combine it with fused=True")
-            if star_kwargs(call) is not None:
+            options = self._options(call)
+            if options is None:
                 raise _Refused(f"settings are passed through `**{code_of(star_kwargs(call).value)}`")
+            fused = [o["fused"] for o in options if "fused" in o]
+            if fused:
+                where = (
+                    ""
+                    if keyword(call, "fused") is not None
+                    else f" through `**{code_of(star_kwargs(call).value)}`"
+                )
+                if any(literal_value(value) is not False for value in fused):
+                    self.already(call, f"{callee} fused (`fused={code_of(fused[0])}`{where})")
+                    return
+                raise _Refused(f"fused={code_of(fused[0])} is set{where}: the author turned it off")
+            for name in ("foreach", "differentiable"):
+                given = [o[name] for o in options if name in o]
+                if any(literal_value(value) not in (None, False) for value in given):
+                    raise _Refused(
+                        f"{name}= is set (`{name}={code_of(given[0])}`), and torch does not combine it with "
+                        "fused=True"
+                    )
             params = self._params_argument(call)
             statement = self.statement_of(call)
             if not isinstance(statement, cst.SimpleStatementLine) or any(
@@ -269,6 +299,17 @@ import torch
 
 def build(model):
     return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+""",
+        ),
+        Example(
+            "already_fused_through_kwargs",
+            before="""\
+import torch
+
+
+def build(model, device_type):
+    extra = dict(fused=True) if device_type == "cuda" else dict()
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, **extra)
 """,
         ),
         Example(

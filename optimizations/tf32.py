@@ -9,7 +9,8 @@ when the file asks for deterministic algorithms. ``TrainingArguments``-family co
 Ampere-or-newer GPU).
 
 TF32 keeps float32's range with a 10-bit mantissa in the products: a numerics change, so losses move in
-the last digits. A file that already sets TF32 (any API) is left alone; one that switches it off is refused.
+the last digits. Where the file already turns TF32 on (any API, or a config's ``tf32=`` that may be true) the
+site is reported as already done; a file that switches it off is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.program.training_loops import BACKWARD, PlannedCodemod
+from optimizations.program.values import outcomes
 from optimizations.registry import Example, Optimization
 
 RUNTIME_MODULE = "gpu_flags"
@@ -95,8 +97,11 @@ class _Tf32(PlannedCodemod):
             else " with cuDNN autotuning"
         )
         if settings:
-            if any(settings.values()):
-                return  # TF32 is already on
+            on = next((node for node, matches in settings.items() if matches), None)
+            if on is not None:
+                if not any(site.already for site in self.sites):
+                    self.already(on, f"TF32 on (`{code_of(on)}`)")
+                return
             off = next(iter(settings))
             self.refused(
                 owner, message, f"TF32 is switched off explicitly at line {self.line(off)} (`{code_of(off)}`)"
@@ -121,10 +126,19 @@ class _Tf32(PlannedCodemod):
         self.changed(owner, message)
 
     def _plan_trainer_config(self, call: cst.Call) -> None:
-        if keyword(call, "tf32") is not None:
-            return  # the author chose
         callee = code_of(call.func)
         message = f"{callee}(...): tf32=True where the GPU supports it"
+        given = keyword(call, "tf32")
+        if given is not None:
+            owner = self.enclosing_body(call)
+            values = outcomes(given.value, [owner, self.parsed.module]) or []
+            if any(literal_value(value) is True for value in values):
+                self.already(call, f"TF32 on (`{callee}(tf32=True)`)")
+            else:
+                self.refused(
+                    call, message, f"tf32 is set to `{code_of(given.value)}` at line {self.line(given)}"
+                )
+            return
         hidden = star_kwargs(call)
         if hidden is not None:
             self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")

@@ -3,7 +3,8 @@ AdamW, TF32) see them, and :class:`PlannedCodemod`, the codemod base they share.
 
 A *training loop* is the innermost ``for``/``while`` loop whose own body (outside nested functions, classes
 and loops) calls ``.backward()``. Its *loss names* are the names ``.backward()`` is called on
-(``loss.backward()``, ``(loss / accumulation).backward()``, ``scaler.scale(loss).backward()``). A *logging
+(``loss.backward()``, ``(loss / accumulation).backward()``, ``scaler.scale(loss).backward()``), or the one a
+framework's backward is given (``accelerator.backward(loss)``). A *logging
 block* is the body of an ``if`` in the loop that prints or logs: a host read there costs one sync per logged
 step, not one per step.
 
@@ -34,6 +35,8 @@ from optimizations.program.codemod import (
     imported_modules,
     walk,
 )
+from optimizations.program.frameworks import framework_backward
+from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext
 
 LOOPS = (cst.For, cst.While)
@@ -82,7 +85,7 @@ def loss_names(loop: cst.For | cst.While) -> set[str]:
     """The names the loop calls ``.backward()`` on, through scaling and arithmetic."""
     names: set[str] = set()
     for call in backward_calls(loop):
-        receiver = call.func.value
+        receiver = call.args[0].value if framework_backward(call) else call.func.value
         while True:
             if isinstance(receiver, cst.Name):
                 names.add(receiver.value)
@@ -232,8 +235,17 @@ class PlannedCodemod(OptimizationCodemod):
 
     # -- planning helpers ---------------------------------------------------------------------------------
     def training_loops(self) -> list[cst.For | cst.While]:
-        """:func:`training_loops` of the module, from the file's shared node index."""
-        return [loop for loop in self.nodes(*LOOPS) if backward_calls(loop)]
+        """:func:`training_loops` of the module that the program runs, from the file's shared node index."""
+        return [loop for loop in self.nodes(*LOOPS) if backward_calls(loop) and self.runs(loop)]
+
+    def runs(self, node: cst.CSTNode) -> bool:
+        """Whether the program's entry points reach ``node``: its file, and the top-level function or class
+        holding it (:mod:`optimizations.program.reachability`)."""
+        top = None
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                top = ancestor.name.value
+        return program_of(self.repo).runs(self.path, top)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)

@@ -12,6 +12,14 @@ and the refusal names the line.
 The same walk follows a model to the calls it may come from (:meth:`ProgramValues.origins`): through local
 assignments, tuple unpacking and the returns of the repository's own functions, so a model that
 ``get_peft_model`` wraps two helpers down is known to be a PEFT model where the trainer gets it.
+
+:func:`outcomes` says what an expression may evaluate to: names followed to their assignments in the same
+function (then the module), both arms of ``a if test else b``, and ``{...}[key]`` looked up in the dict literal,
+as nanoGPT-style code picks its autocast dtype and optimizer options::
+
+    dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    extra_args = dict(fused=True) if use_fused else dict()
 """
 
 from __future__ import annotations
@@ -23,10 +31,12 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from optimizations.program.codemod import OptimizationCodemod, code_of, literal_value
+from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
 from optimizations.program.repository import TransformError
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
+# How many names deep an expression is followed to its outcomes (guards against cycles such as `x = x + 1`).
+OUTCOME_DEPTH = 8
 # Calls that read a dict they are given and never add to it.
 READING_CALLS = frozenset({"len", "print", "repr", "str", "sorted", "list", "dict", "set", "tuple", "bool"})
 READING_METHODS = frozenset({"get", "keys", "items", "values", "copy", "pop", "__contains__"})
@@ -93,22 +103,13 @@ def _children(node: cst.CSTNode, parent: cst.CSTNode | None) -> Iterator[tuple[c
         yield from _children(child, node)
 
 
-def _literal_keys(node: cst.Dict) -> frozenset[str] | None:
-    """The keys of a dict literal whose keys are all string literals, without ``**`` entries."""
-    keys = set()
-    for element in node.elements:
-        if not isinstance(element, cst.DictElement) or not isinstance(literal_value(element.key), str):
-            return None
-        keys.add(literal_value(element.key))
-    return frozenset(keys)
-
-
 def _resolved(value: object) -> object:
     """A metadata value, loaded when the provider resolved it lazily (libcst's ``LazyValue``)."""
     return value() if callable(value) else value
 
 
-def _params(function: cst.FunctionDef) -> set[str]:
+def parameters(function: cst.FunctionDef) -> set[str]:
+    """The names a function's parameters bind."""
     params = function.params
     named = (*params.posonly_params, *params.params, *params.kwonly_params)
     stars = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
@@ -172,10 +173,10 @@ class ProgramValues:
             return None
         name = call.args[0].value.value
         function = self.function_of(call)
-        if function is None or name in _params(function):
+        if function is None or name in parameters(function):
             return None
         bindings, _ = self._uses(name, function.body, self.here)
-        if len(bindings) != 1 or not isinstance(bindings[0], cst.Dict) or _literal_keys(bindings[0]) is None:
+        if len(bindings) != 1 or not isinstance(bindings[0], cst.Dict) or dict_items(bindings[0]) is None:
             return None
         if not self.keys(call.args[0].value, function, self.here).known:
             return None
@@ -212,7 +213,7 @@ class ProgramValues:
         return Keys(None, where, f"`{code_of(value)}` is not a dict built here")
 
     def _name_keys(self, name: str, function: cst.FunctionDef | None, source: _Source, depth: int) -> Keys:
-        if function is not None and name in _params(function):
+        if function is not None and name in parameters(function):
             return Keys(None, source.where(function), f"`{name}` is a parameter of {function.name.value}()")
         scope = function.body if function is not None else source.module
         bindings, additions = self._uses(name, scope, source)
@@ -603,3 +604,75 @@ class SettingsPlacement:
             name, items = self._entries.pop(original_node)
             updated_node = updated_node.with_changes(body=updated_node.body.visit(_DictEntries(name, items)))
         return updated_node
+
+
+# -- what an expression may evaluate to ---------------------------------------------------------------
+def assignments(scope: cst.CSTNode, name: str) -> list[cst.Assign]:
+    """The plain ``name = value`` statements of a function body or module (nested scopes skipped)."""
+    body = scope.body if isinstance(scope, cst.FunctionDef) else scope
+    return [
+        node
+        for node in walk(body, NESTED_SCOPES)
+        if isinstance(node, cst.Assign)
+        and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
+    ]
+
+
+def outcomes(
+    node: cst.BaseExpression, scopes: list[cst.CSTNode], depth: int = OUTCOME_DEPTH
+) -> list[cst.BaseExpression] | None:
+    """The expressions ``node`` may take its value from, innermost ``scopes`` first (a function, then the
+    module); ``None`` when a name has no assignment there or the chain runs deeper than ``OUTCOME_DEPTH``."""
+    if depth == 0:
+        return None
+    if isinstance(node, cst.IfExp):
+        body, orelse = outcomes(node.body, scopes, depth - 1), outcomes(node.orelse, scopes, depth - 1)
+        return None if body is None or orelse is None else body + orelse
+    if isinstance(node, cst.Name) and literal_value(node) is ...:
+        for scope in scopes:
+            if isinstance(scope, cst.FunctionDef) and node.value in parameters(scope):
+                return None
+            found = assignments(scope, node.value)
+            if found:
+                values = [outcomes(a.value, scopes, depth - 1) for a in found]
+                return None if any(v is None for v in values) else [e for v in values for e in v]
+        return None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        table = outcomes(node.value, scopes, depth - 1)
+        if table and all(isinstance(t, cst.Dict) for t in table) and isinstance(index, cst.Index):
+            keys = outcomes(index.value, scopes, depth - 1)
+            wanted = None if keys is None else {literal_value(k) for k in keys}
+            picked = [
+                element.value
+                for t in table
+                for element in t.elements
+                if isinstance(element, cst.DictElement)
+                and (wanted is None or literal_value(element.key) in wanted)
+            ]
+            values = [outcomes(v, scopes, depth - 1) for v in picked]
+            return None if not picked or any(v is None for v in values) else [e for v in values for e in v]
+    return [node]
+
+
+def dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    """The ``key: value`` pairs of a dict literal with string keys, or of ``dict(key=value, ...)``; ``None``
+    when the expression builds no dict or some keys cannot be read (a ``**`` inside, a computed key)."""
+    if isinstance(node, cst.Dict):
+        items = {}
+        for element in node.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(literal_value(element.key), str):
+                return None
+            items[literal_value(element.key)] = element.value
+        return items
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "dict":
+        if any(arg.keyword is None for arg in node.args):
+            return None
+        return {arg.keyword.value: arg.value for arg in node.args}
+    return None
+
+
+def described(values: list[cst.BaseExpression], name_of: Callable[[cst.BaseExpression], str]) -> str:
+    """``a or b``: the distinct names of the outcomes, in source order."""
+    names = list(dict.fromkeys(name_of(v) for v in values))
+    return " or ".join(names)

@@ -1,0 +1,271 @@
+"""What the program runs: the code reached from its entry points, so that a library's own training loop that
+the program never calls is no site.
+
+Entry points are the scripts a person starts: Python files with ``if __name__ == "__main__":``, scripts outside
+any package that no file imports (nanoGPT's ``train.py``, a snippet: all of their code taken to run), the console
+scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that commands in launch files (shell scripts,
+a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate launch``, .... A vendored library -- a folder with its
+own ``setup.py``/``pyproject.toml``, or one named ``third_party``, ``vendor``, ``external`` -- contributes no entry
+points of its own. From the entry points, imports are followed through the repository's modules (the script's
+folder, the root and ``src/`` on the path, relative imports, packages' ``__init__``); a top-level function or
+class of a reached file runs when some reached file uses its name (a call, an attribute, a decorator's
+registration), or when it is decorated.
+
+A repository with no entry point found (a library, a snippet) is taken to run everything. Files are read with
+``ast``, once per run and only when an optimization asks (:func:`program_of`).
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+import shlex
+import tomllib
+import weakref
+from pathlib import PurePosixPath
+
+from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache
+
+VENDOR_FOLDERS = frozenset(
+    {"third_party", "thirdparty", "3rdparty", "vendor", "vendored", "external", "extern"}
+)
+PROJECT_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
+LAUNCH_FILES = ("*.sh", "*.bash", "Makefile", "*.mk", "*.toml", "*.yaml", "*.yml", "*.md", "*.cfg")
+# Commands that run a Python file or module named after them.
+LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "uv", "srun", "mpirun", "lightning", "composer")
+MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]""", re.MULTILINE)
+# ``import a.b, c`` and ``from .a import (b, c)``: the names a file imports.
+IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([\w., ()]+)", re.MULTILINE)
+MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
+
+
+class Program:
+    """The files and top-level definitions a repository's entry points reach."""
+
+    def __init__(self, repo: RepoContext):
+        self.repo = repo
+        self.files = set(repo.python_files())
+        self.vendored = {path for path in self.files if self._is_vendored(path)}
+        self.standalone = self._standalone()
+        self.entry_points = sorted(self._entry_points())
+        self.reached: set[str] = set()
+        self.used_names: set[str] = set()
+        self._trees: dict[str, ast.Module | None] = {}
+        if self.entry_points:
+            self._follow()
+
+    def runs(self, path: str, definition: str | None = None) -> bool:
+        """Whether the program reaches file ``path`` and, when given, its top-level function or class
+        ``definition``."""
+        if not self.entry_points or path not in self.files:
+            return True
+        if path not in self.reached:
+            return False
+        if definition is None or path in self.standalone:
+            return True
+        return definition in self.used_names or definition in self._decorated(path)
+
+    # -- entry points ---------------------------------------------------------------------------------
+    def _is_vendored(self, path: str) -> bool:
+        parts = PurePosixPath(path).parts[:-1]
+        if any(part in VENDOR_FOLDERS for part in parts):
+            return True
+        root = self.repo.root
+        return any(
+            (root.joinpath(*parts[:depth]) / name).exists()
+            for depth in range(1, len(parts) + 1)
+            for name in PROJECT_FILES
+        )
+
+    def _standalone(self) -> set[str]:
+        """Scripts outside any package that no file of the repository imports and that have no ``__main__``
+        guard to start from: the program a person runs (``python train.py``), all of their code taken to run."""
+        imported: set[str] = set()
+        texts = {path: self._text(path) or "" for path in self.files}
+        for text in texts.values():
+            for names in IMPORTED.findall(text):
+                imported |= {
+                    part for name in re.split(r"[\s,()]+", " ".join(names)) for part in name.split(".")
+                }
+        return {
+            path
+            for path in self.files - self.vendored
+            if not (self.repo.root / posixpath.dirname(path) / "__init__.py").exists()
+            and PurePosixPath(path).stem not in imported
+            and not MAIN_GUARD.search(texts[path])
+        }
+
+    def _entry_points(self) -> set[str]:
+        found = set()
+        for path in self.files - self.vendored:
+            text = self._text(path)
+            if text is not None and "__main__" in text and MAIN_GUARD.search(text):
+                found.add(path)
+        found |= self.standalone
+        for path in self.repo.files(*LAUNCH_FILES):
+            if path.endswith("pyproject.toml"):
+                found |= self._console_scripts(path)
+            if not self._is_vendored(path):
+                found |= self._launched(path)
+        return found
+
+    def _console_scripts(self, path: str) -> set[str]:
+        try:
+            project = tomllib.loads(self.repo.read(path)).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return set()
+        targets = [*project.get("scripts", {}).values(), *project.get("gui-scripts", {}).values()]
+        base = posixpath.dirname(path)
+        return {
+            module
+            for target in targets
+            if isinstance(target, str)
+            for module in [self._module_file(target.partition(":")[0], [base, posixpath.join(base, "src")])]
+            if module is not None
+        }
+
+    def _launched(self, path: str) -> set[str]:
+        """The Python files and ``-m`` modules a launch file's commands name."""
+        try:
+            text = self.repo.read(path)
+        except (OSError, UnicodeDecodeError):
+            return set()
+        if ".py" not in text and "-m " not in text:
+            return set()
+        base = posixpath.dirname(path)
+        found = set()
+        for line in text.splitlines():
+            tokens = [token.strip("\"'`,;()[]") for token in _tokens(line)]
+            if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
+                continue  # prose that names a file, not a command that runs it
+            for token in tokens:
+                if token.endswith(".py"):
+                    found |= self._script_file(token, base)
+            for module in MODULE_FLAG.findall(line):
+                resolved = self._module_file(module, [base, "", "src"])
+                if resolved is not None:
+                    found.add(resolved)
+        return found
+
+    def _script_file(self, token: str, base: str) -> set[str]:
+        for candidate in (posixpath.join(base, token), token):
+            path = posixpath.normpath(candidate)
+            if path in self.files:
+                return {path}
+        name = "/" + token.lstrip("./")
+        return {path for path in self.files - self.vendored if path.endswith(name)}
+
+    # -- following imports ----------------------------------------------------------------------------
+    def _follow(self) -> None:
+        pending = list(self.entry_points)
+        while pending:
+            path = pending.pop()
+            if path in self.reached:
+                continue
+            self.reached.add(path)
+            tree = self._tree(path)
+            if tree is None:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    self.used_names.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    self.used_names.add(node.attr)
+                elif (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and node.value.isidentifier()
+                ):
+                    self.used_names.add(node.value)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for imported in self._imports(path, node):
+                        if imported not in self.reached:
+                            pending.append(imported)
+
+    def _imports(self, path: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+        folder = posixpath.dirname(path)
+        roots = [folder, "", "src"]
+        found = set()
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found |= self._module_chain(alias.name, roots)
+            return found
+        if node.level:
+            package = folder
+            for _ in range(node.level - 1):
+                package = posixpath.dirname(package)
+            module = node.module.replace(".", "/") if node.module else ""
+            base, roots = posixpath.join(package, module).strip("/"), [""]
+            dotted = base.replace("/", ".")
+        else:
+            dotted = node.module or ""
+        for alias in node.names:
+            self.used_names.add(alias.name)
+            found |= self._module_chain(f"{dotted}.{alias.name}" if dotted else alias.name, roots)
+        found |= self._module_chain(dotted, roots) if dotted else set()
+        return found
+
+    def _module_chain(self, dotted: str, roots: list[str]) -> set[str]:
+        """The module ``dotted`` and the ``__init__`` of each package above it, as repository files."""
+        parts = dotted.split(".")
+        found = set()
+        for depth in range(1, len(parts) + 1):
+            resolved = self._module_file(".".join(parts[:depth]), roots)
+            if resolved is not None:
+                found.add(resolved)
+        return found
+
+    def _module_file(self, dotted: str, roots: list[str]) -> str | None:
+        relative = dotted.replace(".", "/")
+        for root in roots:
+            for candidate in (f"{relative}.py", f"{relative}/__init__.py"):
+                path = posixpath.normpath(posixpath.join(root, candidate))
+                if path in self.files:
+                    return path
+        return None
+
+    # -- reading --------------------------------------------------------------------------------------
+    def _text(self, path: str) -> str | None:
+        try:
+            return self.repo.read(path)
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            text = self._text(path)
+            try:
+                self._trees[path] = None if text is None else ast.parse(text, path)
+            except (SyntaxError, ValueError):
+                self._trees[path] = None
+        return self._trees[path]
+
+    def _decorated(self, path: str) -> set[str]:
+        tree = self._tree(path)
+        return {
+            node.name
+            for node in (tree.body if tree is not None else [])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.decorator_list
+        }
+
+
+def _tokens(line: str) -> list[str]:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return line.split()
+
+
+_PROGRAMS: weakref.WeakKeyDictionary[SourceCache, dict[str, Program]] = weakref.WeakKeyDictionary()
+
+
+def program_of(repo: RepoContext) -> Program:
+    """The :class:`Program` of ``repo``, built once per run (per shared ``SourceCache``) over every file in
+    scope, whatever files a plan focuses on."""
+    programs = _PROGRAMS.setdefault(repo.sources, {})
+    key = str(repo.root)
+    if key not in programs:
+        unfocused = RepoContext(repo.root, repo.exclude[len(DEFAULT_EXCLUDES) :], (), repo.sources)
+        programs[key] = Program(unfocused)
+    return programs[key]
