@@ -129,9 +129,13 @@ class TierRun:
         plan = choose_by_sites(plan, workspace.root, list(registry().values()), exclude, sources)
         rows = plan_rows(plan, tier, registry())
         if not rows:
-            raise BadInput(
-                f"the plan has no tier-{tier} items; tiers in it: {sorted({i.tier for i in plan.items})}"
+            tiers = sorted({i.tier for i in plan.items if i.auto_apply})
+            have = (
+                f"tiers with items to apply: {tiers}"
+                if tiers
+                else "its items are all behavioural changes or refused sites, which are never applied"
             )
+            raise BadInput(f"the plan has no tier-{tier} items to apply; {have}")
         if bench is not None:
             bench_spec(workspace.root, bench)
         return cls(workspace, plan, tier, rows, exclude, bench, sources)

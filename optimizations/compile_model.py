@@ -45,6 +45,13 @@ class _Refused(Exception):
     """A check failed; the message is the reason."""
 
 
+def _called_names(loop: cst.For | cst.While) -> set[str]:
+    """The names the loop calls (``model(x)``) or calls a method of (``model.forward(x)``)."""
+    funcs = [c.func for c in walk(loop.body, NESTED_SCOPES) if isinstance(c, cst.Call)]
+    heads = [f.value if isinstance(f, cst.Attribute) else f for f in funcs]
+    return {h.value for h in heads if isinstance(h, cst.Name)}
+
+
 class _Compile(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         vendored = f"_perfbot_{RUNTIME_MODULE}.{COMPILE}"
@@ -60,9 +67,26 @@ class _Compile(PlannedCodemod):
         seen: list[cst.CSTNode] = []
         for loop in self.training_loops():
             owner = self.enclosing_body(loop)
-            if isinstance(owner, cst.FunctionDef) and all(owner is not s for s in seen):
+            if all(owner is not s for s in seen):
                 seen.append(owner)
-                self._plan_function(owner, loop)
+                if isinstance(owner, cst.FunctionDef):
+                    self._plan_function(owner, loop)
+                else:
+                    self._plan_script(loop)
+
+    def _plan_script(self, loop: cst.For | cst.While) -> None:
+        """A loop at the top level of a script: already done where the model it calls is compiled, else left to
+        a human (the compile goes where the script builds the model, which only a function's scope shows)."""
+        compiled = self._compiling(_called_names(loop))
+        if compiled is not None:
+            self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+            return
+        self.refused(
+            loop,
+            "torch.compile the model of a top-level training loop",
+            "the loop runs at the top level of the script, not in a function: compile the model by hand where "
+            "the script builds it (`model = torch.compile(model)`)",
+        )
 
     def _plan_function(self, function: cst.FunctionDef, loop: cst.For | cst.While) -> None:
         message = (
@@ -71,8 +95,7 @@ class _Compile(PlannedCodemod):
         try:
             model, passed = self._model(function, loop)
         except _Refused as refusal:
-            called = {c.func.value for c in walk(loop.body, NESTED_SCOPES) if isinstance(c, cst.Call)}
-            compiled = self._compiling({n.value for n in called if isinstance(n, cst.Name)})
+            compiled = self._compiling(_called_names(loop))
             if compiled is not None:
                 self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
             else:
@@ -362,6 +385,41 @@ def main(model, loader, optimizer):
         loss.backward()
         optimizer.step()
 """,
+        ),
+        Example(
+            "already_compiled_in_a_script",
+            before="""\
+import torch
+
+from model import GPT
+
+compile = True
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+if compile:
+    model = torch.compile(model)
+while True:
+    loss = model(*next_batch())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+""",
+        ),
+        Example(
+            "refuses_a_loop_at_the_top_level_of_a_script",
+            before="""\
+import torch
+
+from model import GPT
+
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+for batch in batches():
+    loss = model(*batch)
+    loss.backward()
+    optimizer.step()
+""",
+            refusal="the loop runs at the top level of the script, not in a function",
         ),
         Example(
             "model_and_optimizer_passed_by_the_caller",

@@ -379,7 +379,7 @@ def test_a_launch_script_makes_an_entry_point(tmp_path):
     assert "third_party/somelib/trainer.py" in {s.path for s in _sites("tf32", root) if s.refused}
 
 
-@pytest.mark.parametrize("optimization", ["bf16_autocast", "tf32", "fused_adamw"])
+@pytest.mark.parametrize("optimization", ["bf16_autocast", "tf32", "fused_adamw", "compile_model", "sdpa"])
 def test_already_examples_say_already(optimization, tmp_path):
     examples = [e for e in get(optimization).examples if e.name.startswith("already")]
     assert examples

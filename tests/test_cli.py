@@ -79,7 +79,11 @@ def test_unknown_commands_and_abbreviated_options_are_refused(target, capsys):
 def test_refused_apply_writes_nothing(target, capsys):
     root, _ = target
     before = snapshot(root)
-    refused(capsys, ["apply", "--tier", "7", "--repo", str(root)], "no tier-7 items")
+    refused(
+        capsys,
+        ["apply", "--tier", "7", "--repo", str(root)],
+        "no tier-7 items to apply; tiers with items to apply: [1]",
+    )
     assert snapshot(root) == before
     (root / "train.py").write_text(TRAIN + "# edited\n")
     dirty = snapshot(root)
