@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import fnmatch
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import libcst as cst
 
 VENDORED_PREFIX = "_perfbot_"
+T = TypeVar("T")
 DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", "docs/*", "examples/*/.venv/*")
 
 
@@ -99,6 +101,7 @@ class ParsedFile:
         # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
         self._walked: list[cst.CSTNode] | None = None
+        self._memo: dict[str, object] = {}
 
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
@@ -110,6 +113,13 @@ class ParsedFile:
                 self._walked.append(node)
                 stack.extend(reversed(node.children))
         return [node for node in self._walked if isinstance(node, types)]
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()``, worked out once for this text however many codemods ask: a fact about the file
+        that depends on nothing but its tree and metadata (``key`` names the fact)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
 
 class SourceCache:

@@ -68,7 +68,9 @@ class TrainerLinks:
 
     def __init__(self, codemod: OptimizationCodemod, module: cst.Module):
         self.codemod = codemod
-        self.peft_functions = self._peft_wrapping_functions(module)
+        self.peft_functions = codemod.parsed.memo(
+            "peft_wrapping_functions", lambda: self._peft_wrapping_functions(module)
+        )
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node that holds ``node`` in the module being transformed."""
