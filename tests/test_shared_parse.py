@@ -218,6 +218,13 @@ def test_the_shared_node_index_lists_what_findall_finds():
             assert parsed.nodes(*types) == m.findall(parsed.module, matcher), path.name
 
 
+def test_the_shared_walk_gives_each_node_the_parent_libcst_gives_it():
+    for path in sorted(EXAMPLE.glob("*.py")):
+        parsed = SourceCache().parse(path.name, path.read_text())
+        libcst_parents = cst.MetadataWrapper(parsed.module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
+        assert parsed.parents() == dict(libcst_parents), path.name
+
+
 @pytest.mark.parametrize(
     "needed",
     [

@@ -18,7 +18,7 @@ import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
-from libcst.metadata import BaseMetadataProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 
@@ -291,13 +291,14 @@ def defines(module: cst.Module, name: str) -> bool:
 
 
 class LazyMetadata(dict):
-    """A codemod's metadata, each provider resolved on the wrapper the first time the codemod reads it: a
-    file where a codemod finds nothing to ask about costs no scope or name analysis. The wrapper keeps what it
-    resolves, so every codemod of the run shares one resolution per provider per file."""
+    """A codemod's metadata, each provider resolved on the file's wrapper the first time the codemod reads it:
+    a file where a codemod finds nothing to ask about costs no scope or name analysis. The wrapper keeps what
+    it resolves, so every codemod of the run shares one resolution per provider per file. Parents come from
+    the file's shared node walk instead of another traversal."""
 
-    def __init__(self, wrapper: cst.MetadataWrapper, providers: Collection[type[BaseMetadataProvider]]):
+    def __init__(self, parsed: ParsedFile, providers: Collection[type[BaseMetadataProvider]]):
         super().__init__()
-        self.wrapper = wrapper
+        self.parsed = parsed
         self.providers = frozenset(providers)
 
     def __contains__(self, provider: object) -> bool:
@@ -306,7 +307,10 @@ class LazyMetadata(dict):
     def __missing__(self, provider: type[BaseMetadataProvider]) -> Mapping[cst.CSTNode, object]:
         if provider not in self.providers:
             raise KeyError(provider)
-        self[provider] = resolved = self.wrapper.resolve(provider)
+        if provider is ParentNodeProvider:
+            self[provider] = resolved = self.parsed.parents()
+        else:
+            self[provider] = resolved = self.parsed.wrapper.resolve(provider)
         return resolved
 
 
@@ -338,7 +342,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
         self.context = replace(self.context, wrapper=parsed.wrapper)
-        self.metadata = LazyMetadata(parsed.wrapper, self.get_inherited_dependencies())
+        self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())
         try:
             tree = self.transform_module_impl(parsed.module)
         finally:

@@ -101,18 +101,29 @@ class ParsedFile:
         # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
         self._walked: list[cst.CSTNode] | None = None
+        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self._memo: dict[str, object] = {}
 
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
         module is walked once for every codemod that asks."""
+        return [node for node in self._walk() if isinstance(node, types)]
+
+    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
+        """Each node's parent, as libcst's ``ParentNodeProvider`` gives it, from the same one walk."""
+        self._walk()
+        return self._parents
+
+    def _walk(self) -> list[cst.CSTNode]:
         if self._walked is None:
             self._walked, stack = [], [self.module]
             while stack:
                 node = stack.pop()
                 self._walked.append(node)
-                stack.extend(reversed(node.children))
-        return [node for node in self._walked if isinstance(node, types)]
+                children = node.children
+                self._parents.update(dict.fromkeys(children, node))
+                stack.extend(reversed(children))
+        return self._walked
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()``, worked out once for this text however many codemods ask: a fact about the file
