@@ -7,7 +7,8 @@ from pathlib import Path
 
 from bot.conventions import tool_settings
 from bot.errors import BadInput
-from optimizations.program.repository import RepoContext, SourceCache, TransformError
+from optimizations.program.repository import RepoContext, SourceCache, TransformError, check_parses
+from optimizations.registry import registry
 
 
 def excluded(root: Path) -> tuple[str, ...]:
@@ -20,11 +21,19 @@ def excluded(root: Path) -> tuple[str, ...]:
 
 def preflight(root: Path, exclude: tuple[str, ...], sources: SourceCache | None = None) -> None:
     """Refuse to start when a file in scope does not parse: nothing is changed, and the message names it.
-    The parses go into ``sources``, for the rest of the run to share."""
+
+    A file that some registered optimization might change (:meth:`Optimization.might_apply` of its text) is
+    parsed with libcst into ``sources``, for the rest of the run to share; any other file no transform
+    parses, so it is only compiled, which takes a fraction of a parse."""
     ctx = RepoContext(root, exclude, sources=sources)
+    optimizations = registry().values()
     for path in ctx.python_files():
         try:
-            ctx.sources.parse(path, ctx.read(path))
+            source = ctx.read(path)
+            if any(optimization.might_apply(source) for optimization in optimizations):
+                ctx.sources.parse(path, source)
+            else:
+                check_parses(source, path)
         except TransformError as exc:
             raise BadInput(str(exc)) from exc
         except UnicodeDecodeError as exc:

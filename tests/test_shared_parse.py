@@ -14,13 +14,14 @@ import pytest
 from git_repos import EXAMPLE, committed_example, make_repo
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ScopeProvider
+from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
+from bot.errors import BadInput
 from bot.scan import scan
 from optimizations import registry as registry_module
 from optimizations.program import repository as repository_module
-from optimizations.program.codemod import add_imports
-from optimizations.program.repository import SourceCache
+from optimizations.program.codemod import OptimizationCodemod, add_imports
+from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.registry import Listing, get, listings, registry
 
 SFT = """\
@@ -89,6 +90,60 @@ def test_a_scan_parses_each_text_once_and_resolves_its_scopes_once(tmp_path, mon
     assert 0 < len(scopes) <= len(parsed)
 
 
+def test_a_scan_never_parses_a_file_that_mentions_nothing_an_optimization_needs(tmp_path, monkeypatch):
+    make_repo(tmp_path, {"train.py": SFT, "util.py": "def double(x):\n    return 2 * x\n"})
+    parsed = []
+    original = repository_module.ParsedFile
+
+    def counting_file(path, source):
+        parsed.append(path)
+        return original(path, source)
+
+    monkeypatch.setattr(repository_module, "ParsedFile", counting_file)
+    findings = scan(tmp_path)
+    assert "train.py" in parsed and "util.py" not in parsed
+    assert any(site.path == "train.py" for finding in findings for site in finding.sites)
+
+
+def test_a_file_no_optimization_reads_must_still_be_valid_python(tmp_path):
+    make_repo(tmp_path, {"train.py": SFT, "util.py": "def double(x:\n    return 2 * x\n"})
+    with pytest.raises(BadInput, match="util.py:1: cannot parse"):
+        scan(tmp_path)
+
+
+def test_a_scan_lists_the_repository_once_per_pattern(tmp_path, monkeypatch):
+    make_repo(tmp_path, {"train.py": SFT, "conf/sft.yaml": "packing: false\n", "run.sh": "python train.py\n"})
+    listed = Counter()
+    original = RepoContext._list
+
+    def counting_list(self, patterns):
+        listed[patterns] += 1
+        return original(self, patterns)
+
+    monkeypatch.setattr(RepoContext, "_list", counting_list)
+    scan(tmp_path)
+    assert listed[("*.py",)] == 1
+    assert set(listed.values()) == {1}
+
+
+def test_metadata_is_resolved_when_a_codemod_first_reads_it(tmp_path):
+    class LineOfFirstCall(OptimizationCodemod):
+        METADATA_DEPENDENCIES = (*OptimizationCodemod.METADATA_DEPENDENCIES, ParentNodeProvider)
+
+        def visit_Call(self, node):
+            if not self.sites:
+                self.changed(node, "first call")
+
+    parsed = SourceCache().parse("train.py", SFT)
+    ctx = RepoContext(tmp_path)
+    LineOfFirstCall(CodemodContext(filename="train.py"), get("packing"), ctx).transform_parsed(parsed)
+    assert set(parsed.wrapper._metadata) == {PositionProvider}  # no scope, name or parent analysis
+    quiet = LineOfFirstCall(CodemodContext(filename="util.py"), get("packing"), ctx)
+    no_call = SourceCache().parse("util.py", "x = 1\n")
+    quiet.transform_parsed(no_call)
+    assert quiet.sites == [] and no_call.wrapper._metadata == {}
+
+
 def test_a_later_optimization_in_one_run_sees_the_text_an_earlier_one_wrote(tmp_path):
     shared, separate = tmp_path / "shared", tmp_path / "separate"
     make_repo(shared, {"train.py": SFT})
@@ -146,6 +201,13 @@ def test_the_shared_node_index_lists_what_findall_finds():
         parsed = SourceCache().parse(path.name, path.read_text())
         for types, matcher in (((cst.Call,), m.Call()), ((cst.For, cst.While), m.For() | m.While())):
             assert parsed.nodes(*types) == m.findall(parsed.module, matcher), path.name
+
+
+def test_the_shared_walk_gives_each_node_the_parent_libcst_gives_it():
+    for path in sorted(EXAMPLE.glob("*.py")):
+        parsed = SourceCache().parse(path.name, path.read_text())
+        libcst_parents = cst.MetadataWrapper(parsed.module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
+        assert parsed.parents() == dict(libcst_parents), path.name
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ where they were.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -18,7 +18,7 @@ import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from optimizations.program.classes import repository_classes
 from optimizations.program.repository import ParsedFile, RepoContext, Site
@@ -291,6 +291,30 @@ def defines(module: cst.Module, name: str) -> bool:
     return False
 
 
+class LazyMetadata(dict):
+    """A codemod's metadata, each provider resolved on the file's wrapper the first time the codemod reads it:
+    a file where a codemod finds nothing to ask about costs no scope or name analysis. The wrapper keeps what
+    it resolves, so every codemod of the run shares one resolution per provider per file. Parents come from
+    the file's shared node walk instead of another traversal."""
+
+    def __init__(self, parsed: ParsedFile, providers: Collection[type[BaseMetadataProvider]]):
+        super().__init__()
+        self.parsed = parsed
+        self.providers = frozenset(providers)
+
+    def __contains__(self, provider: object) -> bool:
+        return provider in self.providers
+
+    def __missing__(self, provider: type[BaseMetadataProvider]) -> Mapping[cst.CSTNode, object]:
+        if provider not in self.providers:
+            raise KeyError(provider)
+        if provider is ParentNodeProvider:
+            self[provider] = resolved = self.parsed.parents()
+        else:
+            self[provider] = resolved = self.parsed.wrapper.resolve(provider)
+        return resolved
+
+
 class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
     """The codemod of one optimization over one file: the edits, and the sites it changes or refuses.
 
@@ -319,11 +343,12 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
         self.context = replace(self.context, wrapper=parsed.wrapper)
+        self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())
         try:
-            with self.resolve(parsed.wrapper):
-                tree = self.transform_module_impl(parsed.module)
+            tree = self.transform_module_impl(parsed.module)
         finally:
             self.context = replace(self.context, wrapper=None)
+            self.metadata = {}
         if sites_only:
             return tree
         if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:

@@ -99,17 +99,28 @@ class ParsedFile:
         # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
         self._walked: list[cst.CSTNode] | None = None
+        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
 
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
         module is walked once for every codemod that asks."""
+        return [node for node in self._walk() if isinstance(node, types)]
+
+    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
+        """Each node's parent, as libcst's ``ParentNodeProvider`` gives it, from the same one walk."""
+        self._walk()
+        return self._parents
+
+    def _walk(self) -> list[cst.CSTNode]:
         if self._walked is None:
             self._walked, stack = [], [self.module]
             while stack:
                 node = stack.pop()
                 self._walked.append(node)
-                stack.extend(reversed(node.children))
-        return [node for node in self._walked if isinstance(node, types)]
+                children = node.children
+                self._parents.update(dict.fromkeys(children, node))
+                stack.extend(reversed(children))
+        return self._walked
 
 
 class SourceCache:
@@ -121,6 +132,8 @@ class SourceCache:
 
     def __init__(self) -> None:
         self._parsed: dict[str, list[ParsedFile]] = {}
+        # The repository's file listings by root and glob patterns: listed once per run, not per optimization.
+        self.listings: dict[tuple[Path, tuple[str, ...]], list[str]] = {}
 
     def parse(self, path: str, source: str) -> ParsedFile:
         """``source``, the text of ``path``, parsed; :class:`TransformError` when it does not parse."""
@@ -161,7 +174,17 @@ class RepoContext:
         """Tracked (or, outside git, present) files matching the glob ``patterns``, minus excluded ones.
 
         ``focus`` narrows Python files only: a config file is reached through the focused code that reads it.
+        The repository is listed once per run (``sources`` keeps the listing): transforms add no files but
+        vendored ones, which are out of scope.
         """
+        key = (self.root, patterns)
+        if key not in self.sources.listings:
+            self.sources.listings[key] = self._list(patterns)
+        scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
+        return [p for p in self.sources.listings[key] if scope.in_scope(p)]
+
+    def _list(self, patterns: tuple[str, ...]) -> list[str]:
+        """Tracked and untracked-but-not-ignored files matching ``patterns`` (outside git: present ones)."""
         try:
             listed = subprocess.run(
                 ["git", "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
@@ -174,8 +197,7 @@ class RepoContext:
             listed = [
                 p.relative_to(self.root).as_posix() for pattern in patterns for p in self.root.rglob(pattern)
             ]
-        scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
-        return sorted(p for p in set(listed) if scope.in_scope(p))
+        return sorted(set(listed))
 
     def in_scope(self, path: str) -> bool:
         """Not excluded, not vendored, not hidden; and one of the ``focus`` files when a plan names them."""
@@ -237,14 +259,24 @@ def parse_module(source: str, path: str) -> cst.Module:
     """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line."""
     import libcst as cst
 
-    advice = "fix the syntax error or exclude the file with [tool.bot] exclude"
-    try:
-        compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise TransformError(f"{path}:{exc.lineno}: cannot parse this file ({exc.msg}); {advice}") from exc
+    check_parses(source, path)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise TransformError(
-            f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {advice}"
+            f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {PARSE_ADVICE}"
+        ) from exc
+
+
+PARSE_ADVICE = "fix the syntax error or exclude the file with [tool.bot] exclude"
+
+
+def check_parses(source: str, path: str) -> None:
+    """Raise :class:`TransformError` naming the line when ``source`` is not valid Python (compiled, not
+    parsed: the check a file no transform reads gets)."""
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise TransformError(
+            f"{path}:{exc.lineno}: cannot parse this file ({exc.msg}); {PARSE_ADVICE}"
         ) from exc
