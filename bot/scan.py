@@ -8,28 +8,16 @@ from pathlib import Path
 
 from bot.render import render
 from bot.scope import excluded, preflight
-from optimizations.program.repository import Site, SourceCache
+from optimizations.program.repository import Site, SiteKinds, SourceCache
 from optimizations.registry import OnStep, Optimization, registry
 
 
 @dataclass
-class Finding:
+class Finding(SiteKinds):
     """One optimization's sites in the repository."""
 
     optimization: Optimization
     sites: list[Site]
-
-    @property
-    def applicable(self) -> list[Site]:
-        return [s for s in self.sites if s.applicable]
-
-    @property
-    def refused(self) -> list[Site]:
-        return [s for s in self.sites if s.refused]
-
-    @property
-    def already(self) -> list[Site]:
-        return [s for s in self.sites if s.already]
 
 
 def scan(root: Path, on_step: OnStep | None = None) -> list[Finding]:
@@ -59,12 +47,12 @@ def render_plan(root: Path, findings: list[Finding]) -> str:
     keys = _keys()
     tiers: dict[int, list[dict]] = {}
     for finding in findings:
-        if finding.applicable:
+        if finding.applied:
             opt = finding.optimization
             tiers.setdefault(opt.tier, []).append(
                 {
                     "key": next(keys),
-                    "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applicable),
+                    "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applied),
                     "change": f"{opt.title} (opt:{opt.id})",
                     "expected": opt.expected,
                 }

@@ -100,7 +100,7 @@ def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
     for item in auto:
         [opt] = item.optimizations
         assert item.tier == applicable[opt].optimization.tier
-        assert item.location == ", ".join(f"{s.path}:{s.line}" for s in applicable[opt].applicable)
+        assert item.location == ", ".join(f"{s.path}:{s.line}" for s in applicable[opt].applied)
     refused = [s for f in findings for s in f.refused]
     assert [i.why_not for i in plan.behavioural] == [s.reason for s in refused]
 

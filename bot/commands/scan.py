@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         opt = finding.optimization
         already = f", already at {len(finding.already)}" if finding.already else ""
         print(
-            f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applicable)} site(s) to change{already}"
+            f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applied)} site(s) to change{already}"
         )
         for site in finding.sites:
             print(f"  {site.describe()}")

@@ -59,12 +59,9 @@ class FileResult:
     sites: list[Site] = field(default_factory=list)
 
 
-@dataclass
-class Change:
-    """An applied optimization: new file contents keyed by repository-relative path, and the sites."""
+class SiteKinds:
+    """An optimization's ``sites`` by kind: to change, refused, already done."""
 
-    optimization: str
-    files: dict[str, str]
     sites: list[Site]
 
     @property
@@ -79,6 +76,15 @@ class Change:
     def already(self) -> list[Site]:
         """Where the program already does what the optimization would change."""
         return [s for s in self.sites if s.already]
+
+
+@dataclass
+class Change(SiteKinds):
+    """An applied optimization: new file contents keyed by repository-relative path, and the sites."""
+
+    optimization: str
+    files: dict[str, str]
+    sites: list[Site]
 
     def write(self, root: Path) -> None:
         """Write the edited files into the repository at ``root``."""
