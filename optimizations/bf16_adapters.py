@@ -51,7 +51,14 @@ class _KeepAdaptersInBf16(TrainerFollowUp):
         if not qualified_under(self.names(original_node.func), ("peft",), ("get_peft_model",)):
             return updated_node
         current = keyword(original_node, FLAG)
-        if current is not None and self.calls(current.value, HELPER):
+        if current is not None and (
+            self.calls(current.value, HELPER) or literal_value(current.value) is False
+        ):
+            shown = f"{FLAG}={code_of(current.value)}"
+            self.already(
+                original_node,
+                f"{code_of(original_node.func)}(...): adapters kept in the model's dtype ({shown})",
+            )
             return updated_node
         message = f"{code_of(original_node.func)}(...): LoRA adapters in the model's bf16 (no fp32 upcast)"
         model = keyword(original_node, "model")
@@ -152,6 +159,19 @@ def load(path, lora):
     return get_peft_model(AutoModelForCausalLM.from_pretrained(path), lora)
 """,
             refusal="bind it to a name first",
+        ),
+        Example(
+            "already_kept_in_the_model_dtype",
+            before="""\
+from peft import get_peft_model
+
+from _perfbot_precision import upcast_adapters
+
+
+def wrap(model, lora, frozen):
+    adapted = get_peft_model(model, lora, autocast_adapter_dtype=upcast_adapters(model))
+    return adapted, get_peft_model(frozen, lora, autocast_adapter_dtype=False)
+""",
         ),
         Example(
             "upcast_kept_by_choice",

@@ -174,11 +174,17 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         callee = code_of(original_node.func)
 
         current = keyword(updated_node, label)
-        if current is not None and literal_value(current.value) not in (0, ...):
-            return updated_node  # already loads with workers
+        pin_label = "pin_memory" if settings is TORCH_SETTINGS else "dataloader_pin_memory"
+        pin = keyword(updated_node, pin_label)
+        if current is not None and self._loads_with_workers(current.value, pin):
+            shown = ", ".join(
+                f"{a.keyword.value}={code_of(a.value)}" for a in (current, pin) if a is not None
+            )
+            self.already(original_node, f"{callee}(...): {shown}")
+            return updated_node
         message = f"{callee}(...): {label}={WORKERS}, pinned memory, persistent workers, prefetch factor 2"
         if current is not None and literal_value(current.value) is ...:
-            pinned = settings is TORCH_SETTINGS and keyword(updated_node, "pin_memory") is None
+            pinned = settings is TORCH_SETTINGS and pin is None
             if pinned and self.values.hidden(original_node, ["pin_memory"]) is None:
                 self.need_module("torch")
                 self.changed(
@@ -224,6 +230,21 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         self.changed(original_node, message)
         self.edited = True
         return call
+
+    def _loads_with_workers(self, workers: cst.BaseExpression, pin: cst.Arg | None) -> bool:
+        """The call already loads as this optimization would have it: a literal worker count above 0, the
+        module's own ``DATALOADER_WORKERS`` (a previous run's), or a count the program chooses (a variable,
+        left as set) with memory pinned."""
+        count = literal_value(workers)
+        if count is not ...:
+            return count not in (0, None, False)
+        if (
+            isinstance(workers, cst.Name)
+            and workers.value == WORKERS
+            and defines(self.parsed.module, WORKERS)
+        ):
+            return True
+        return pin is not None and literal_value(pin.value) is not False
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.edited or defines(updated_node, WORKERS):

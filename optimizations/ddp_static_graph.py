@@ -51,6 +51,21 @@ EXPLICITLY_DYNAMIC = (
 )
 
 
+GUARDED = "static graph once the first batch shows no unused parameter (already guarded)"
+
+
+def _settled(static: cst.Arg | None, find_unused: cst.Arg | None) -> str | None:
+    """What already spares DDP the per-step unused-parameter search, if something does: no search asked for
+    (``find_unused_parameters`` off, or left at DDP's default, off) or a static graph."""
+    if find_unused is None:
+        return "find_unused_parameters left at its default (False): no per-step search"
+    if literal_value(find_unused.value) is False:
+        return "find_unused_parameters=False: no per-step search"
+    if static is not None and literal_value(static.value) is True:
+        return "static_graph=True"
+    return None
+
+
 class _StaticGraph(OptimizationCodemod):
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
 
@@ -103,6 +118,7 @@ class _StaticGraph(OptimizationCodemod):
 
     def _ddp(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self._already_guarded(original):
+            self.already(original, f"{code_of(original.func)}(...): {GUARDED}")
             return updated
         message = (
             f"{code_of(original.func)}(...): static graph once the first batch shows no unused parameter"
@@ -112,9 +128,9 @@ class _StaticGraph(OptimizationCodemod):
             self.refused(original, message, EXPLICITLY_DYNAMIC)
             return updated
         find_unused = keyword(original, "find_unused_parameters")
-        if find_unused is None or literal_value(find_unused.value) is False:
-            return updated  # no per-step search to save
-        if static is not None and literal_value(static.value) is True:
+        settled = _settled(static, find_unused)
+        if settled is not None:
+            self.already(original, f"{code_of(original.func)}(...): {settled}")
             return updated
         branch = self._conditional_submodule(original)
         if branch is not None:
@@ -130,9 +146,9 @@ class _StaticGraph(OptimizationCodemod):
             self.refused(call, message, EXPLICITLY_DYNAMIC)
             return
         find_unused = keyword(call, "find_unused_parameters")
-        if find_unused is None or literal_value(find_unused.value) is False:
-            return
-        if static is not None and literal_value(static.value) is True:
+        settled = _settled(static, find_unused)
+        if settled is not None:
+            self.already(call, f"{code_of(call.func)}(...): {settled}")
             return
         self.handlers.append(call)
 
@@ -145,6 +161,7 @@ class _StaticGraph(OptimizationCodemod):
             return updated
         self.handled.extend(searching)
         if self._already_guarded(original):
+            self.already(original, f"{code_of(original.func)}(...): {GUARDED}")
             return updated
         self.changed(
             original,
@@ -176,8 +193,12 @@ class _StaticGraph(OptimizationCodemod):
             self.refused(call, message, EXPLICITLY_DYNAMIC.replace("static_graph", "ddp_static_graph"))
             return
         if static is not None and literal_value(static.value) is True:
+            self.already(call, f"{code_of(call.func)}(...): ddp_static_graph=True")
             return
         if find_unused is not None and literal_value(find_unused.value) is False:
+            self.already(
+                call, f"{code_of(call.func)}(...): ddp_find_unused_parameters=False, no per-step search"
+            )
             return
         trainers = self.links.trainers_receiving(call)
         if not trainers:
@@ -193,6 +214,7 @@ class _StaticGraph(OptimizationCodemod):
 
     def _trainer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self._already_guarded(original):
+            self.already(original, f"{code_of(original.func)}(...): {GUARDED}")
             return updated
         self.changed(
             original,

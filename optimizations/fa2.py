@@ -136,6 +136,13 @@ class _PickAttention(OptimizationCodemod):
             "choose the implementation where that value is defined"
         )
 
+    def _already_chosen(self, node: cst.CSTNode, callee: str, current: cst.BaseExpression) -> None:
+        """The call already picks attention at run time, or names a faster implementation than sdpa/eager."""
+        if self.calls(current, PICKER):
+            self.already(node, f"{callee}: attn_implementation picked at run time (`{PICKER}(...)`)")
+        else:
+            self.already(node, f"{callee}: attn_implementation={code_of(current)}")
+
     def _is_float32(self, dtype: cst.BaseExpression) -> bool:
         return literal_value(dtype) == "float32" or bool(self.names(dtype) & set(FLOAT32))
 
@@ -177,6 +184,7 @@ class _PickAttention(OptimizationCodemod):
         current = keyword(original_node, "attn_implementation")
         fallback, reason = self._fallback(current.value if current else None)
         if reason is None and fallback is None:
+            self._already_chosen(original_node, code_of(func), current.value)
             return updated_node
         message = _message(code_of(func), fallback)
         function = self.functions.get(original_node)
@@ -262,6 +270,7 @@ class _PickAttention(OptimizationCodemod):
         current = entries.get("attn_implementation")
         fallback, reason = self._fallback(current)
         if reason is None and fallback is None:
+            self._already_chosen(original, callee, current)
             return updated
         message = _message(callee, fallback)
         dtype = entries.get("dtype", entries.get("torch_dtype"))

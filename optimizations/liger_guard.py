@@ -124,6 +124,10 @@ class _GuardLiger(OptimizationCodemod):
             return updated_node
         current = keyword(original_node, "use_liger_kernel")
         if current is not None and self.calls(current.value, HELPER):
+            guard = f"use_liger_kernel={code_of(current.value)}"
+            self.already(
+                original_node, f"{code_of(original_node.func)}(...): Liger guarded at run time ({guard})"
+            )
             return updated_node
         message = (
             f"{code_of(original_node.func)}(...): use_liger_kernel where Liger helps (checked at run time)"

@@ -58,8 +58,10 @@ class _Stream(PlannedCodemod):
         wrapped: set[cst.CSTNode] = set()
         for node in self.nodes(cst.Call):
             names = self.names(node.func)
-            if any(name.rpartition(".")[2] == TRAINER_WRAPPER for name in names) and node.args:
+            helper = {name.rpartition(".")[2] for name in names} & {TRAINER_WRAPPER, LOOP_FACTORY}
+            if helper and node.args:
                 wrapped.add(node.args[0].value)
+                self.already(node, f"AdamW state streamed per layer group (`{helper.pop()}(...)`)")
             elif qualified_under(names, ("torch.optim",), ("AdamW",)):
                 self._plan_adamw(node, names)
             elif qualified_under(names, ("torch.optim",), ("Adam",)):

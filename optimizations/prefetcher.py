@@ -68,7 +68,8 @@ class _Prefetch(PlannedCodemod):
     def _plan_loop(self, loop: cst.For) -> None:
         source, enumerated = self._loaded_iterable(loop.iter)
         if isinstance(source, cst.Call) and any(n.endswith(PREFETCHER) for n in self.names(source.func)):
-            return  # already prefetched
+            self.already(loop, f"`for {code_of(loop.target)} in {code_of(loop.iter)}`: batches prefetched")
+            return
         batch_names = self._batch_names(loop.target, enumerated)
         moves, dict_moves = self._moves(loop, batch_names)
         if not moves and not dict_moves:
@@ -214,8 +215,18 @@ class _Prefetch(PlannedCodemod):
         message = f'{callee}(...): accelerator_config={{"non_blocking": True}} (pinned batches copied without blocking)'
         current = keyword(call, "accelerator_config")
         if current is not None and isinstance(current.value, cst.Dict):
-            keys = {literal_value(e.key) for e in current.value.elements if isinstance(e, cst.DictElement)}
-            if "non_blocking" in keys:
+            values = {
+                literal_value(e.key): e.value
+                for e in current.value.elements
+                if isinstance(e, cst.DictElement)
+            }
+            if "non_blocking" in values:
+                chosen = values["non_blocking"]
+                if literal_value(chosen) is True:
+                    self.already(call, f'{callee}(...): accelerator_config={{"non_blocking": True}}')
+                else:
+                    reason = f"accelerator_config sets non_blocking to `{code_of(chosen)}` at line {self.line(chosen)}"
+                    self.refused(call, message, reason)
                 return
         if star_kwargs(call) is not None:
             self.refused(call, message, f"settings are passed through `**{code_of(star_kwargs(call).value)}`")

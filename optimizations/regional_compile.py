@@ -63,7 +63,10 @@ class _CompileLayers(TrainerFollowUp):
         if trainer_class(self.names(original_node.func)) is None:
             return updated_node
         model = self.links.model_argument(original_node)
-        if model is None or self.calls(model, HELPER):
+        if model is None:
+            return updated_node
+        if self.calls(model, HELPER):
+            self.already(original_node, f"{code_of(original_node.func)}(...): model=`{code_of(model)}`")
             return updated_node
         message = f"{code_of(original_node.func)}(...): compile the model's repeated layers (on CUDA)"
         reason = self._reason(original_node, model)
@@ -276,6 +279,21 @@ def main(dataset):
     SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig(output_dir="out"), train_dataset=dataset).train()
 """,
             refusal="is not assigned on a line of its own",
+        ),
+        Example(
+            "already_compiled_layers",
+            before="""\
+from trl import SFTTrainer
+
+from _perfbot_compile import compile_repeated_layers
+
+
+def main(model, args, data):
+    SFTTrainer(model=compile_repeated_layers(model), args=args, train_dataset=data).train()
+    trainer = SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=args, train_dataset=data)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+""",
         ),
         Example(
             "whole_model_compiled_by_the_config",

@@ -55,11 +55,33 @@ class _SyncFree(PlannedCodemod):
         self.materialized: set[tuple[int, str]] = set()
         for loop in self.training_loops():
             losses = loss_names(loop)
+            per_step, kept = [], []  # host reads every step; reads where the loop logs and device copies
             for node in walk(loop.body, NESTED_SCOPES + LOOPS):
                 loss = self._host_read_of_loss(node, losses)
-                if loss is None or self.in_logging_block(node, loop):
-                    continue
+                if loss is not None and not self.in_logging_block(node, loop):
+                    per_step.append((node, loss))
+                elif loss is not None or self._kept_on_device(node, losses):
+                    kept.append(node)
+            for node, loss in per_step:
                 self._plan_read(loop, node, loss)
+            if kept and not per_step:
+                where = (
+                    "read where the loop logs"
+                    if self.in_logging_block(kept[0], loop)
+                    else "kept on the device"
+                )
+                self.already(
+                    kept[0], f"the loss is not read on the host every step: `{code_of(kept[0])}` {where}"
+                )
+
+    @staticmethod
+    def _kept_on_device(node: cst.CSTNode, losses: set[str]) -> bool:
+        """``<loss>.detach()``: the loss's value kept as a tensor, not read on the host."""
+        return (
+            is_method_call(node, "detach")
+            and isinstance(node.func.value, cst.Name)
+            and node.func.value.value in losses
+        )
 
     def _host_read_of_loss(self, node: cst.CSTNode, losses: set[str]) -> cst.Name | None:
         """The loss name when ``node`` is ``<loss>[.detach()/.cpu()/.float()].item()`` or ``float(<loss>...)``."""

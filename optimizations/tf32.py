@@ -58,8 +58,10 @@ class _Tf32(PlannedCodemod):
         settings = dict(self._settings(module, TF32_SETTINGS))
         vendored = f"_perfbot_{RUNTIME_MODULE}.{ENABLE}"
         calls = self.nodes(cst.Call)
-        if any(any(name.endswith(vendored) for name in self.names(call.func)) for call in calls):
-            return  # enable_tf32() is already called
+        enabled = next((c for c in calls if any(n.endswith(vendored) for n in self.names(c.func))), None)
+        if enabled is not None:
+            self.already(enabled, f"TF32 on (`{code_of(enabled)}`)")
+            return
         deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
         for call in calls:
             if is_training_config(self.names(call.func)):

@@ -130,20 +130,28 @@ class _Pad(PlannedCodemod):
         self.repository: _Repository | None = None
         candidates: list[tuple[cst.CSTNode, cst.Integer]] = []
         refusals: list[tuple[cst.CSTNode, cst.Integer, str]] = []
+        padded_already: list[tuple[cst.CSTNode, cst.Integer]] = []
         for cls in self.nodes(cst.ClassDef):
+            tokenizer = "token" in cls.name.value.lower()
             for owner, literal in self._class_literals(cls):
-                if "token" in cls.name.value.lower():
+                if _int_literal(literal) % MULTIPLE == 0:
+                    if not tokenizer:
+                        padded_already.append((owner, literal))
+                elif tokenizer:
                     refusals.append((owner, literal, f"{cls.name.value} is a tokenizer class"))
                 else:
                     candidates.append((owner, literal))
         for call in self.nodes(cst.Call):
             given = keyword(call, FIELD)
             size = _int_literal(given.value) if given is not None else None
-            if size is None or size % MULTIPLE == 0:
+            if size is None:
                 continue
             names = self.names(call.func)
             callee = _callee(call)
-            if qualified_under(names, ("transformers",), (callee,)):
+            if size % MULTIPLE == 0:
+                if callee in self._repository().config_classes:
+                    padded_already.append((given, given.value))
+            elif qualified_under(names, ("transformers",), (callee,)):
                 refusals.append(
                     (
                         call,
@@ -160,6 +168,8 @@ class _Pad(PlannedCodemod):
                 )
             elif callee in self._repository().config_classes:
                 candidates.append((given, given.value))
+        for owner, literal in padded_already:
+            self.already(owner, f"vocab_size {_int_literal(literal)} (a multiple of {MULTIPLE})")
         message = "vocab_size {} → {} (a multiple of 64; the extra ids never occur in the data)"
         for owner, literal, reason in refusals:
             size = _int_literal(literal)
@@ -183,7 +193,8 @@ class _Pad(PlannedCodemod):
         return self.repository
 
     def _class_literals(self, cls: cst.ClassDef):
-        """``(node, literal)`` for each ``vocab_size`` literal the class sets: fields and ``__init__`` defaults."""
+        """``(node, literal)`` for each integer ``vocab_size`` literal the class sets: fields and ``__init__``
+        defaults."""
         for statement in cls.body.body:
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
@@ -195,13 +206,11 @@ class _Pad(PlannedCodemod):
                         value = small.value
                     else:
                         continue
-                    size = _int_literal(value)
-                    if size is not None and size % MULTIPLE:
+                    if _int_literal(value) is not None:
                         yield statement, value
             elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
                 for param in statement.params.params + statement.params.kwonly_params:
-                    size = _int_literal(param.default)
-                    if param.name.value == FIELD and size is not None and size % MULTIPLE:
+                    if param.name.value == FIELD and _int_literal(param.default) is not None:
                         yield param, param.default
 
 

@@ -377,13 +377,3 @@ def test_a_launch_script_makes_an_entry_point(tmp_path):
     assert program.entry_points == ["run.py", "third_party/somelib/cli.py"]
     assert program.runs("third_party/somelib/trainer.py", "train")
     assert "third_party/somelib/trainer.py" in {s.path for s in _sites("tf32", root) if s.refused}
-
-
-@pytest.mark.parametrize("optimization", ["bf16_autocast", "tf32", "fused_adamw", "compile_model", "sdpa"])
-def test_already_examples_say_already(optimization, tmp_path):
-    examples = [e for e in get(optimization).examples if e.name.startswith("already")]
-    assert examples
-    for example in examples:
-        (tmp_path / example.path).write_text(example.before)
-        result = get(optimization).transform_source(example.before, example.path, RepoContext(tmp_path))
-        assert result.sites and all(s.already for s in result.sites), (example.name, result.sites)

@@ -1,4 +1,7 @@
-"""Every registered optimization's own before/after examples, run as a parametrized test."""
+"""Every registered optimization's own before/after examples, run as a parametrized test.
+
+An example named ``already…`` is a program that already does what the optimization would do: it must edit
+nothing and report only ``already`` sites, at least one (never "no site", never a refusal)."""
 
 from __future__ import annotations
 
@@ -15,16 +18,17 @@ def _cases():
 
 
 def _run(optimization: Optimization, example, tmp_path):
+    """The example's file result, and the repository context that holds any other file it edited."""
     for name, text in {example.path: example.before, **example.files}.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     ctx = RepoContext(tmp_path)
-    return optimization.transform_source(example.before, example.path, ctx)
+    return optimization.transform_source(example.before, example.path, ctx), ctx
 
 
 @pytest.mark.parametrize(("optimization", "example"), list(_cases()))
 def test_example(optimization, example, tmp_path):
-    result = _run(optimization, example, tmp_path)
+    result, ctx = _run(optimization, example, tmp_path)
     expected = example.before if example.after is None else example.after
     assert result.source == expected
     compile(result.source, example.path, "exec")
@@ -34,11 +38,15 @@ def test_example(optimization, example, tmp_path):
         assert any(example.refusal in s.reason for s in refused), [s.reason for s in refused]
     if example.after is not None:
         assert any(s.applicable for s in result.sites)
+    if example.name.startswith("already"):
+        assert example.after is None and example.refusal is None and not ctx.edits, "`already` edits nothing"
+        assert result.sites, "an `already` example reports where the program already does it"
+        assert all(s.already for s in result.sites), [(s.line, s.message, s.reason) for s in result.sites]
 
 
 @pytest.mark.parametrize(("optimization", "example"), list(_cases()))
 def test_example_is_idempotent(optimization, example, tmp_path):
-    once = _run(optimization, example, tmp_path).source
+    once = _run(optimization, example, tmp_path)[0].source
     twice = optimization.transform_source(once, example.path, RepoContext(tmp_path)).source
     assert twice == once
 

@@ -81,8 +81,11 @@ def test_parser_recipes_are_switched_on_and_a_wrapped_strategy_is_left_to_a_huma
     assert [(s.path, "packing_strategy" in s.reason) for s in change.refused] == [
         ("recipes/wrapped.yaml", True)
     ]
-    # Once a recipe packs, the parser is not reported as needing a human.
-    assert [s.path for s in Packing().find(root)] == ["recipes/wrapped.yaml"]
+    # Once a recipe packs, the parser is not reported as needing a human: that recipe is already done.
+    assert [(s.path, s.already, s.refused) for s in Packing().find(root)] == [
+        ("recipes/qwen.yaml", True, False),
+        ("recipes/wrapped.yaml", False, True),
+    ]
 
 
 def test_parser_without_any_recipe_needs_a_human(tmp_path):

@@ -242,7 +242,10 @@ def test_the_lora_host_overhead_transforms_follow_the_trainer_a_trl_script_build
     assert lines[built + 3].lstrip().startswith("trainer.train(")
     for optimization in ("bf16_adapters", "regional_compile"):
         again = get(optimization).transform_source(source, script, RepoContext(tmp_path))
-        assert again.source == source and again.sites == []
+        assert again.source == source
+        helper = {"bf16_adapters": "keep_adapters_in_bf16", "regional_compile": "compile_repeated_layers"}
+        message = f"`{helper[optimization]}(trainer.model)` once the trainer is built"
+        assert [(site.already, site.message) for site in again.sites] == [(True, message)]
 
 
 STREAMING_SCRIPT = """\

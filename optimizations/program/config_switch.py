@@ -312,6 +312,16 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         )
         return f"{hidden} (wanted: {wanted})"
 
+    def _parameter_in_dict(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """The dict literal the call takes its settings from sets the setting from the function's parameter."""
+        value = dict(self._settings(call)).get(self.setting)
+        return (
+            function is not None
+            and isinstance(value, cst.Name)
+            and value.value
+            in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        )
+
     def _parameter_driven(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """The call takes two or more of its settings straight from its function's parameters."""
         if function is None:
@@ -326,7 +336,7 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
     def _turn_on_yaml(self, belongs: Callable[[dict[str, object]], bool]) -> tuple[list[Site], int]:
         """Switch ``<setting>: false`` to true in the YAML mappings whose keys ``belongs`` accepts.
 
-        Returns the sites (switched or refused) and how many of those mappings have it on already.
+        Returns the sites (switched, refused, or already on) and how many of those mappings have it on already.
         """
         sites: list[Site] = []
         already = 0
@@ -337,6 +347,8 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
                     continue
                 if setting.value is True:
                     already += 1
+                    message = f"{setting.key}: {setting.text}"
+                    sites.append(Site(path, setting.line, self.optimization.id, message, False, already=True))
                     continue
                 message = f"{setting.key}: {setting.text} -> true"
                 reason = self.yaml_blocked(setting.siblings)
@@ -361,6 +373,12 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
             for site in self.scope.calls_to((parser,), (package,)):
                 self._decide_parser(site)
 
+    def _described_as_given(self, call: cst.Call, note: str) -> str:
+        """``callee(...): <setting>=<as written>`` with the companions the call already sets, and ``note``."""
+        settings = dict(self._settings(call))
+        given = [(k, settings[k]) for k in (self.setting, *self.recipe_companions) if k in settings]
+        return self._describe(code_of(call.func), code_of(given[0][1]), given[1:]) + note
+
     def _describe(self, callee: str, value: str, companions: list[tuple[str, cst.BaseExpression]]) -> str:
         return f"{callee}(...): {self.setting}={value}" + "".join(
             f", {k}={code_of(v)}" for k, v in companions
@@ -372,6 +390,19 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         given = keyword(call, self.setting)
         current = False if given is None else literal_value(given.value)
         if current is True:
+            self.already(call, self._described_as_given(call, ""))
+            return
+        if (
+            given is None
+            and literal_value(dict(self._settings(call)).get(self.setting, cst.Name("None"))) is True
+        ):
+            self.already(call, self._described_as_given(call, ""))
+            return
+        if given is None and self._parameter_in_dict(call, site.function):
+            note = (
+                f" (config-driven: on where a caller passes {site.function.name.value}({self.setting}=True))"
+            )
+            self.already(call, self._described_as_given(call, note))
             return
         if current is ...:
             self._decide_expression(site, given.value)
@@ -461,14 +492,23 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         default = _default_read(value, self.setting)
         cls = self._dataclass_of(value.value, site.function) if isinstance(value, cst.Attribute) else None
         field = _field(cls, self.setting) if cls is not None and value.attr.value == self.setting else None
-        if (default is not None and default[1] is True) or (field is not None and field.value is True):
-            return  # on by default already
+        if default is not None and default[1] is True:
+            self.already(call, self._described_as_given(call, " (on by default)"))
+            return
+        if field is not None and field.value is True:
+            self.already(
+                call, self._described_as_given(call, f" ({cls.name.value}.{self.setting} defaults to True)")
+            )
+            return
         message = self._describe(callee, code_of(value), [])
         if self.default_as_found and default is not None:
             self._keep_default(site, message, companions)
             return
         if self.default_as_found and field is not None and not self._parsed_from_flags(cls):
-            return  # a dataclass default the file has: the repository turns it on where it sets the field
+            # A dataclass default the file has: the repository turns it on where it sets the field.
+            note = f" (config-driven: on where {cls.name.value}.{self.setting} is set to True)"
+            self.already(call, self._described_as_given(call, note))
+            return
         if default is None and (field is None or field.value is not False):
             self.refused(
                 call,
@@ -510,11 +550,14 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         reads = self._config_reads(site.call)
         if reads is None or self._refusal(site.call, site.function) is not None:
             return
-        yaml_sites, _ = self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
+        yaml_sites, already = self._turn_on_yaml(lambda siblings: reads.keys <= siblings.keys())
         self.sites.extend(yaml_sites)
         if any(s.applicable for s in yaml_sites):
             self.call_edits[site.call] = (None, companions)
             self.changed(site.call, message + " (its default kept; on where its config sets it)")
+        elif not any(s.refused for s in yaml_sites):
+            where = "on in its config" if already else f"off until its config sets `{self.setting}: true`"
+            self.already(site.call, self._described_as_given(site.call, f" (config-driven: {where})"))
 
     def _decide_parser(self, site: CallSite) -> None:
         """An argument parser filling one of ``configs`` (or a dataclass with the setting) from flags."""
@@ -526,7 +569,13 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
             if any(qualified_under(self.names(e), ("trl",), self.configs) for e in (element, *bases)):
                 parses_config = code_of(element)
             field = _field(cls, self.setting) if cls is not None and self._is_dataclass(cls) else None
-            if field is None or cls in self.class_edits or field.value is True:
+            if field is not None and field.value is True and cls not in self.class_edits:
+                self.already(
+                    field.statement,
+                    f"{cls.name.value}.{self.setting} defaults to True (parsed by `{parser}`)",
+                )
+                continue
+            if field is None or cls in self.class_edits:
                 continue
             message = f"{cls.name.value}.{self.setting} defaults to True (parsed by `{parser}`)"
             reason = self.blocked(None, site.function)

@@ -246,7 +246,7 @@ class TrainerFollowUp(OptimizationCodemod):
         self, trainer: cst.Call, runtime_module: str, helper: str, message: str, why: str
     ) -> None:
         """Plan ``helper(<target>.model)`` (vendored from ``runtime_module``) after the line that assigns
-        ``trainer`` to ``<target>``, unless the file calls it so already; refuse the site, saying ``why`` the
+        ``trainer`` to ``<target>``, unless the file calls it so already (then that call is reported as already done); refuse the site, saying ``why`` the
         model is only there once the trainer is built, when the trainer is not assigned on a line of its own."""
         assigned = self.links.assigned_line(trainer)
         if assigned is None:
@@ -259,10 +259,16 @@ class TrainerFollowUp(OptimizationCodemod):
             return
         target, line = assigned
         model = f"{code_of(target)}.model"
-        if any(
-            self.calls(c, helper) and c.args and code_of(c.args[0].value) == model
-            for c in self.nodes(cst.Call)
-        ):
+        done = next(
+            (
+                c
+                for c in self.nodes(cst.Call)
+                if self.calls(c, helper) and c.args and code_of(c.args[0].value) == model
+            ),
+            None,
+        )
+        if done is not None:
+            self.already(done, f"`{helper}({model})` once the trainer is built")
             return
         self.import_runtime(runtime_module, helper)
         self.changed(trainer, f"{message}: `{helper}({model})` once the trainer is built ({why})")
