@@ -176,7 +176,7 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         current = keyword(updated_node, label)
         pin_label = "pin_memory" if settings is TORCH_SETTINGS else "dataloader_pin_memory"
         pin = keyword(updated_node, pin_label)
-        if current is not None and self._loads_with_workers(current.value, pin):
+        if current is not None and self._loads_with_workers(current.value):
             shown = ", ".join(
                 f"{a.keyword.value}={code_of(a.value)}" for a in (current, pin) if a is not None
             )
@@ -231,20 +231,18 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         self.edited = True
         return call
 
-    def _loads_with_workers(self, workers: cst.BaseExpression, pin: cst.Arg | None) -> bool:
-        """The call already loads as this optimization would have it: a literal worker count above 0, the
-        module's own ``DATALOADER_WORKERS`` (a previous run's), or a count the program chooses (a variable,
-        left as set) with memory pinned."""
+    def _loads_with_workers(self, workers: cst.BaseExpression) -> bool:
+        """The call already loads as this optimization would have it: a literal worker count above 0, or the
+        module's own ``DATALOADER_WORKERS`` (a previous run's). A count the program passes in (a variable, a
+        parameter) may well be 0, as a caller's ``num_workers=0`` makes it: not an answer of "already"."""
         count = literal_value(workers)
         if count is not ...:
             return count not in (0, None, False)
-        if (
+        return (
             isinstance(workers, cst.Name)
             and workers.value == WORKERS
             and defines(self.parsed.module, WORKERS)
-        ):
-            return True
-        return pin is not None and literal_value(pin.value) is not False
+        )
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.edited or defines(updated_node, WORKERS):
@@ -445,6 +443,17 @@ import torch
 def loader(ds):
     return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=8, pin_memory=True)
 """,
+        ),
+        Example(
+            "a_count_passed_in_is_not_already_workers",
+            before="""\
+from torch.utils.data import DataLoader
+
+
+def loader(ds, num_workers=0):
+    return DataLoader(ds, batch_size=8, num_workers=num_workers, pin_memory=True)
+""",
+            refusal="num_workers comes from `num_workers`; raise its default where that value is defined",
         ),
         Example(
             "pins_memory_when_workers_come_from_a_variable",
