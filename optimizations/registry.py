@@ -19,9 +19,10 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from itertools import chain
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +43,20 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "bot.optimizations"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
+
+
+class Word(str):
+    """A need matched as a whole identifier: ``Word("erf")`` is in ``torch.erf(x)``, not in ``perf`` or
+    ``interface``. A plain string need matches anywhere (``"Trainer"`` is in ``SFTTrainer``)."""
+
+
+IDENTIFIER = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=1024)
+def identifiers(source: str) -> frozenset[str]:
+    """The words (runs of letters, digits and underscores) of a file's text, read once per text."""
+    return frozenset(IDENTIFIER.findall(source))
 
 
 @dataclass(frozen=True)
@@ -67,8 +82,9 @@ class Optimization:
     ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
     over the previous one's output; the ones after the first are follow-ups that run only where an earlier
     one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
-    ``needs`` are words a file must contain for the codemods to find anything in it (a class or method name
-    they match): other files are skipped unparsed.
+    ``needs`` are words a file must contain one of for the codemods to find anything in it (a class or method
+    name they match): other files are skipped unparsed. A :class:`Word` must be there as a whole identifier, a
+    plain string anywhere in the text.
     """
 
     id: ClassVar[str]
@@ -88,7 +104,9 @@ class Optimization:
 
     def might_apply(self, source: str) -> bool:
         """False when a file with this text cannot have a site: it mentions none of ``needs``."""
-        return not self.needs or any(word in source for word in self.needs)
+        return not self.needs or any(
+            word in identifiers(source) if isinstance(word, Word) else word in source for word in self.needs
+        )
 
     def transform_source(
         self, source: str, path: str, ctx: RepoContext, *, sites_only: bool = False

@@ -54,7 +54,7 @@ from optimizations.program.model_code import (
     terms,
 )
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Optimization, Word
 
 SDPA = ("torch.nn.functional.scaled_dot_product_attention",)
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax")
@@ -765,7 +765,7 @@ class Sdpa(Optimization):
     )
     capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (_Sdpa,)
-    needs = ("softmax", "scaled_dot_product_attention")
+    needs = (Word("softmax"), Word("scaled_dot_product_attention"))
 
     examples = (
         Example(

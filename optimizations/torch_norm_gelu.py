@@ -43,7 +43,7 @@ from optimizations.program.model_code import (
     terms,
 )
 from optimizations.program.training_loops import PlannedCodemod
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Optimization, Word
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 GELU_CUBIC = 0.044715
@@ -504,7 +504,7 @@ class TorchNormGelu(Optimization):
         "hand-written layer norm",
     )
     codemods = (_NormGelu,)
-    needs = ("sqrt", ".std(", "0.044715", "erf")  # a hand-written norm divides by a root or std
+    needs = (Word("sqrt"), Word("rsqrt"), ".std(", "0.044715", Word("erf"))  # a norm divides by a root or std
 
     examples = (
         Example(

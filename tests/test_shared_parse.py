@@ -263,3 +263,12 @@ def test_a_module_whose_listing_is_computed_is_imported(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(tmp_path)
     assert listings("listing_computed", group="no.such.group") == [Listing("late", "late", 2, "x", "y")]
+
+
+def test_a_word_need_matches_whole_identifiers_and_a_plain_need_any_text():
+    gelu = get("torch_norm_gelu")
+    assert not gelu.might_apply('print(f"perf of the interface")\n')
+    assert gelu.might_apply("import torch\ny = torch.erf(x)\n")
+    assert gelu.might_apply("y = x * torch.rsqrt(v + 1e-5)\n")
+    assert not get("sdpa").might_apply("loss = F.log_softmax(logits, -1)\n")
+    assert get("regional_compile").might_apply("trainer = SFTTrainer(model)\n")  # "Trainer", anywhere
