@@ -21,10 +21,15 @@ from pathlib import Path, PurePosixPath
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
 
-from optimizations.program.repository import RepoContext, SourceCache, TransformError
+from optimizations.program.repository import (
+    SOURCE_ROOTS,
+    RepoContext,
+    SourceCache,
+    TransformError,
+    import_roots,
+    module_paths,
+)
 
-# Where a top-level module of the repository may live, besides the importing file's own directory.
-SOURCE_ROOTS = ("", "src")
 # How many names one resolution may pass through (re-exports of re-exports) before it gives up.
 MAX_HOPS = 32
 
@@ -94,15 +99,9 @@ class RepositoryClasses:
     def module_file(self, module: str, importer: str) -> str | None:
         """The repository file that defines ``module`` for a file at ``importer``: beside it, at the root or
         under ``src/``; ``None`` when the module is not the repository's (an installed package)."""
-        here = PurePosixPath(importer).parent.as_posix()
-        roots = dict.fromkeys(("" if here == "." else here, *SOURCE_ROOTS))
-        relative = module.replace(".", "/")
-        for root in roots:
-            for candidate in (f"{relative}/__init__.py", f"{relative}.py"):
-                path = f"{root}/{candidate}" if root else candidate
-                if self._exists(path):
-                    return path
-        return None
+        return next(
+            (path for path in module_paths(module, import_roots(importer)) if self._exists(path)), None
+        )
 
     def _exists(self, path: str) -> bool:
         if path not in self._files:

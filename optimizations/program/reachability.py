@@ -25,7 +25,7 @@ import tomllib
 import weakref
 from pathlib import PurePosixPath
 
-from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache
+from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache, module_paths
 
 VENDOR_FOLDERS = frozenset(
     {"third_party", "thirdparty", "3rdparty", "vendor", "vendored", "external", "extern"}
@@ -217,13 +217,7 @@ class Program:
         return found
 
     def _module_file(self, dotted: str, roots: list[str]) -> str | None:
-        relative = dotted.replace(".", "/")
-        for root in roots:
-            for candidate in (f"{relative}.py", f"{relative}/__init__.py"):
-                path = posixpath.normpath(posixpath.join(root, candidate))
-                if path in self.files:
-                    return path
-        return None
+        return next((path for path in module_paths(dotted, roots) if path in self.files), None)
 
     # -- reading --------------------------------------------------------------------------------------
     def _text(self, path: str) -> str | None:

@@ -9,7 +9,9 @@ a file and to the repository.
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -237,6 +239,24 @@ class RepoContext:
         self.vendored[target] = runtime_source(runtime_module)
         in_package = (self.root / directory / "__init__.py").exists()
         return f".{VENDORED_PREFIX}{runtime_module}" if in_package else f"{VENDORED_PREFIX}{runtime_module}"
+
+
+# Where the modules a repository's code imports live, besides the importing file's own folder (a script's).
+SOURCE_ROOTS = ("", "src")
+
+
+def import_roots(importer: str) -> tuple[str, ...]:
+    """The folders an absolute import in the file ``importer`` is looked up in: the file's own folder, the
+    repository root, ``src/``."""
+    return tuple(dict.fromkeys((posixpath.dirname(importer), *SOURCE_ROOTS)))
+
+
+def module_paths(dotted: str, roots: Iterable[str]) -> list[str]:
+    """The repository paths that may define the module ``dotted`` under each of ``roots``, in the order Python
+    looks: the package's ``__init__.py``, then ``<module>.py`` (``dotted`` empty: the root's own package)."""
+    relative = dotted.replace(".", "/")
+    candidates = (f"{relative}/__init__.py", f"{relative}.py") if relative else ("__init__.py",)
+    return [posixpath.normpath(posixpath.join(root, candidate)) for root in roots for candidate in candidates]
 
 
 def same_file(path: str, hint: str) -> bool:

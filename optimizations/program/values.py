@@ -24,15 +24,15 @@ as nanoGPT-style code picks its autocast dtype and optimizer options::
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
-from optimizations.program.repository import TransformError
+from optimizations.program.repository import TransformError, import_roots, module_paths
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
 # How many names deep an expression is followed to its outcomes (guards against cycles such as `x = x + 1`).
@@ -403,19 +403,12 @@ class ProgramValues:
 
     def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
         """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
-        module = code_of(statement.module).split(".") if statement.module is not None else []
+        module = code_of(statement.module) if statement.module is not None else ""
         dots = len(statement.relative)
-        if dots:
-            base = Path(source.path).parent
-            for _ in range(dots - 1):
-                base = base.parent
-            candidates = [base.joinpath(*module)]
-        else:
-            candidates = [Path(*module), Path("src", *module)]
-        for candidate in candidates:
-            for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
-                if (self.codemod.repo.root / path).is_file():
-                    return self._parsed(path.as_posix())
+        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
+        for path in module_paths(module, roots):
+            if (self.codemod.repo.root / path).is_file():
+                return self._parsed(path)
         return None
 
     def _parsed(self, path: str) -> _Source | None:
