@@ -94,7 +94,7 @@ def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
     findings = scan(root)
     text = render_plan(root, findings)
     plan = parse_plan(text, registry().values(), "scan")
-    applicable = {f.optimization.id: f for f in findings if f.applicable}
+    applicable = {f.optimization.id: f for f in findings if f.applied}
     auto = [i for i in plan.items if i.auto_apply]
     assert sorted(o for i in auto for o in i.optimizations) == sorted(applicable)
     for item in auto:
