@@ -95,19 +95,15 @@ def _cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(command: Command, repo: Path) -> tuple[float, float, subprocess.CompletedProcess]:
+def timed_run(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess]:
+    """``python <argv>`` in ``cwd`` with this checkout first on PYTHONPATH: its wall seconds, the CPU seconds
+    it used, and the finished process."""
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     cpu, start = _cpu_of_children(), time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", *command.args],
-        cwd=repo,
-        env=environment,
-        capture_output=True,
-        text=True,
-    )
+    done = subprocess.run([sys.executable, *argv], cwd=cwd, env=environment, capture_output=True, text=True)
     return time.perf_counter() - start, _cpu_of_children() - cpu, done
 
 
@@ -120,7 +116,7 @@ def measure(command: Command, base: Path, scratch: Path, repeats: int, warmup: i
         if command.writes:
             repo = scratch / f"{'-'.join(command.args)}-{number}"
             shutil.copytree(base, repo, symlinks=True)
-        elapsed, cpu, done = _run(command, repo)
+        elapsed, cpu, done = timed_run(["-m", "bot.cli", *command.args], repo)
         if number >= warmup:
             timing.runs.append(elapsed)
             timing.cpu.append(cpu)

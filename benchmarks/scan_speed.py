@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.cli_speed import ROOT, _cpu_of_children
+from benchmarks.cli_speed import ROOT, timed_run
 
 PARSE_EVERY_FILE = """\
 import subprocess, sys
@@ -54,15 +51,10 @@ class Timing:
         return statistics.median(self.cpu)
 
 
-def _timed(timing: Timing, command: list[str]) -> None:
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    cpu, start = _cpu_of_children(), time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True)
-    timing.runs.append(time.perf_counter() - start)
-    timing.cpu.append(_cpu_of_children() - cpu)
+def _timed(timing: Timing, argv: list[str]) -> None:
+    wall, cpu, done = timed_run(argv, ROOT)
+    timing.runs.append(wall)
+    timing.cpu.append(cpu)
     timing.exit_codes.append(done.returncode)
     if done.returncode and not timing.error:
         timing.error = (done.stderr or done.stdout).strip()[-2000:]
@@ -72,8 +64,8 @@ def measure(repo: Path, repeats: int) -> tuple[Timing, Timing]:
     """``repeats`` alternating runs of the parse of every file and of ``bot scan``: the two timings."""
     parse, scan = Timing("libcst parse of every file"), Timing("bot scan")
     for _ in range(repeats):
-        _timed(parse, [sys.executable, "-c", PARSE_EVERY_FILE, str(repo)])
-        _timed(scan, [sys.executable, "-m", "bot.cli", "scan", str(repo)])
+        _timed(parse, ["-c", PARSE_EVERY_FILE, str(repo)])
+        _timed(scan, ["-m", "bot.cli", "scan", str(repo)])
     return parse, scan
 
 
