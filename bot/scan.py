@@ -43,7 +43,8 @@ def _keys():
 
 
 def render_plan(root: Path, findings: list[Finding]) -> str:
-    """A plan issue in the seed's shape: one table per tier, refused sites flagged for a human."""
+    """A plan issue in the seed's shape: one table per tier, refused sites flagged for a human, and what the
+    program already does listed (no item: nothing to apply)."""
     keys = _keys()
     tiers: dict[int, list[dict]] = {}
     for finding in findings:
@@ -62,4 +63,15 @@ def render_plan(root: Path, findings: list[Finding]) -> str:
         for finding in findings
         for s in finding.refused
     ]
-    return render("plan.md.j2", repo=root.resolve().name, tiers=dict(sorted(tiers.items())), flagged=flagged)
+    already = [
+        {"location": f"{s.path}:{s.line}", "what": s.message, "optimization": finding.optimization.id}
+        for finding in findings
+        for s in finding.already
+    ]
+    return render(
+        "plan.md.j2",
+        repo=root.resolve().name,
+        tiers=dict(sorted(tiers.items())),
+        flagged=flagged,
+        already=already,
+    )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from git_repos import make_repo
 
 from bot.plan import PlanError, clean, parse_criteria, parse_plan
+from bot.scan import render_plan, scan
 from optimizations.registry import registry
 
 SEED = (Path(__file__).parent / "fixtures" / "seed_issue.md").read_text()
@@ -193,3 +195,22 @@ def test_word_stems_read_plurals_and_identifiers_alike():
     assert words("dataloader_num_workers") == words("Dataloader num worker")
     assert words("precomputed") == words("precompute") == words("precomputing")
     assert words("losses") == words("loss")
+
+
+def test_a_drafted_plan_lists_what_the_program_already_does_and_applies_none_of_it(tmp_path):
+    make_repo(
+        tmp_path,
+        {
+            "train.py": "import torch\n\ntorch.backends.cuda.matmul.allow_tf32 = True\n\n\n"
+            "def train(model, loader, optimizer):\n    for x, y in loader:\n"
+            "        loss = torch.nn.functional.cross_entropy(model(x), y)\n        loss.backward()\n"
+            "        optimizer.step()\n"
+        },
+    )
+    findings = scan(tmp_path)
+    [tf32] = [s for f in findings for s in f.already if s.optimization == "tf32"]
+    text = render_plan(tmp_path, findings)
+    already = text[text.index("### Already done") : text.index("## Success criteria")]
+    assert f"- `train.py:{tf32.line}`: {tf32.message} (tf32)" in already
+    plan = parse_plan(text, registry().values(), "scan")
+    assert not any("tf32" in item.optimizations for item in plan.items)
