@@ -36,7 +36,6 @@ from optimizations.program.codemod import (
     keyword,
     literal_value,
     replace_keyword,
-    walk,
 )
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
 from optimizations.program.model_use import loaded_only_to_read
@@ -65,14 +64,11 @@ class _PickAttention(OptimizationCodemod):
         self.used_names: set[str] = set()
         # model_init_kwargs dict node -> its config: the config call, or the `config.model_init_kwargs` target
         self.init_kwargs: dict[cst.CSTNode, cst.Call | cst.Attribute] = {}
-        self.functions: dict[cst.Call, cst.FunctionDef] = {}  # each call -> the function it runs in
 
     # -- pre-pass ---------------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
         self.used_names = {name.value for name in self.nodes(cst.Name)}
-        for function in self.nodes(cst.FunctionDef):
-            self.functions.update((c, function) for c in walk(function.body) if isinstance(c, cst.Call))
         for call in self.nodes(cst.Call):
             if not is_training_config(self.names(call.func)):
                 continue
@@ -187,7 +183,7 @@ class _PickAttention(OptimizationCodemod):
             self._already_chosen(original_node, code_of(func), current.value)
             return updated_node
         message = _message(code_of(func), fallback)
-        function = self.functions.get(original_node)
+        function = self.links.values.function_of(original_node)
         read = loaded_only_to_read(function, original_node) if function is not None else None
         if read is not None:
             self.refused(
