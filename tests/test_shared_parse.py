@@ -14,13 +14,14 @@ import pytest
 from git_repos import EXAMPLE, committed_example, make_repo
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from bot.errors import BadInput
 from bot.scan import scan
 from optimizations import registry as registry_module
 from optimizations.program import repository as repository_module
 from optimizations.program.codemod import OptimizationCodemod, add_imports
+from optimizations.program.positions import StartLines
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.registry import Listing, get, listings, registry
 
@@ -137,7 +138,8 @@ def test_metadata_is_resolved_when_a_codemod_first_reads_it(tmp_path):
     parsed = SourceCache().parse("train.py", SFT)
     ctx = RepoContext(tmp_path)
     LineOfFirstCall(CodemodContext(filename="train.py"), get("packing"), ctx).transform_parsed(parsed)
-    assert set(parsed.wrapper._metadata) == {PositionProvider}  # no scope, name or parent analysis
+    assert parsed.wrapper._metadata == {}  # no libcst scope, name, position or parent analysis
+    assert set(parsed._derived) == {StartLines}  # the line of the site only: no name bindings
     quiet = LineOfFirstCall(CodemodContext(filename="util.py"), get("packing"), ctx)
     no_call = SourceCache().parse("util.py", "x = 1\n")
     quiet.transform_parsed(no_call)

@@ -1,7 +1,8 @@
 """libcst building blocks shared by the transforms, and :class:`OptimizationCodemod`, the base of every
 optimization's codemod.
 
-Names are resolved with libcst's ``QualifiedNameProvider``, so ``from trl import SFTConfig as C``, ``import trl``
+Names are resolved from each file's bindings (:mod:`optimizations.program.names`, libcst's qualified names
+without its full scope analysis), so ``from trl import SFTConfig as C``, ``import trl``
 + ``trl.SFTConfig`` and ``from trl.trainer.sft_config import SFTConfig`` all resolve to a name ending in
 ``SFTConfig`` under ``trl``. Keyword arguments are added in the call's own layout: one per line with the same
 indent and trailing-comma style in a multi-line call, ``, `` separated on one line otherwise. Comments stay
@@ -18,9 +19,11 @@ import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import parse_template_expression
-from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, QualifiedName
 
 from optimizations.program.classes import repository_classes
+from optimizations.program.names import module_names
+from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 
 
@@ -326,7 +329,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
     and ``repo`` is the repository the file is in (other files to read or edit, runtime helpers to vendor).
     """
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    METADATA_DEPENDENCIES = ()
 
     def __init__(self, context: CodemodContext, optimization: Identified, repo: RepoContext):
         super().__init__(context)
@@ -336,12 +339,15 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         self.sites: list[Site] = []
         self.imported_modules: set[str] = set()
         self.parsed: ParsedFile | None = None
+        # Only the sites are wanted (a scan): the edited tree is thrown away, so a codemod may skip building it.
+        self.sites_only = False
 
     def transform_parsed(self, parsed: ParsedFile, *, sites_only: bool = False) -> cst.Module:
         """``transform_module`` over a file parsed once for the run: the metadata comes from the file's shared
         wrapper (each provider resolved once for every codemod), not from a copy of the tree. ``sites_only``:
         the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
+        self.sites_only = sites_only
         self.context = replace(self.context, wrapper=parsed.wrapper)
         self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())
         try:
@@ -383,9 +389,13 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
     def names(self, node: cst.CSTNode) -> set[str]:
         """Fully qualified names a node (a call's callee, say) may refer to; for a class of the repository, also
         the classes outside it that it derives from (``mypkg.SFTConfig`` is a ``trl.SFTConfig`` too)."""
-        qualified = self.get_metadata(QualifiedNameProvider, node, set())
+        qualified = self.qualified(node)
         ancestors = repository_classes(self.repo).ancestors(self.path, qualified) if qualified else ()
         return {q.name for q in qualified} | set(ancestors)
+
+    def qualified(self, node: cst.CSTNode) -> frozenset[QualifiedName]:
+        """libcst's qualified names of ``node`` (with their source: import, builtin, local) in this file."""
+        return module_names(self.parsed).of(node)
 
     def calls(self, node: cst.BaseExpression, function: str) -> bool:
         """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""
@@ -395,7 +405,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         )
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        return start_line(self.parsed, node)
 
     def changed(self, node: cst.CSTNode, message: str) -> None:
         self.sites.append(Site(self.path, self.line(node), self.optimization.id, message))

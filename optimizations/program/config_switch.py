@@ -30,7 +30,7 @@ from typing import ClassVar
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_expression, parse_template_statement
-from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import QualifiedNameSource
 
 from optimizations.program.codemod import (
     Identified,
@@ -239,7 +239,7 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
     def _imported(self, node: cst.CSTNode) -> bool:
         return any(
             q.source in (QualifiedNameSource.IMPORT, QualifiedNameSource.BUILTIN)
-            for q in self.get_metadata(QualifiedNameProvider, node, set())
+            for q in self.qualified(node)
         )
 
     def _settings(self, call: cst.Call) -> list[tuple[str, cst.BaseExpression]]:

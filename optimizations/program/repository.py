@@ -11,14 +11,16 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import libcst as cst
+
+T = TypeVar("T")
 
 VENDORED_PREFIX = "_perfbot_"
 DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", "docs/*", "examples/*/.venv/*")
@@ -108,6 +110,13 @@ class ParsedFile:
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
         self._walked: list[cst.CSTNode] | None = None
         self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._derived: dict[Callable[[ParsedFile], object], object] = {}
+
+    def derived(self, analysis: Callable[[ParsedFile], T]) -> T:
+        """``analysis(self)``, computed once per parse (the module's names, say) for every codemod that asks."""
+        if analysis not in self._derived:
+            self._derived[analysis] = analysis(self)
+        return self._derived[analysis]
 
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the

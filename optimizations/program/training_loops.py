@@ -25,7 +25,7 @@ from typing import NamedTuple
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider
 
 from optimizations.program.codemod import (
     NESTED_SCOPES,
@@ -197,7 +197,7 @@ def float_of(node: cst.BaseExpression) -> cst.Call:
 class PlannedCodemod(OptimizationCodemod):
     """A codemod that plans every edit over the whole module first, then applies them in one pass."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (ParentNodeProvider,)
 
     def __init__(self, context: CodemodContext, optimization: Identified, repo: RepoContext):
         super().__init__(context, optimization, repo)
@@ -215,8 +215,8 @@ class PlannedCodemod(OptimizationCodemod):
         self.imported_modules = imported_modules(tree)
         self.plan(tree)
         planned = self.replacements or self.inserted_before or self.inserted_after or self.dropped
-        if not (planned or self.runtime_imports):
-            return tree  # nothing to edit: no pass over the tree
+        if self.sites_only or not (planned or self.runtime_imports):
+            return tree  # nothing to edit, or only the sites wanted: no pass over the tree
         for runtime_module, name in sorted(self.runtime_imports):
             self.import_runtime(runtime_module, name)
         return tree.visit(self)

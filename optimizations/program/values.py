@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
+from optimizations.program.names import module_names
+from optimizations.program.positions import start_line
 from optimizations.program.repository import TransformError, import_roots, module_paths
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
@@ -103,11 +104,6 @@ def _children(node: cst.CSTNode, parent: cst.CSTNode | None) -> Iterator[tuple[c
         yield from _children(child, node)
 
 
-def _resolved(value: object) -> object:
-    """A metadata value, loaded when the provider resolved it lazily (libcst's ``LazyValue``)."""
-    return value() if callable(value) else value
-
-
 def parameters(function: cst.FunctionDef) -> set[str]:
     """The names a function's parameters bind."""
     params = function.params
@@ -127,20 +123,11 @@ class ProgramValues:
     # -- where a node is -----------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The innermost function of this module that holds ``node``."""
-        position = self.codemod.get_metadata(PositionProvider, node).start
-        holding = None
-        for function in self.codemod.nodes(cst.FunctionDef):
-            span = self.codemod.get_metadata(PositionProvider, function)
-            if (
-                (span.start.line, span.start.column)
-                <= (position.line, position.column)
-                <= (
-                    span.end.line,
-                    span.end.column,
-                )
-            ):
-                holding = function  # source order: a later holder is nested in an earlier one
-        return holding
+        parents = self.codemod.parsed.parents()
+        holder = parents.get(node)
+        while holder is not None and not isinstance(holder, cst.FunctionDef):
+            holder = parents.get(holder)
+        return holder
 
     # -- splats ----------------------------------------------------------------------------------------
     def hidden(self, call: cst.Call, wanted: Iterable[str]) -> str | None:
@@ -418,13 +405,12 @@ class ProgramValues:
             except (TransformError, OSError, UnicodeDecodeError):
                 self._sources[path] = None
                 return None
-            positions = parsed.wrapper.resolve(PositionProvider)
-            qualified = parsed.wrapper.resolve(QualifiedNameProvider)
+            names = module_names(parsed)
             self._sources[path] = _Source(
                 path,
                 parsed.module,
-                lambda node: positions[node].start.line,
-                lambda node: {q.name for q in _resolved(qualified.get(node, set()))},
+                lambda node: start_line(parsed, node),
+                lambda node: {q.name for q in names.of(node)},
             )
         return self._sources[path]
 
