@@ -67,9 +67,9 @@ class _Rewrap(cst.CSTTransformer):
                 and value
                 and all(isinstance(line, cst.EmptyLine) for line in value)
                 and isinstance(old, Sequence)
-                and len(old) == len(value)
-            ):
-                lines = self._comment_lines(list(old), list(value))
+                and len(old) <= len(value)
+            ):  # lines past the original ones are comments this pass lifted, already fitted
+                lines = self._comment_lines(list(old), list(value[: len(old)])) + list(value[len(old) :])
                 if lines != list(value):
                     changes[spec.name] = lines
         return updated.with_changes(**changes) if changes else updated
