@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from git_repos import make_repo
+from git_repos import IDENTITY, make_repo
 from ruff.__main__ import find_ruff_bin
 
 from bot.cli import main
@@ -231,3 +231,22 @@ def normalized(source: str) -> str:
                 if isinstance(first.value.value, str):
                     first.value.value = " ".join(first.value.value.split())
     return ast.dump(tree)
+
+
+def test_review_tells_first_party_imports_as_the_repository_does(tmp_path):
+    root = tmp_path / "target"
+    pyproject = STRICT_RUFF.replace('known-first-party = ["trainer"]', "")
+    files = {"pyproject.toml": pyproject, "mypkg/__init__.py": "VALUE = 1\n"}
+    repo = make_repo(root, {**files, "run.py": "import mypkg\n\nprint(mypkg.VALUE)\n"})
+    base = repo.head.commit.hexsha
+    # ruff sorts torch (third party) above mypkg (first party, found in the repository): clean as committed.
+    (root / "run.py").write_text("import torch\n\nimport mypkg\n\nprint(mypkg.VALUE, torch)\n")
+    assert ruff(root, "check", "run.py").returncode == 0
+    repo.git.commit("-qam", "use torch", env=IDENTITY)
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == "" and [r.lint for r in reviews] == [[]]
+    # The same order with mypkg unknown would be two third-party imports out of order: a new I001.
+    (root / "run.py").write_text("import torch\n\nimport other\n\nprint(other.VALUE, torch)\n")
+    repo.git.commit("-qam", "use other", env=IDENTITY)
+    reviews, _ = review_commits(repo, repo.commit("HEAD~1").hexsha, repo.head.commit.hexsha)
+    assert [e.code for e in reviews[0].lint] == ["I001"]
