@@ -79,6 +79,24 @@ def _config_specs(rev: str, path: str) -> list[str]:
     return [f"{rev}:{folder + '/' if folder else ''}{name}" for folder in folders for name in RUFF_CONFIGS]
 
 
+def _module_placeholders(repo: git.Repo, rev: str, root: Path) -> None:
+    """Empty stand-ins, under ``root``, for the modules and packages at the top of ``rev`` and of its ``src/``:
+    ruff's isort tells first-party imports by what exists there, so the scratch tree must show them too."""
+    for folder in ("", "src/"):
+        try:
+            listing = repo.git.ls_tree(f"{rev}:{folder}")
+        except git.GitCommandError:  # no src/ at this revision
+            continue
+        for line in listing.splitlines():
+            meta, _, name = line.partition("\t")
+            target = root / folder / name
+            if meta.split()[1] == "tree":
+                target.mkdir(parents=True, exist_ok=True)
+            elif name.endswith(PYTHON_SUFFIXES) and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()
+
+
 def _diagnostics(
     repo: git.Repo, touched: list[Touched], blobs: dict[str, bytes]
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -97,6 +115,8 @@ def _diagnostics(
             target.write_bytes(content)
             if (rev, path) in wanted:
                 files.append(target)
+        for rev in {t.sha for t in touched} | {t.parent for t in touched}:
+            _module_placeholders(repo, rev, root / rev)
         diagnostics: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for item in _ruff(root, sorted(files)):
             rev, _, path = (

@@ -1,20 +1,49 @@
-"""Keeping the bot's edits as clean as the code around them, in repositories that use ruff.
+"""Keeping the bot's edits as clean as the code around them, under the target's own ruff, black or isort
+settings.
 
-Transforms keep the file's own layout, but imports added by libcst land at the end of the import block, and a
-long added argument is not wrapped. Where the target configures ruff, the changed files get ruff's import
-sorting, and those that were ``ruff format`` clean before the change are formatted again, so the commit
-passes the repository's own ``ruff check`` / ``ruff format --check``.
+Transforms keep the file's own layout, but imports added by libcst land at the end of the import block, a long
+added argument is not wrapped, and a vendored helper is written at perfbot's own width. Where the target
+configures ruff (or black/isort, whose settings are handed to ruff), the bot's edits are tidied the way its
+tools would, without touching what the bot did not write:
+
+* a file perfbot wrote whole (new, or a vendored ``_perfbot_*`` helper) gets the target's safe ruff fixes,
+  ``ruff format``, and its comments, docstrings and strings fitted under the line limits ruff reports
+  (:mod:`bot.rewrap`);
+* an edited file gets its imports sorted only when they were sorted before (else the sort would reorder imports
+  the commit does not name), and is formatted only when it was format-clean before.
 """
 
 from __future__ import annotations
 
+import configparser
+import json
+import re
 import subprocess
+import tomllib
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from ruff.__main__ import find_ruff_bin
 
+from bot.rewrap import rewrap
+from optimizations.program.repository import VENDORED_PREFIX
+
 RUFF_CONFIGS = ("ruff.toml", ".ruff.toml")
+# isort settings (as isort spells them) and the ruff ``lint.isort`` setting each one is.
+ISORT_SETTINGS = {
+    "known_first_party": "known-first-party",
+    "known_third_party": "known-third-party",
+    "known_local_folder": "known-local-folder",
+    "force_single_line": "force-single-line",
+    "force_sort_within_sections": "force-sort-within-sections",
+    "combine_as_imports": "combine-as-imports",
+    "lines_after_imports": "lines-after-imports",
+    "order_by_type": "order-by-type",
+    "case_sensitive": "case-sensitive",
+}
+_LIMIT = re.compile(r"\((\d+) > (\d+)\)")
+_FIT_ROUNDS = 3
 
 
 def uses_ruff(root: Path) -> bool:
@@ -23,6 +52,69 @@ def uses_ruff(root: Path) -> bool:
         return True
     pyproject = root / "pyproject.toml"
     return pyproject.exists() and "[tool.ruff" in pyproject.read_text(encoding="utf-8")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, list)):
+        return json.dumps(value)
+    return json.dumps(str(value))
+
+
+def _ini_value(name: str, text: str) -> Any:
+    """An isort setting read from an INI file: a list for ``known_*``, else a bool or an int where it is one."""
+    if name.startswith("known_"):
+        return [part.strip() for part in re.split(r"[,\n]", text) if part.strip()]
+    if text.strip().lower() in ("true", "false"):
+        return text.strip().lower() == "true"
+    return int(text) if text.strip().isdigit() else text.strip()
+
+
+def _isort_settings(root: Path, pyproject: dict[str, Any]) -> dict[str, Any] | None:
+    """The target's isort settings: ``[tool.isort]``, ``.isort.cfg`` or setup.cfg's ``[isort]``; None if none."""
+    if isinstance(pyproject.get("tool", {}).get("isort"), dict):
+        return pyproject["tool"]["isort"]
+    for name, section in ((".isort.cfg", "settings"), ("setup.cfg", "isort"), ("tox.ini", "isort")):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(root / name, encoding="utf-8")
+        except configparser.Error:
+            continue
+        if parser.has_section(section):
+            return {key: _ini_value(key, value) for key, value in parser.items(section)}
+    return None
+
+
+def style_settings(root: Path) -> list[str] | None:
+    """The ruff arguments that check and format like the target's tools: none besides its own config where it
+    configures ruff; black's and isort's settings as ``--config`` overrides where it configures only those;
+    None when it configures none of them (then nothing is tidied)."""
+    if uses_ruff(root):
+        return []
+    try:
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        pyproject = {}
+    black = pyproject.get("tool", {}).get("black")
+    isort = _isort_settings(root, pyproject)
+    if not isinstance(black, dict) and isort is None:
+        return None
+    black, isort = black if isinstance(black, dict) else {}, isort or {}
+    overrides = {}
+    length = black.get("line-length", isort.get("line_length"))
+    if isinstance(length, int):
+        overrides["line-length"] = length
+    if black.get("skip-string-normalization"):
+        overrides["format.quote-style"] = "preserve"
+    if black.get("skip-magic-trailing-comma"):
+        overrides["format.skip-magic-trailing-comma"] = True
+    for name, setting in ISORT_SETTINGS.items():
+        if name in isort:
+            overrides[f"lint.isort.{setting}"] = isort[name]
+    return [
+        part for key, value in overrides.items() for part in ("--config", f"{key} = {_toml_value(value)}")
+    ]
 
 
 @cache
@@ -42,22 +134,65 @@ def _ruff(root: Path, *args: str, stdin: str | None = None) -> subprocess.Comple
     )
 
 
-def was_format_clean(root: Path, path: str, original: str) -> bool:
+def was_format_clean(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> bool:
     """Whether ``original`` (the file before the change) passed ``ruff format --check``."""
-    return _ruff(root, "format", "--check", "--stdin-filename", path, "-", stdin=original).returncode == 0
+    args = ("format", *settings, "--check", "--stdin-filename", path, "-")
+    return _ruff(root, *args, stdin=original).returncode == 0
+
+
+def were_imports_sorted(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> bool:
+    """Whether ``original`` (the file before the change) had its imports sorted (ruff's ``I001``)."""
+    args = ("check", *settings, "--select", "I001", "--quiet", "--stdin-filename", path, "-")
+    return _ruff(root, *args, stdin=original).returncode == 0
+
+
+def line_limits(root: Path, path: str, settings: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
+    """The limits the target's ruff holds ``path`` to, as its diagnostics name them: ``E501``'s line length
+    and ``W505``'s doc length; None for one it does not report."""
+    completed = _ruff(root, "check", *settings, "--exit-zero", "--output-format", "json", path)
+    limits: dict[str, int] = {}
+    for item in json.loads(completed.stdout or "[]"):
+        if item.get("code") in ("E501", "W505") and (match := _LIMIT.search(item["message"])):
+            limits[item["code"]] = int(match.group(2))
+    return limits.get("E501"), limits.get("W505")
+
+
+def _fit(root: Path, path: str, settings: tuple[str, ...]) -> None:
+    """Fit a file perfbot wrote whole under the target's line limits: rewrap, re-format, until it fits."""
+    for _ in range(_FIT_ROUNDS):
+        limit, doc_limit = line_limits(root, path, settings)
+        if limit is None and doc_limit is None:
+            return
+        file = root / path
+        source = file.read_text(encoding="utf-8")
+        fitted = rewrap(source, limit or 10**6, doc_limit)
+        if fitted == source:
+            return
+        file.write_text(fitted, encoding="utf-8")
+        _ruff(root, "format", *settings, "--quiet", path)
 
 
 def tidy(root: Path, originals: dict[str, str | None]) -> None:
-    """Sort imports in the changed Python files, and re-format those that were format-clean before.
+    """Tidy the changed Python files the way the target's ruff/black/isort would, leaving alone what the bot
+    did not write.
 
     ``originals`` maps each changed path to its text before the change (``None`` for a new file).
     """
-    if not uses_ruff(root):
+    found = style_settings(root)
+    if found is None:
         return
+    settings = tuple(found)
     python = [p for p in originals if p.endswith(".py")]
-    if not python:
-        return
-    _ruff(root, "check", "--fix", "--select", "I001", "--quiet", *python)
-    clean_before = [p for p in python if originals[p] is None or was_format_clean(root, p, originals[p])]
+    ours = [p for p in python if originals[p] is None or Path(p).name.startswith(VENDORED_PREFIX)]
+    edited = [p for p in python if p not in ours]
+    sortable = [p for p in edited if were_imports_sorted(root, p, originals[p], settings)]
+    if sortable:
+        _ruff(root, "check", *settings, "--fix", "--select", "I001", "--quiet", *sortable)
+    if ours:  # the target's own rule set where it configures ruff, else only the import order
+        rules = () if uses_ruff(root) else ("--select", "I001")
+        _ruff(root, "check", *settings, "--fix", *rules, "--quiet", *ours)
+    clean_before = ours + [p for p in edited if was_format_clean(root, p, originals[p], settings)]
     if clean_before:
-        _ruff(root, "format", "--quiet", *clean_before)
+        _ruff(root, "format", *settings, "--quiet", *clean_before)
+    for path in ours:
+        _fit(root, path, settings)
