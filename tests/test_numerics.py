@@ -10,7 +10,7 @@ from git_repos import make_repo
 
 from bot.cli import main
 from bot.plan import parse_plan
-from bot.scan import Finding, render_plan
+from bot.scan import Finding, render_plan, scan
 from bot.workspace import Workspace
 from optimizations.program.repository import Site
 from optimizations.registry import Numerics, registry
@@ -77,6 +77,31 @@ def test_no_dynamics_change_is_drafted_among_the_pure_speedups(tmp_path, bf16):
         if not pure:
             assert optimization.numerics.shown(optimization.numerics_reason) in changes
     assert ("did not see this program train in bf16" in changes) is not bf16
+
+
+LOOP = """\
+import torch
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+{forward}
+        loss.backward()
+        optimizer.step()
+"""
+FP32 = "        loss = torch.nn.functional.cross_entropy(model(x), y)"
+BF16 = '        with torch.autocast("cuda", dtype=torch.bfloat16):\n    ' + FP32
+
+
+@pytest.mark.parametrize(("forward", "pure"), [(BF16, True), (FP32, False)])
+def test_rounding_counts_as_a_pure_speedup_only_where_the_loop_already_autocasts_to_bf16(
+    tmp_path, forward, pure
+):
+    make_repo(tmp_path, {"train.py": LOOP.format(forward=forward)})
+    text = render_plan(tmp_path, scan(tmp_path))
+    end = text.index(NUMERICS_CHANGES) if NUMERICS_CHANGES in text else text.index("### Refused sites")
+    assert "(opt:tf32)" in text and ("(opt:tf32)" in text[:end]) is pure
+    assert (PURE_SPEEDUPS in text) is pure  # nothing else in this loop is exact
 
 
 def test_scan_plan_then_apply_tier_1_lands_only_pure_speedups_and_the_opt_in_tier_the_rest(tmp_path, capsys):
