@@ -83,9 +83,17 @@ def _expected(plan: Plan, row: Row, optimization: Optimization) -> str:
     return stated[0] if len(row.keys) == 1 and stated else optimization.expected
 
 
-def _commit_body(plan: Plan, row: Row, sites, missed: str = "") -> str:
+def numerics_line(optimization: Optimization) -> str:
+    """The commit body's statement of the optimization's numerics contract, and why where it has one:
+    ``Numerics: dynamics (changes what training does) — several examples per packed row: ...``."""
+    numerics, reason = optimization.numerics, optimization.numerics_reason
+    return f"Numerics: {numerics.value} ({numerics.meaning})" + (f" — {reason}" if reason else "")
+
+
+def _commit_body(plan: Plan, row: Row, optimization: Optimization, sites, missed: str = "") -> str:
     items = {i.key: i for i in plan.items}
     lines = [f"Plan item {k}: {items[k].change}" for k in row.keys if k in items]
+    lines += ["", numerics_line(optimization)]
     if missed:
         lines += ["", missed.rstrip(" ;")]
     changed = [s for s in sites if s.applicable]
@@ -255,7 +263,7 @@ class TierRun:
             optimization.scope,
             optimization.title,
             _expected(self.plan, row, optimization),
-            _commit_body(self.plan, row, change.sites, missed),
+            _commit_body(self.plan, row, optimization, change.sites, missed),
             {
                 TRAILER_OPTIMIZATION: row.optimization,
                 TRAILER_ITEM: ", ".join(row.keys),

@@ -9,7 +9,7 @@ from pathlib import Path
 from bot.render import render
 from bot.scope import excluded, preflight
 from optimizations.program.repository import Site, SiteKinds, SourceCache
-from optimizations.registry import OnStep, Optimization, registry
+from optimizations.registry import Numerics, OnStep, Optimization, registry
 
 
 @dataclass
@@ -42,22 +42,53 @@ def _keys():
             yield first + second
 
 
+# The optimization whose "already done" sites say the program trains in bf16 (see :func:`trains_in_bf16`).
+BF16_TRAINING = "bf16_autocast"
+
+
+def trains_in_bf16(findings: list[Finding]) -> bool:
+    """True when the scan shows the program already trains in bf16 wherever it looked: bf16 autocast finds a
+    loop under bf16 autocast, or Accelerate, Lightning or DeepSpeed set to bf16, and nothing to change or
+    refused. A Trainer config's ``bf16=`` is not read, so a Trainer-driven program reads False."""
+    finding = next((f for f in findings if f.optimization.id == BF16_TRAINING), None)
+    return finding is not None and bool(finding.already) and not finding.applied and not finding.refused
+
+
+def pure_speedup(optimization: Optimization, in_bf16: bool) -> bool:
+    """True when applying it cannot move what the program trains beyond what it already accepts: ``exact``,
+    or ``rounding`` in a program that already trains in bf16 (TF32, fused kernels and other kernel orders
+    round no coarser than bf16 does)."""
+    return optimization.numerics is Numerics.EXACT or (optimization.numerics is Numerics.ROUNDING and in_bf16)
+
+
 def render_plan(root: Path, findings: list[Finding]) -> str:
-    """A plan issue in the seed's shape: one table per tier, refused sites flagged for a human, and what the
-    program already does listed (no item: nothing to apply)."""
-    keys = _keys()
-    tiers: dict[int, list[dict]] = {}
+    """A plan issue in the seed's shape: one table per tier of pure speedups, the changes to what training
+    computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
+    flagged for a human, and what the program already does listed (no item: nothing to apply)."""
+    in_bf16 = trains_in_bf16(findings)
+    speedups: dict[int, list[Finding]] = {}
+    numerics_changes: list[Finding] = []
     for finding in findings:
         if finding.applied:
             opt = finding.optimization
-            tiers.setdefault(opt.tier, []).append(
-                {
-                    "key": next(keys),
-                    "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applied),
-                    "change": f"{opt.title} (opt:{opt.id})",
-                    "expected": opt.expected,
-                }
-            )
+            if pure_speedup(opt, in_bf16):
+                speedups.setdefault(opt.tier, []).append(finding)
+            else:
+                numerics_changes.append(finding)
+    keys = _keys()
+
+    def row(finding: Finding) -> dict:
+        opt = finding.optimization
+        return {
+            "key": next(keys),
+            "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applied),
+            "change": f"{opt.title} (opt:{opt.id})",
+            "expected": opt.expected,
+            "numerics": opt.numerics.shown(opt.numerics_reason),
+        }
+
+    tiers = {tier: [row(f) for f in rows] for tier, rows in sorted(speedups.items())}
+    opt_in = [row(f) for f in numerics_changes]
     flagged = [
         {"key": next(keys), "location": f"{s.path}:{s.line}", "change": s.message, "why": s.reason}
         for finding in findings
@@ -71,7 +102,11 @@ def render_plan(root: Path, findings: list[Finding]) -> str:
     return render(
         "plan.md.j2",
         repo=root.resolve().name,
-        tiers=dict(sorted(tiers.items())),
+        tiers=tiers,
+        opt_in=opt_in,
+        # One past every optimization's default tier: never a tier of pure speedups, whatever the scan found.
+        opt_in_tier=1 + max((f.optimization.tier for f in findings), default=0),
+        in_bf16=in_bf16,
         flagged=flagged,
         already=already,
     )

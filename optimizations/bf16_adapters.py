@@ -31,7 +31,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.hf import trainer_class
 from optimizations.program.trainer_calls import TrainerFollowUp, is_plain_reference
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "precision"
 HELPER = "upcast_adapters"
@@ -92,6 +92,10 @@ class Bf16Adapters(Optimization):
         "after a TRL trainer given peft_config: no fp32 upcast on bf16 models"
     )
     scope = "model"
+    numerics = Numerics.DYNAMICS
+    numerics_reason = (
+        "adapter weights and updates kept in bf16: a step below half a bf16 ulp of its weight rounds away"
+    )
     keywords = (
         "adapters in bf16",
         "bf16 adapters",

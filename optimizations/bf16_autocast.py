@@ -63,7 +63,7 @@ from optimizations.program.training_loops import (
     loss_names,
 )
 from optimizations.program.values import dict_items, outcomes
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "precision"
 CHECK = "bf16_supported"
@@ -444,6 +444,8 @@ class Bf16Autocast(Optimization):
         "with torch.autocast('cuda', dtype=torch.bfloat16, enabled=<bf16 tensor cores>) around forward+loss"
     )
     scope = "train"
+    numerics = Numerics.ROUNDING
+    numerics_reason = "forward and loss matmuls in bf16; weights, gradients and optimizer stay float32"
     keywords = (
         "bf16 autocast",
         "bfloat16 autocast",

@@ -31,7 +31,7 @@ from optimizations.program.training_loops import (
     argument_for,
     is_method_call,
 )
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
 COMPILE = "compile_model"
@@ -283,6 +283,10 @@ class CompileModel(Optimization):
     expected = "+20-80% tokens/s after the first steps (example GPT, H100: x1.79); compiling takes a minute"
     summary = "compile_model(model) after it is built and moved: nn.Module.compile() on CUDA, PERFBOT_COMPILE=0 skips"
     scope = "model"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "Inductor fuses and reorders the model's kernels: the same math, rounded in another order"
+    )
     keywords = ("inductor",)
     capabilities = ("compile model", "torch.compile")
     codemods = (_Compile,)

@@ -31,7 +31,7 @@ from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_c
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
 from optimizations.program.repository import RepoContext
 from optimizations.program.values import SettingsPlacement
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
 WORKERS = "DATALOADER_WORKERS"
@@ -264,6 +264,10 @@ class DataloaderWorkers(Optimization):
     expected = "+10-30% GPU util"
     summary = "dataloader_num_workers / num_workers with pin memory, persistent workers and prefetch"
     scope = "data"
+    numerics = Numerics.EXACT
+    numerics_reason = (
+        "the same batches, loaded in worker processes (random augmentation draws from each worker's seed)"
+    )
     keywords = (
         "dataloader_num_workers",
         "dataloader workers",

@@ -38,7 +38,7 @@ from optimizations.program.codemod import (
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "ddp_check"
 GUARD_DDP = "guard_static_graph"
@@ -323,6 +323,10 @@ class DdpStaticGraph(Optimization):
         "leaves no trainable parameter without a gradient"
     )
     scope = "ddp"
+    numerics = Numerics.EXACT
+    numerics_reason = (
+        "static only once a real batch gives every trainable parameter a gradient: the same all-reduce"
+    )
     keywords = ("find_unused_parameters", "static_graph", "static graph")
     codemods = (_StaticGraph,)
     needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")

@@ -54,7 +54,7 @@ from optimizations.program.codemod import (
 from optimizations.program.config_switch import SettingSwitch
 from optimizations.program.hf import DEFAULT_TRAIN_BATCH_SIZE
 from optimizations.program.repository import RepoContext
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "dpo_cache"
 SHARED_CACHE = "with_shared_cache"
@@ -173,6 +173,8 @@ class DpoPrecompute(Optimization):
     expected = "+20% DPO throughput"
     summary = "DPOConfig precompute_ref_log_probs=True with a reference batch twice the training batch"
     scope = "train"
+    numerics = Numerics.EXACT
+    numerics_reason = "the same reference log-probs, computed once before training instead of in every step"
     keywords = (
         "precompute_ref_log_probs",
         "precompute_ref_batch_size",

@@ -41,7 +41,7 @@ from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_
 from optimizations.program.model_use import loaded_only_to_read
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 PICKER = "pick_attention_implementation"
 RUNTIME_MODULE = "attention"
@@ -412,6 +412,10 @@ class FlashAttention(Optimization):
     expected = "+5-50% SFT tokens/s, most on packed batches"
     summary = "attn_implementation picked at run time: FlashAttention 4/3/2, else FlexAttention, else SDPA"
     scope = "model"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "another attention kernel (Flash, Flex or SDPA): the same softmax(QK^T)V summed in another order"
+    )
     keywords = (
         "flash_attention_2",
         "flash-attn",

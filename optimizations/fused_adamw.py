@@ -34,7 +34,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.program.values import dict_items, outcomes
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "gpu_flags"
 CHECK = "fused_optimizer_supported"
@@ -209,6 +209,8 @@ class FusedAdamW(Optimization):
     expected = "-2-10% step time (optimizer step), more on many small parameters"
     summary = "torch.optim.AdamW/Adam(..., fused=<all params floating-point CUDA>), cached parameter list"
     scope = "optim"
+    numerics = Numerics.ROUNDING
+    numerics_reason = "the same AdamW update in one fused kernel: the weights differ in their last bits"
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
     needs = OPTIMIZERS

@@ -50,7 +50,7 @@ from optimizations.program.hf import (
 from optimizations.program.recipes import RecipeSetting, declares_dependency, parser_types, switch
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 HELPER = "liger_kernel_usable"
 RUNTIME_MODULE = "liger"
@@ -267,6 +267,10 @@ class LigerGuard(Optimization):
     expected = "+10-20% full fine-tune throughput"
     summary = "use_liger_kernel guarded by a run-time check: liger installed, supported model, no LoRA, no DPO precompute"
     scope = "train"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "Liger's Triton kernels (norms, RoPE, SwiGLU, chunked cross-entropy): same loss, other order"
+    )
     keywords = ("use_liger_kernel", "liger")
     codemods = (_GuardLiger,)
     needs = (*HF_CONFIGS, *(parser for _, parser in ARGUMENT_PARSERS))

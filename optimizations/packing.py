@@ -29,7 +29,7 @@ import libcst as cst
 
 from optimizations.program.codemod import code_of, expr, keyword, literal_value
 from optimizations.program.config_switch import SettingSwitch
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
 
@@ -89,6 +89,10 @@ class Packing(Optimization):
         'SFTConfig packing=True, packing_strategy="bfd" (padding-free), read from the repository\'s config'
     )
     scope = "train"
+    numerics = Numerics.DYNAMICS
+    numerics_reason = (
+        "several examples per packed row: fewer optimizer steps per epoch, each over other tokens"
+    )
     keywords = (
         "packing=",
         "packing_strategy",

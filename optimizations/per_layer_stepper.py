@@ -35,7 +35,7 @@ from optimizations.program.codemod import (
 from optimizations.program.hf import TRAINER_OPTIMIZER_KEYWORDS, TRAINER_POSITIONAL_LIMIT, trainer_class
 from optimizations.program.trainer_calls import is_plain_reference
 from optimizations.program.training_loops import PlannedCodemod
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "per_layer_stepper"
 LOOP_FACTORY = "per_layer_adamw"
@@ -167,6 +167,10 @@ class PerLayerStepper(Optimization):
     )
     summary = "AdamW -> PerLayerAdamW / Trainer optimizer: state streamed per layer group, fused kernel, bitwise equal"
     scope = "optim"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "bitwise AdamW(fused=True): the fused kernel's last bits against the default foreach AdamW"
+    )
     keywords = (
         "per-layer optimizer",
         "per layer optimizer",

@@ -32,7 +32,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "prefetcher"
 PREFETCHER = "CudaPrefetcher"
@@ -339,6 +339,8 @@ class Prefetcher(Optimization):
     expected = "-10-40% step time where host-to-device copies are exposed"
     summary = "for batch in CudaPrefetcher(loader, device) + pinned memory; Trainer: non_blocking copies"
     scope = "data"
+    numerics = Numerics.EXACT
+    numerics_reason = "the same batches, copied to the GPU one step ahead"
     keywords = ("prefetch", "cuda prefetcher", "non_blocking", "non-blocking", "h2d", "host-to-device")
     codemods = (_Prefetch,)
     needs = (BACKWARD, *HF_CONFIGS)

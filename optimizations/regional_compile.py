@@ -25,7 +25,7 @@ import libcst.matchers as m
 from optimizations.program.codemod import call_expr, code_of, keyword, literal_value, replace_keyword
 from optimizations.program.hf import is_training_config, trainer_class
 from optimizations.program.trainer_calls import TrainerFollowUp
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
 HELPER = "compile_repeated_layers"
@@ -123,6 +123,10 @@ class RegionalCompile(Optimization):
     expected = "fewer kernel launches in a host-bound step; compiling takes seconds"
     summary = "model=compile_repeated_layers(model) at the trainer: each decoder layer nn.Module.compile()-d on CUDA"
     scope = "model"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "each compiled decoder layer fuses and reorders its kernels: the same math, rounded in another order"
+    )
     keywords = (
         "regional compilation",
         "regional compile",

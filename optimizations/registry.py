@@ -1,8 +1,9 @@
 """The optimization registry: what an optimization is, and how the registered ones are found.
 
 Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
-in its own module, carrying an ``id``, a default tier, the win it is expected to bring, the phrases that name
-it in a plan, the before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
+in its own module, carrying an ``id``, a default tier, the win it is expected to bring, its numerics contract
+(:class:`Numerics`: exact, rounding or dynamics, and why), the phrases that name it in a plan, the
+before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
 The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where),
 ``dry_run`` (that and the edited files) and ``apply`` (the edited files written, ready to commit).
 
@@ -22,6 +23,7 @@ import pkgutil
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cache, lru_cache
 from itertools import chain
 from pathlib import Path
@@ -43,6 +45,33 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "bot.optimizations"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
+
+
+class Numerics(Enum):
+    """An optimization's numerics contract: how far what the program trains may move once it is applied.
+
+    ``EXACT``: the same results up to run-to-run nondeterminism; ``ROUNDING``: the same math at another
+    precision or kernel order; ``DYNAMICS``: training itself changes (its steps, its batches, the precision
+    its weights are kept in). Only ``EXACT`` is a pure speedup everywhere (see :mod:`bot.scan`).
+    """
+
+    EXACT = "exact"
+    ROUNDING = "rounding"
+    DYNAMICS = "dynamics"
+
+    @property
+    def meaning(self) -> str:
+        """What the contract promises, in words."""
+        return {
+            Numerics.EXACT: "same results up to run-to-run nondeterminism",
+            Numerics.ROUNDING: "same math at another precision or kernel order",
+            Numerics.DYNAMICS: "changes what training does",
+        }[self]
+
+    def shown(self, reason: str = "") -> str:
+        """How ``bot list`` and a drafted plan show it: ``exact``, else ``<contract>: <reason>`` (the contract's
+        meaning standing in for a reason not given)."""
+        return self.value if self is Numerics.EXACT else f"{self.value}: {reason or self.meaning}"
 
 
 class Word(str):
@@ -101,6 +130,9 @@ class Optimization:
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
+    # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
+    numerics: ClassVar[Numerics]
+    numerics_reason: ClassVar[str] = ""
 
     def might_apply(self, source: str) -> bool:
         """False when a file with this text cannot have a site: it mentions none of ``needs``."""
@@ -204,7 +236,9 @@ class RegistryError(Exception):
     """The registered optimizations cannot be listed: none found, two with one id, or one that is malformed."""
 
 
-REQUIRED = ("id", "title", "tier", "expected", "summary")
+REQUIRED = ("id", "title", "tier", "expected", "summary", "numerics")
+# What ``bot list`` shows: the required attributes and the optional ones after them.
+LISTED = (*REQUIRED, "numerics_reason")
 
 
 def _where(cls: type) -> str:
@@ -265,10 +299,31 @@ def _plugin_optimizations(group: str) -> Iterator[type[Optimization]]:
         yield cls
 
 
-def _checked(cls: type[Optimization]) -> type[Optimization]:
+def _contract_problem(numerics: object, reason: str) -> str | None:
+    """What is wrong with a declared numerics contract, or ``None``."""
+    if not isinstance(numerics, Numerics):
+        return f"sets numerics = {numerics!r}: use Numerics.EXACT, Numerics.ROUNDING or Numerics.DYNAMICS"
+    if numerics is not Numerics.EXACT and not reason:
+        return f"is Numerics.{numerics.name} but sets no numerics_reason: say in one line what changes"
+    return None
+
+
+def _declared(cls: type[Optimization]) -> type[Optimization]:
+    """``cls``, once it sets every required attribute and a numerics contract that says why where not exact."""
     missing = [name for name in REQUIRED if not hasattr(cls, name)]
     if missing:
-        raise RegistryError(f"{_where(cls)} does not set {', '.join(missing)}")
+        hint = (
+            " (its numerics contract: Numerics.EXACT, ROUNDING or DYNAMICS)" if "numerics" in missing else ""
+        )
+        raise RegistryError(f"{_where(cls)} does not set {', '.join(missing)}{hint}")
+    if problem := _contract_problem(cls.numerics, cls.numerics_reason):
+        raise RegistryError(f"{_where(cls)} {problem}")
+    return cls
+
+
+def _checked(cls: type[Optimization]) -> type[Optimization]:
+    """``cls``, once it is :func:`_declared` and has something to run."""
+    _declared(cls)
     if not cls.codemods and cls.transform_source is Optimization.transform_source:
         raise RegistryError(
             f"{_where(cls)} has nothing to run: set `codemods = (...)` or override transform_source"
@@ -312,11 +367,20 @@ class Listing:
     tier: int
     expected: str
     summary: str
+    numerics: Numerics
+    numerics_reason: str = ""
 
     @classmethod
     def of(cls, optimization: type[Optimization]) -> Listing:
         """The listing of an optimization class."""
-        return cls(*(getattr(optimization, name) for name in REQUIRED))
+        return cls(*(getattr(optimization, name) for name in LISTED))
+
+
+def _literal(node: ast.expr) -> object:
+    """The value of a literal, or the :class:`Numerics` member that ``Numerics.NAME`` names."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Numerics":
+        return Numerics[node.attr]
+    return ast.literal_eval(node)
 
 
 def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | None:
@@ -337,15 +401,18 @@ def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | N
             for statement in node.body
             if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None
             for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
-            if isinstance(target, ast.Name) and target.id in REQUIRED
+            if isinstance(target, ast.Name) and target.id in LISTED
         }
         if "id" not in values:
             continue
         try:
-            listing = Listing(*(ast.literal_eval(values[name]) for name in REQUIRED))
+            listing = Listing(**{name: _literal(value) for name, value in values.items()})
         except (KeyError, ValueError, TypeError, SyntaxError):
             return None
-        found.append((listing, f"{info.name}:{node.name}"))
+        where = f"{info.name}:{node.name}"
+        if problem := _contract_problem(listing.numerics, listing.numerics_reason):
+            raise RegistryError(f"{where} {problem}")
+        found.append((listing, where))
     return found
 
 
@@ -353,7 +420,7 @@ def _package_listings(package: str) -> Iterator[tuple[Listing, str]]:
     for info in _modules(package):
         found = _literal_listings(info)
         if found is None:
-            found = [(Listing.of(cls), _where(cls)) for cls in _module_optimizations(info.name)]
+            found = [(Listing.of(_declared(cls)), _where(cls)) for cls in _module_optimizations(info.name)]
         yield from found
 
 

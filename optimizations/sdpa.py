@@ -54,7 +54,7 @@ from optimizations.program.model_code import (
     terms,
 )
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
-from optimizations.registry import Example, Optimization, Word
+from optimizations.registry import Example, Numerics, Optimization, Word
 
 SDPA = ("torch.nn.functional.scaled_dot_product_attention",)
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax")
@@ -757,6 +757,10 @@ class Sdpa(Optimization):
     )
     summary = "softmax(q @ k.T * 1/sqrt(d), causal mask) [dropout] @ v → F.scaled_dot_product_attention(is_causal=True)"
     scope = "model"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "F.scaled_dot_product_attention computes the same causal attention in a fused kernel's order"
+    )
     keywords = (
         "scaled_dot_product_attention",
         "scaled dot product attention",

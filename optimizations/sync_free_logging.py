@@ -32,7 +32,7 @@ from optimizations.program.training_loops import (
     loss_names,
     walk,
 )
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 # Methods that keep a tensor's value (on the host or the device) and may sit between the loss and `.item()`.
 PASS_THROUGH = ("detach", "cpu", "float")
@@ -253,6 +253,8 @@ class SyncFreeLogging(Optimization):
     expected = "-5-30% step time where the GPU waits on the host"
     summary = "per-step loss.item()/float(loss) → device-side value, read only at the logging condition"
     scope = "train"
+    numerics = Numerics.EXACT
+    numerics_reason = "the logged and returned losses are the numbers the loop printed before"
     keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
     codemods = (_SyncFree,)
     needs = (BACKWARD,)

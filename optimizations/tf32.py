@@ -31,7 +31,7 @@ from optimizations.program.codemod import (
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.program.training_loops import BACKWARD, PlannedCodemod
 from optimizations.program.values import outcomes
-from optimizations.registry import Example, Optimization
+from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "gpu_flags"
 ENABLE = "enable_tf32"
@@ -171,6 +171,8 @@ class Tf32(Optimization):
     expected = "up to 2-3x float32 matmul throughput on Ampere+; changes float32 rounding"
     summary = "enable_tf32() at start-up (fp32_precision API or legacy flags, never both); Trainer: tf32=True"
     scope = "train"
+    numerics = Numerics.ROUNDING
+    numerics_reason = "float32 matmuls and convolutions round their inputs to TF32's 10-bit mantissa"
     keywords = (
         "tf32",
         "tensorfloat",

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from optimizations.program.repository import RepoContext
-from optimizations.registry import ENTRY_POINT_GROUP, RegistryError, discover, registry
+from optimizations.registry import ENTRY_POINT_GROUP, RegistryError, discover, listings, registry
 
 FASTER = """\
 import libcst as cst
 
 from optimizations.program.codemod import OptimizationCodemod
-from optimizations.registry import Optimization
+from optimizations.registry import Numerics, Optimization
 
 
 class _Faster(OptimizationCodemod):
@@ -31,6 +31,7 @@ class Faster(Optimization):
     tier = 3
     expected = "faster"
     summary = "slow() -> fast()"
+    numerics = Numerics.EXACT
     codemods = (_Faster,)
 """
 
@@ -107,3 +108,22 @@ def test_an_empty_registry_is_an_error_that_says_what_to_do(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(tmp_path)
     with pytest.raises(RegistryError, match="no optimizations found .* PYTHONPATH"):
         discover("registry_empty")
+
+
+@pytest.mark.parametrize(
+    ("package", "declared", "complaint"),
+    [
+        ("contract_missing", "", "does not set numerics"),
+        ("contract_unexplained", "    numerics = Numerics.ROUNDING\n", "sets no numerics_reason"),
+        ("contract_string", '    numerics = "exact"\n', "use Numerics.EXACT"),
+    ],
+)
+def test_the_registry_refuses_an_optimization_without_a_contract(
+    tmp_path, monkeypatch, no_entry_points, package, declared, complaint
+):
+    write_package(tmp_path, package, {"faster": FASTER.replace("    numerics = Numerics.EXACT\n", declared)})
+    monkeypatch.syspath_prepend(tmp_path)
+    with pytest.raises(RegistryError, match=complaint):
+        discover(package)
+    with pytest.raises(RegistryError, match=complaint):  # `bot list` reads the class from its source
+        listings(package)

@@ -23,7 +23,7 @@ from optimizations.program import repository as repository_module
 from optimizations.program.codemod import OptimizationCodemod, add_imports
 from optimizations.program.positions import StartLines
 from optimizations.program.repository import RepoContext, SourceCache
-from optimizations.registry import Listing, get, listings, registry
+from optimizations.registry import Listing, Numerics, get, listings, registry
 
 SFT = """\
 from trl import SFTConfig
@@ -258,13 +258,15 @@ def test_a_module_whose_listing_is_computed_is_imported(tmp_path, monkeypatch):
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "late.py").write_text(
-        "from optimizations.registry import Optimization\n\n"
+        "from optimizations.registry import Numerics, Optimization\n\n"
         "TIER = 2\n\n\n"
         "class Late(Optimization):\n"
         '    id = "late"\n    title = "late"\n    tier = TIER\n    expected = "x"\n    summary = "y"\n'
+        "    numerics = Numerics.EXACT\n"
     )
     monkeypatch.syspath_prepend(tmp_path)
-    assert listings("listing_computed", group="no.such.group") == [Listing("late", "late", 2, "x", "y")]
+    listed = listings("listing_computed", group="no.such.group")
+    assert listed == [Listing("late", "late", 2, "x", "y", Numerics.EXACT)]
 
 
 def test_a_word_need_matches_whole_identifiers_and_a_plain_need_any_text():

@@ -17,7 +17,7 @@ from git_repos import committed_example
 
 from bot.cli import main
 from bot.plan import parse_plan
-from bot.scan import render_plan, scan
+from bot.scan import pure_speedup, render_plan, scan, trains_in_bf16
 from bot.workspace import Workspace
 from optimizations.registry import registry
 
@@ -97,9 +97,12 @@ def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
     applicable = {f.optimization.id: f for f in findings if f.applied}
     auto = [i for i in plan.items if i.auto_apply]
     assert sorted(o for i in auto for o in i.optimizations) == sorted(applicable)
+    opt_in_tier = 1 + max(o.tier for o in registry().values())
     for item in auto:
         [opt] = item.optimizations
-        assert item.tier == applicable[opt].optimization.tier
+        optimization = applicable[opt].optimization
+        pure = pure_speedup(optimization, trains_in_bf16(findings))
+        assert item.tier == (optimization.tier if pure else opt_in_tier)
         assert item.location == ", ".join(f"{s.path}:{s.line}" for s in applicable[opt].applied)
     refused = [s for f in findings for s in f.refused]
     assert [i.why_not for i in plan.behavioural] == [s.reason for s in refused]

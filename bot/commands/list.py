@@ -16,25 +16,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Print id, default tier, expected win and summary of every registered optimization."""
+    """Print id, default tier, numerics contract (and why, where not exact), expected win and summary of every
+    registered optimization."""
     optimizations = listings()
     if comment is not None:
-        rows = [
-            f"| `{o.id}` | {o.tier} | {markdown_cell(o.expected)} | {markdown_cell(o.summary)} |"
-            for o in optimizations
+        cells = [
+            (o.id, o.tier, o.numerics.shown(o.numerics_reason), o.expected, o.summary) for o in optimizations
         ]
-        table = ["| id | tier | expected win | summary |", "|---|---|---|---|", *rows]
+        rows = [
+            f"| `{name}` | {tier} | {markdown_cell(numerics)} | {markdown_cell(expected)} | {markdown_cell(summary)} |"
+            for name, tier, numerics, expected, summary in cells
+        ]
+        table = ["| id | tier | numerics | expected win | summary |", "|---|---|---|---|---|", *rows]
         comment.tracker.reply(comment.issue, "\n".join(table))
         return 0
     if args.json:
         rows = [
-            {"id": o.id, "tier": o.tier, "expected": o.expected, "summary": o.summary, "title": o.title}
+            {
+                "id": o.id,
+                "tier": o.tier,
+                "numerics": o.numerics.value,
+                "numerics_reason": o.numerics_reason,
+                "expected": o.expected,
+                "summary": o.summary,
+                "title": o.title,
+            }
             for o in optimizations
         ]
         print(json.dumps(rows, indent=2))
         return 0
     print_table(
-        ("id", "tier", "expected win", "summary"),
-        [(o.id, str(o.tier), o.expected, o.summary) for o in optimizations],
+        ("id", "tier", "numerics", "expected win", "summary"),
+        [
+            (o.id, str(o.tier), o.numerics.shown(o.numerics_reason), o.expected, o.summary)
+            for o in optimizations
+        ],
     )
     return 0
