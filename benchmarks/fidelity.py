@@ -98,7 +98,9 @@ def update_fidelity(
     base, base_losses = _train(baseline, batches, seed)
     mod, losses = _train(modified, batches, seed)
     if base.keys() != mod.keys() or any(base[n].shape != mod[n].shape for n in base):
-        raise ValueError("the modified program's trainable weights differ from the baseline's in name or shape")
+        raise ValueError(
+            "the modified program's trainable weights differ from the baseline's in name or shape"
+        )
     base_flat = torch.cat([d.flatten() for d in base.values()])
     mod_flat = torch.cat([mod[name].flatten() for name in base])
     base_moved, mod_moved = base_flat != 0, mod_flat != 0
