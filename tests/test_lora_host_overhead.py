@@ -1,9 +1,9 @@
-"""The run-time halves of the LoRA host-overhead transforms: ``upcast_adapters`` and ``keep_adapters_in_bf16``
-(bf16_adapters, in optimizations/runtime/precision.py) and ``compile_repeated_layers`` (regional_compile,
+"""The run-time halves of the LoRA host-overhead transforms: ``compute_adapters_in_bf16`` (bf16_adapters, in
+optimizations/runtime/precision.py) and ``compile_repeated_layers`` (regional_compile,
 runtime/compile.py).
 
-Adapters: the dtype PEFT gives them on bf16, fp16, fp32 and quantized bases, and the casts that leaves in a step;
-the fp32 adapters a TRL trainer makes on a bf16 model cast to bf16 and trained so (other bases left alone).
+Adapters: on a bf16 base they compute in bf16 from fp32 weights (fp16, fp32, quantized bases and DoRA left alone),
+with fewer elements cast per step; a TRL trainer's adapters so trained with fp32 AdamW state.
 Regional compilation, on CPU: which blocks it finds on a LoRA-wrapped transformer and on models without
 repeated layers, that it leaves every model as it was without a GPU, with the switch off, or given a
 checkpoint name, and that a TRL trainer which loads its model from a checkpoint trains the very layers its
@@ -14,6 +14,8 @@ lengths after the second compile nothing more.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -22,7 +24,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
 from optimizations.runtime.compile import SWITCH, compile_repeated_layers, repeated_layers
-from optimizations.runtime.precision import keep_adapters_in_bf16, upcast_adapters
+from optimizations.runtime.precision import Bf16ComputeLinear, compute_adapters_in_bf16
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
@@ -49,46 +51,71 @@ def compiled(block: torch.nn.Module) -> bool:
     return getattr(block, "_compiled_call_impl", None) is not None
 
 
-@pytest.mark.parametrize(
-    ("dtype", "adapters"),
-    [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32), (torch.float32, torch.float32)],
-)
-def test_adapters_stay_in_bf16_only_on_a_bf16_model(dtype, adapters):
-    base = qwen2(layers=1).to(dtype)
-    model = get_peft_model(base, LoraConfig(**LORA), autocast_adapter_dtype=upcast_adapters(base))
-    lora = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
-    assert lora == {adapters}
-    default = get_peft_model(qwen2(layers=1).to(dtype), LoraConfig(**LORA))
-    if dtype != torch.bfloat16:  # elsewhere PEFT's default is kept
-        assert {p.dtype for n, p in default.named_parameters() if "lora_" in n} == lora
+def adapter_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
+    return {p.dtype for name, p in model.named_parameters() if ".lora_A." in name or ".lora_B." in name}
 
 
-def test_a_quantized_base_keeps_the_fp32_upcast():
-    base = qwen2(layers=1).to(torch.bfloat16)
-    assert upcast_adapters(base) is False
-    base.model.layers[0].mlp.down_proj.weight = torch.nn.Parameter(
-        torch.zeros(64, 96, dtype=torch.uint8), requires_grad=False
-    )  # a packed 4-bit weight, as bitsandbytes stores it
-    assert upcast_adapters(base) is True
-    flagged = qwen2(layers=1).to(torch.bfloat16)
+def bf16_compute(model: torch.nn.Module) -> set[bool]:
+    """For each LoRA A/B projection of ``model``: whether it computes in its input's dtype."""
+    return {
+        isinstance(m, Bf16ComputeLinear)
+        for n, m in model.named_modules()
+        if n.rsplit(".", 2)[-2:-1] in (["lora_A"], ["lora_B"])
+    }
+
+
+def test_adapters_compute_in_bf16_from_fp32_weights_only_on_a_bf16_model():
+    kept = compute_adapters_in_bf16(get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA)))
+    assert adapter_dtypes(kept) == {torch.float32} and bf16_compute(kept) == {True}
+    outputs = []
+    for name, module in kept.named_modules():
+        if name.endswith("lora_B.default"):
+            module.register_forward_hook(lambda module, args, output: outputs.append(output.dtype))
+    ids = torch.randint(0, 128, (2, 8))
+    assert kept(input_ids=ids).logits.dtype == torch.bfloat16
+    assert outputs and set(outputs) == {torch.bfloat16}  # the adapter's matmuls ran in bf16
+    made_bf16 = get_peft_model(
+        qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA), autocast_adapter_dtype=False
+    )
+    assert adapter_dtypes(compute_adapters_in_bf16(made_bf16)) == {torch.float32}  # fp32 masters again
+    for dtype in (torch.float16, torch.float32):
+        other = compute_adapters_in_bf16(get_peft_model(qwen2(layers=1).to(dtype), LoraConfig(**LORA)))
+        assert adapter_dtypes(other) == {torch.float32} and bf16_compute(other) == {False}
+
+
+def test_a_quantized_base_and_dora_keep_peft_s_layers():
+    quantized = get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA))
+    quantized.base_model.model.model.norm.register_parameter(  # a packed 4-bit weight, as bitsandbytes stores it
+        "packed", torch.nn.Parameter(torch.zeros(4, dtype=torch.uint8), requires_grad=False)
+    )
+    assert bf16_compute(compute_adapters_in_bf16(quantized)) == {False}
+    flagged = get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA))
     flagged.is_quantized = True  # transformers' flag on a model loaded with a quantization config
-    assert upcast_adapters(flagged) is True
+    assert bf16_compute(compute_adapters_in_bf16(flagged)) == {False}
+    dora = get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA, use_dora=True))
+    assert bf16_compute(compute_adapters_in_bf16(dora)) == {False}
+    assert compute_adapters_in_bf16("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
 
 
-def casts_per_step(model: torch.nn.Module) -> int:
-    """dtype conversions (``aten::_to_copy``) in one forward and backward of ``model``."""
+def elements_cast_per_step(model: torch.nn.Module) -> int:
+    """Elements converted between dtypes (``aten::_to_copy``) in one forward and backward of ``model``."""
     ids = torch.randint(0, 128, (2, 16))
-    with torch.profiler.profile() as profile:
+    with torch.profiler.profile(record_shapes=True) as profile:
         model(input_ids=ids, labels=ids).loss.backward()
-    return sum(1 for event in profile.events() if event.name == "aten::_to_copy")
+    return sum(
+        math.prod(event.input_shapes[0]) for event in profile.events() if event.name == "aten::_to_copy"
+    )
 
 
-def test_bf16_adapters_take_the_casts_out_of_a_step():
-    base = qwen2(layers=2).to(torch.bfloat16)
-    kept = get_peft_model(base, LoraConfig(**LORA), autocast_adapter_dtype=upcast_adapters(base))
+def test_bf16_adapters_cast_weights_instead_of_activations():
+    kept = compute_adapters_in_bf16(get_peft_model(qwen2(layers=2).to(torch.bfloat16), LoraConfig(**LORA)))
     upcast = get_peft_model(qwen2(layers=2).to(torch.bfloat16), LoraConfig(**LORA))
-    assert casts_per_step(kept) < casts_per_step(upcast)
-    assert all(p.grad is not None for n, p in kept.named_parameters() if "lora_B" in n)
+    assert elements_cast_per_step(kept) < elements_cast_per_step(upcast)
+    assert all(
+        p.grad is not None and p.grad.dtype == torch.float32
+        for n, p in kept.named_parameters()
+        if "lora_B" in n
+    )
 
 
 def test_the_repeated_layers_of_a_lora_model_are_its_decoder_layers():
@@ -172,42 +199,17 @@ def test_a_trl_trainer_that_loads_its_model_trains_the_layers_its_model_attribut
     assert calls.count(layers[0]) == calls.count(layers[1]) >= 2  # every step runs through these blocks
 
 
-def adapter_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
-    return {p.dtype for name, p in model.named_parameters() if ".lora_A." in name or ".lora_B." in name}
-
-
-def test_adapters_a_trl_trainer_made_on_a_bf16_model_are_cast_and_trained_in_bf16(tmp_path):
+def test_adapters_a_trl_trainer_made_on_a_bf16_model_compute_in_bf16_with_fp32_adam_state(tmp_path):
     trainer = sft_trainer(tmp_path, qwen2().to(torch.bfloat16), peft_config=LoraConfig(**LORA))
     assert adapter_dtypes(trainer.model) == {torch.float32}  # PEFT's upcast, inside TRL
-    assert keep_adapters_in_bf16(trainer.model) is trainer.model
-    assert adapter_dtypes(trainer.model) == {torch.bfloat16}
-    assert {p.dtype for p in trainer.model.parameters()} == {torch.bfloat16}
+    assert compute_adapters_in_bf16(trainer.model) is trainer.model
+    assert adapter_dtypes(trainer.model) == {torch.float32} and bf16_compute(trainer.model) == {True}
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
-    # no fp32 copy of the adapters anywhere: AdamW keeps its moments in their bf16 too
+    # the optimizer steps fp32 adapter weights: AdamW keeps its moments in fp32
     states = [trainer.optimizer.state[p] for p in trainer.model.parameters() if p.requires_grad]
-    assert {state["exp_avg"].dtype for state in states} == {torch.bfloat16}
-
-
-def test_keep_adapters_in_bf16_leaves_other_models_as_they_were():
-    for dtype in (torch.float16, torch.float32):
-        model = get_peft_model(qwen2().to(dtype), LoraConfig(**LORA))
-        before = {name: p.dtype for name, p in model.named_parameters()}
-        keep_adapters_in_bf16(model)
-        assert {name: p.dtype for name, p in model.named_parameters()} == before
-    quantized = get_peft_model(qwen2().to(torch.bfloat16), LoraConfig(**LORA))
-    quantized.base_model.model.model.norm.register_parameter(  # a stand-in for a quantized weight
-        "packed", torch.nn.Parameter(torch.zeros(4, dtype=torch.uint8), requires_grad=False)
-    )
-    keep_adapters_in_bf16(quantized)
-    assert adapter_dtypes(quantized) == {torch.float32}
-    dora = get_peft_model(qwen2().to(torch.bfloat16), LoraConfig(**LORA, use_dora=True))
-    keep_adapters_in_bf16(dora)
-    assert adapter_dtypes(dora) == {torch.bfloat16}
-    magnitudes = {p.dtype for name, p in dora.named_parameters() if "lora_magnitude_vector" in name}
-    assert magnitudes == {torch.float32}
-    assert keep_adapters_in_bf16("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
+    assert {state["exp_avg"].dtype for state in states} == {torch.float32}
 
 
 @pytest.mark.gpu

@@ -36,10 +36,12 @@ def test_every_registered_optimization_declares_a_contract_and_says_why_where_no
 
 
 def test_the_changes_measured_to_move_training_are_dynamics():
-    # packing: 125 -> 16 steps an epoch; bf16_adapters: most lora_A elements never move at lr 5e-6;
-    # vocab_padding: new logits in the softmax's normaliser
-    for optimization_id in ("packing", "bf16_adapters", "vocab_padding"):
+    # packing: 125 -> 16 steps an epoch; vocab_padding: new logits in the softmax's normaliser
+    for optimization_id in ("packing", "vocab_padding"):
         assert registry()[optimization_id].numerics is Numerics.DYNAMICS
+    # bf16_adapters keeps float32 adapter weights and optimizer state (tests/test_update_fidelity.py: every
+    # element moves at lr 5e-6): bf16 matmuls only
+    assert registry()["bf16_adapters"].numerics is Numerics.ROUNDING
 
 
 def _findings(bf16: bool) -> list[Finding]:

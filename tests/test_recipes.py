@@ -228,22 +228,22 @@ def test_the_lora_host_overhead_transforms_follow_the_trainer_a_trl_script_build
         source,
         {
             "from _perfbot_compile import compile_repeated_layers",
-            "from _perfbot_precision import keep_adapters_in_bf16",
+            "from _perfbot_precision import compute_adapters_in_bf16",
             "    compile_repeated_layers(trainer.model)",
-            "    keep_adapters_in_bf16(trainer.model)",
+            "    compute_adapters_in_bf16(trainer.model)",
         },
     )
     lines = source.splitlines()
     built = max(i for i, line in enumerate(lines) if line == "    )")  # the end of `trainer = ...(`
     assert lines[built + 1 : built + 3] == [
         "    compile_repeated_layers(trainer.model)",
-        "    keep_adapters_in_bf16(trainer.model)",
+        "    compute_adapters_in_bf16(trainer.model)",
     ]
     assert lines[built + 3].lstrip().startswith("trainer.train(")
     for optimization in ("bf16_adapters", "regional_compile"):
         again = get(optimization).transform_source(source, script, RepoContext(tmp_path))
         assert again.source == source
-        helper = {"bf16_adapters": "keep_adapters_in_bf16", "regional_compile": "compile_repeated_layers"}
+        helper = {"bf16_adapters": "compute_adapters_in_bf16", "regional_compile": "compile_repeated_layers"}
         message = f"`{helper[optimization]}(trainer.model)` once the trainer is built"
         assert [(site.already, site.message) for site in again.sites] == [(True, message)]
 

@@ -1,8 +1,8 @@
 # Vendored by perfbot from optimizations/runtime/precision.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
 """Precision checks made at run time: whether this machine runs bf16 autocast natively (a hand-written loop's
-``torch.autocast``), and whether a model's LoRA adapters need PEFT's fp32 upcast (:func:`upcast_adapters`, or
-:func:`keep_adapters_in_bf16` once a trainer has made them)."""
+``torch.autocast``), and LoRA adapters that compute in their bf16 base model's dtype while their weights and
+optimizer state stay fp32 (:func:`compute_adapters_in_bf16`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ from typing import TypeVar
 import torch
 
 Model = TypeVar("Model")
-# The LoRA weights PEFT upcasts (DoRA's magnitude vectors are not among them: bf16 would round their small
-# updates away, as TRL notes for QLoRA).
-ADAPTER_WEIGHTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B")
 
 
 @functools.cache
@@ -26,37 +23,53 @@ def bf16_supported() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
 
-def upcast_adapters(model: torch.nn.Module) -> bool:
-    """PEFT's ``autocast_adapter_dtype`` for ``model``: False when every weight is bf16.
+class Bf16ComputeLinear(torch.nn.Linear):
+    """A LoRA A or B projection whose weight stays fp32 (the optimizer's master copy) and is cast to its input's
+    dtype for the matmul: the step computes in bf16 and its update lands on fp32 weights."""
 
-    PEFT makes LoRA adapters in fp32 by default, so every LoRA layer casts its bf16 input up and its output
-    back down, two extra kernels per adapter per step. On a bf16 model the adapters then stay in bf16, as TRL
-    does under ZeRO-3. A quantized base (QLoRA: integer weights, or ``is_quantized``) keeps the fp32 upcast it
-    needs, an fp16 model keeps fp32 adapters (fp16 training's gradient scaler refuses fp16 weights), and an
-    fp32 model is unaffected either way.
-    """
-    if getattr(model, "is_quantized", False):
-        return True
-    return {p.dtype for p in model.parameters()} != {torch.bfloat16}
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
 
 
-def keep_adapters_in_bf16(model: Model) -> Model:
-    """The LoRA weights PEFT made in fp32 on a bf16 model cast to bf16, in place; returns ``model``.
+def _vanilla_lora_linears(layer: torch.nn.Module) -> list[torch.nn.Linear] | None:
+    """The A and B projections of a PEFT LoRA linear layer, or ``None`` when ``layer`` is none or one of its
+    adapters is a variant (DoRA) whose forward reads the weights itself."""
+    lora_a, lora_b = getattr(layer, "lora_A", None), getattr(layer, "lora_B", None)
+    if not isinstance(lora_a, torch.nn.ModuleDict) or not isinstance(lora_b, torch.nn.ModuleDict):
+        return None
+    if getattr(layer, "lora_variant", None) or not hasattr(layer, "cast_input_dtype_enabled"):
+        return None
+    linears = [*lora_a.values(), *lora_b.values()]
+    return linears if all(type(m) in (torch.nn.Linear, Bf16ComputeLinear) for m in linears) else None
 
-    For a trainer that wraps the model itself (TRL's ``peft_config=``), where ``get_peft_model`` cannot be given
-    ``autocast_adapter_dtype``: called once the trainer is built, before ``train()`` makes the optimizer, it
-    leaves the LoRA A/B weights as :func:`upcast_adapters` would have (DoRA's magnitude vectors stay fp32).
-    Only when every frozen weight is bf16; a quantized
-    base (integer weights, ``is_quantized``), an fp16 or fp32 model, and anything but an ``nn.Module`` are left
-    as they were.
+
+def compute_adapters_in_bf16(model: Model) -> Model:
+    """``model``'s LoRA linear adapters computing in bf16 from fp32 weights, in place; returns ``model``.
+
+    PEFT makes LoRA weights fp32 on a bf16 model, so every LoRA layer casts its activations up to fp32, runs
+    the adapter matmuls in fp32 and casts the sum back. Here the layer's input stays bf16 (PEFT's
+    ``cast_input_dtype_enabled`` off) and each A/B projection casts its small weight to bf16 instead: the
+    activation-sized casts go, the adapter matmuls run in bf16. The weights stay fp32 (adapters PEFT was told
+    to make in bf16 are cast back up), so the optimizer keeps fp32 weights and state: an update far below a
+    bf16 ulp (lr 5e-6) still moves them, where bf16 adapter weights would round it away.
+
+    Call it before the optimizer is built. Only on a model whose frozen weights are all bf16; a quantized base
+    (integer weights, ``is_quantized``), an fp16 or fp32 model, DoRA and other variant adapters, embedding and
+    convolution adapters, and anything but an ``nn.Module`` are left as they were.
     """
     if not isinstance(model, torch.nn.Module) or getattr(model, "is_quantized", False):
         return model
-    parameters = list(model.named_parameters())
-    frozen = {p.dtype for _, p in parameters if not p.requires_grad}
-    if frozen != {torch.bfloat16}:
+    if {p.dtype for p in model.parameters() if not p.requires_grad} != {torch.bfloat16}:
         return model
-    for name, parameter in parameters:
-        if parameter.dtype == torch.float32 and any(f".{part}." in f".{name}." for part in ADAPTER_WEIGHTS):
-            parameter.data = parameter.data.to(torch.bfloat16)
+    for layer in model.modules():
+        linears = _vanilla_lora_linears(layer)
+        if linears is None:
+            continue
+        layer.cast_input_dtype_enabled = False
+        for linear in linears:
+            for parameter in linear.parameters():
+                if parameter.dtype != torch.float32:
+                    parameter.data = parameter.data.float()
+            linear.__class__ = Bf16ComputeLinear
     return model
