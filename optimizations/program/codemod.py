@@ -11,7 +11,8 @@ where they were.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -25,6 +26,7 @@ from optimizations.program.classes import repository_classes
 from optimizations.program.names import module_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext, Site
+from optimizations.program.tree import children
 
 
 class Identified(Protocol):
@@ -37,11 +39,34 @@ NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 def walk(node: cst.CSTNode, stop: tuple[type, ...] = NESTED_SCOPES) -> Iterator[cst.CSTNode]:
-    """``node``'s descendants in source order; nodes of a ``stop`` type are yielded but not entered."""
-    for child in node.children:
+    """``node``'s descendants in source order, whitespace and punctuation left out (:func:`children`); nodes of
+    a ``stop`` type are yielded but not entered."""
+    for child in children(node):
         yield child
         if not isinstance(child, stop):
             yield from walk(child, stop)
+
+
+@functools.cache
+def node_hooks(
+    codemod: type[cst.CSTTransformer],
+) -> dict[type[cst.CSTNode], tuple[Callable | None, Callable | None]]:
+    """The node types ``codemod`` overrides a ``visit_<Node>`` or ``leave_<Node>`` hook for, with those hooks."""
+    hooks: dict[type[cst.CSTNode], tuple[Callable | None, Callable | None]] = {}
+    for name in dir(codemod):
+        kind, _, node_name = name.partition("_")
+        if kind not in ("visit", "leave") or getattr(codemod, name) is getattr(
+            cst.CSTTransformer, name, None
+        ):
+            continue
+        node_type = getattr(cst, node_name, None)
+        if not (isinstance(node_type, type) and issubclass(node_type, cst.CSTNode)):
+            raise TypeError(f"{codemod.__qualname__}.{name}: not a hook on a libcst node type")
+        visit, leave = hooks.get(node_type, (None, None))
+        hooks[node_type] = (
+            (getattr(codemod, name), leave) if kind == "visit" else (visit, getattr(codemod, name))
+        )
+    return hooks
 
 
 def imported_modules(module: cst.Module) -> set[str]:
@@ -53,6 +78,11 @@ def imported_modules(module: cst.Module) -> set[str]:
         for alias in node.names
         if alias.asname is None
     }
+
+
+def file_imports(parsed: ParsedFile) -> set[str]:
+    """:func:`imported_modules` of a parsed file (computed once per parse)."""
+    return imported_modules(parsed.module)
 
 
 def expr(code: str) -> cst.BaseExpression:
@@ -347,6 +377,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         wrapper (each provider resolved once for every codemod), not from a copy of the tree. ``sites_only``:
         the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
+        self.imported_modules = set(parsed.derived(file_imports))
         self.sites_only = sites_only
         self.context = replace(self.context, wrapper=parsed.wrapper)
         self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())
@@ -364,8 +395,39 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         return tree
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        self.imported_modules = imported_modules(tree)
+        hooked = (type(self).on_visit, type(self).on_leave) == (
+            cst.CSTTransformer.on_visit,
+            cst.CSTTransformer.on_leave,
+        )
+        if self.sites_only and hooked:
+            self.run_hooks()
+            return tree
         return tree.visit(self)
+
+    def run_hooks(self) -> None:
+        """Call this codemod's ``visit_<Node>``/``leave_<Node>`` hooks as a libcst pass over the file would, in the
+        same order and with the same pruning (a ``visit_`` hook returning ``False`` skips the subtree), but over
+        the file's shared walk and with nothing rebuilt: ``leave_`` gets the original node twice, and what it
+        returns is dropped. For a scan, which keeps the sites and throws the edited tree away."""
+        hooks = node_hooks(type(self))
+        walk = self.parsed.walk()
+        open_nodes: list[tuple[int, cst.CSTNode, Callable | None]] = []
+        skip_until = -1
+        for position in walk.positions(*hooks):
+            while open_nodes and open_nodes[-1][0] <= position:
+                _, done, leave = open_nodes.pop()
+                if leave is not None:
+                    leave(self, done, done)
+            if position < skip_until:
+                continue
+            node = walk.nodes[position]
+            visit, leave = hooks[type(node)]
+            if visit is not None and visit(self, node) is False:
+                skip_until = walk.ends[node]
+            open_nodes.append((walk.ends[node], node, leave))
+        for _, done, leave in reversed(open_nodes):
+            if leave is not None:
+                leave(self, done, done)
 
     def need_module(self, module: str) -> None:
         """``import <module>``, unless the file already has it anywhere at module level.

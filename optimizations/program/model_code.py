@@ -13,6 +13,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 
 from optimizations.program.codemod import OptimizationCodemod, code_of, defines, literal_value
+from optimizations.program.tree import children
 
 FUNCTIONAL = "torch.nn.functional"
 # Bindings of `self.<name>` other than plain assignment: `self.register_buffer("name", value)`.
@@ -280,7 +281,7 @@ def drop_unused_imports(
 
 def _subtree(node: cst.CSTNode):
     yield node
-    for child in node.children:
+    for child in children(node):
         yield from _subtree(child)
 
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import libcst as cst
 
+    from optimizations.program.tree import Walk
+
 T = TypeVar("T")
 
 VENDORED_PREFIX = "_perfbot_"
@@ -108,8 +110,7 @@ class ParsedFile:
         self.module = parse_module(source, path)
         # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self._walked: list[cst.CSTNode] | None = None
-        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._walked: Walk | None = None
         self._derived: dict[Callable[[ParsedFile], object], object] = {}
 
     def derived(self, analysis: Callable[[ParsedFile], T]) -> T:
@@ -121,22 +122,19 @@ class ParsedFile:
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
         module is walked once for every codemod that asks."""
-        return [node for node in self._walk() if isinstance(node, types)]
+        walk = self.walk()
+        return [walk.nodes[i] for i in walk.positions(*types)]
 
     def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
         """Each node's parent, as libcst's ``ParentNodeProvider`` gives it, from the same one walk."""
-        self._walk()
-        return self._parents
+        return self.walk().parents
 
-    def _walk(self) -> list[cst.CSTNode]:
+    def walk(self) -> Walk:
+        """The module's nodes in source order, walked once: where each subtree ends, the nodes of each type."""
+        from optimizations.program.tree import Walk
+
         if self._walked is None:
-            self._walked, stack = [], [self.module]
-            while stack:
-                node = stack.pop()
-                self._walked.append(node)
-                children = node.children
-                self._parents.update(dict.fromkeys(children, node))
-                stack.extend(reversed(children))
+            self._walked = Walk(self.module)
         return self._walked
 
 

@@ -32,7 +32,6 @@ from optimizations.program.codemod import (
     Identified,
     OptimizationCodemod,
     code_of,
-    imported_modules,
     walk,
 )
 from optimizations.program.frameworks import framework_backward
@@ -212,7 +211,6 @@ class PlannedCodemod(OptimizationCodemod):
         """Record the edits (and the sites) for this module."""
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        self.imported_modules = imported_modules(tree)
         self.plan(tree)
         planned = self.replacements or self.inserted_before or self.inserted_after or self.dropped
         if self.sites_only or not (planned or self.runtime_imports):

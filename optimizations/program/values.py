@@ -34,6 +34,7 @@ from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, co
 from optimizations.program.names import module_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import TransformError, import_roots, module_paths
+from optimizations.program.tree import children
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
 # How many names deep an expression is followed to its outcomes (guards against cycles such as `x = x + 1`).
@@ -99,7 +100,7 @@ class _Source:
 
 def _children(node: cst.CSTNode, parent: cst.CSTNode | None) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
     """Every descendant of ``node`` with its parent, in source order."""
-    for child in node.children:
+    for child in children(node):
         yield child, node
         yield from _children(child, node)
 
