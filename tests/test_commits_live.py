@@ -1,0 +1,155 @@
+"""Every commit takes effect: a fused-optimizer commit on a program that builds its optimizer before the model
+moves to the device (the usual Accelerate order, ``model.to(device)`` after the optimizer, a helper that builds
+it for a caller that moves the model) says so, and in a tiny CPU run the optimizer the committed code builds is
+fused, as the commit claims, and trains."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from optimizations.registry import get
+
+NET = "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))"
+
+ACCELERATE_ORDER = f"""\
+import torch
+from accelerate import Accelerator
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = {NET}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for _ in range(3):
+        loss = model(torch.randn(4, 8)).square().mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, optimizer
+"""
+
+MOVED_AFTER = f"""\
+import torch
+
+
+def main(device="cpu"):
+    model = {NET}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-2)
+    model.to(device)
+    for _ in range(3):
+        loss = model(torch.randn(4, 8, device=device)).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, optimizer
+"""
+
+BUILT_FOR_A_CALLER = f"""\
+import torch
+
+
+def build_optimizer(net):
+    return torch.optim.AdamW(net.parameters(), lr=1e-2)
+
+
+def main(device="cpu"):
+    model = {NET}
+    optimizer = build_optimizer(model)
+    model = model.to(device)
+    for _ in range(3):
+        loss = model(torch.randn(4, 8, device=device)).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, optimizer
+"""
+
+MOVED_FIRST = f"""\
+import torch
+from accelerate import Accelerator
+
+
+def main(device="cpu"):
+    accelerator = Accelerator(cpu=True)
+    model = {NET}.to(device)
+    model.to(torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model.to(torch.float32)
+    return model, optimizer
+"""
+
+LATE = "the model moves to its device after the optimizer is built"
+
+
+def _applied(tmp_path, source: str):
+    """The fused_adamw change of a one-file repository, written out; its one site."""
+    (tmp_path / "train.py").write_text(source + '\n\nif __name__ == "__main__":\n    main()\n')
+    change = get("fused_adamw").dry_run(tmp_path)
+    (site,) = change.sites
+    assert site.applicable
+    for path, text in change.files.items():
+        (tmp_path / path).write_text(text)
+    return site
+
+
+def _run(tmp_path):
+    """``main()`` of the committed ``train.py``: the model and the optimizer it built and stepped."""
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return runpy.run_path(str(tmp_path / "train.py"))["main"]()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_perfbot_gpu_flags", None)
+
+
+@pytest.mark.parametrize(
+    ("source", "move"),
+    [
+        (ACCELERATE_ORDER, "`accelerator.prepare(model, optimizer)` at train.py:9"),
+        (MOVED_AFTER, "`model.to(device)` at train.py:8"),
+        (BUILT_FOR_A_CALLER, "`model.to(device)` at train.py:11"),
+    ],
+    ids=["accelerate_prepare", "to_device_after", "helper_then_caller_moves"],
+)
+def test_optimizer_built_before_the_move_is_fused_in_a_tiny_run(tmp_path, source, move):
+    site = _applied(tmp_path, source)
+    assert f"{LATE} ({move})" in site.message
+    assert "live from torch 2.4" in site.message
+    torch.manual_seed(0)
+    model, optimizer = _run(tmp_path)
+    torch.manual_seed(0)
+    before = {name: p.detach().clone() for name, p in eval(NET).named_parameters()}
+    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate wraps the optimizer it prepares
+    assert inner.defaults["fused"] is True
+    assert all(group["fused"] for group in inner.param_groups)
+    moved = [not torch.equal(before[name], p) for name, p in model.named_parameters()]
+    assert all(moved)  # the fused steps ran and updated every weight
+
+
+def test_no_move_note_where_the_model_moved_first(tmp_path):
+    site = _applied(tmp_path, MOVED_FIRST)
+    assert LATE not in site.message
+    _model, optimizer = _run(tmp_path)
+    assert optimizer.optimizer.defaults["fused"] is True
+
+
+def test_parameters_passed_in_with_no_move_in_sight(tmp_path):
+    source = textwrap.dedent(
+        """\
+        import torch
+
+
+        def main(params=None):
+            return None, torch.optim.AdamW(params or [torch.nn.Parameter(torch.zeros(2))], lr=1e-2)
+        """
+    )
+    site = _applied(tmp_path, source)
+    assert LATE not in site.message
