@@ -153,3 +153,43 @@ def test_parameters_passed_in_with_no_move_in_sight(tmp_path):
     )
     site = _applied(tmp_path, source)
     assert LATE not in site.message
+
+
+LOADER = """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def main(name, model_args):
+    model = AutoModelForCausalLM.from_pretrained(name{dtype})
+    model.train()
+    return model
+"""
+
+
+@pytest.mark.parametrize(
+    ("dtype", "live_when"),
+    [
+        ("", "live only where the weights load in bf16/fp16: this call gives no dtype"),
+        (', dtype="auto"', "live only where the checkpoint's weights are bf16/fp16"),
+        (", torch_dtype=model_args.dtype", "live only where `model_args.dtype` is bf16/fp16"),
+        (", dtype=torch.bfloat16", None),
+        (', torch_dtype="float16"', None),
+    ],
+)
+def test_attention_commit_says_when_it_is_live(tmp_path, dtype, live_when):
+    """The picker keeps SDPA for float32 weights, so a commit whose call may load them says it is live only
+    in half precision; a call that loads bf16/fp16 needs no such word."""
+    (tmp_path / "train.py").write_text(LOADER.format(dtype=dtype))
+    (site,) = get("fa2").dry_run(tmp_path).sites
+    assert site.applicable
+    if live_when is None:
+        assert "live only" not in site.message
+    else:
+        assert live_when in site.message
+
+
+def test_attention_on_float32_weights_is_refused(tmp_path):
+    (tmp_path / "train.py").write_text(LOADER.format(dtype=", dtype=torch.float32"))
+    (site,) = get("fa2").dry_run(tmp_path).sites
+    assert site.refused and "loaded in float32 (`torch.float32`)" in site.reason
