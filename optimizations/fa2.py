@@ -42,6 +42,7 @@ from optimizations.program.codemod import (
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
 from optimizations.program.model_use import loaded_only_to_read
 from optimizations.program.repository import RepoContext
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -436,6 +437,7 @@ class FlashAttention(Optimization):
     numerics_reason = (
         "another attention kernel (Flash, Flex or SDPA): the same softmax(QK^T)V summed in another order"
     )
+    measured_on = (ProgramShape.TRL_TRAINER,)
     keywords = (
         "flash_attention_2",
         "flash-attn",

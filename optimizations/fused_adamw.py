@@ -39,6 +39,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.program.values import dict_items, outcomes
 from optimizations.registry import Example, Numerics, Optimization
@@ -258,6 +259,7 @@ class FusedAdamW(Optimization):
     scope = "optim"
     numerics = Numerics.ROUNDING
     numerics_reason = "the same AdamW update in one fused kernel: the weights differ in their last bits"
+    measured_on = (ProgramShape.LOOP,)
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
     needs = OPTIMIZERS

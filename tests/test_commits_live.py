@@ -12,6 +12,9 @@ import textwrap
 import pytest
 import torch
 
+from bot.scan import render_plan, scan
+from optimizations.program.repository import RepoContext
+from optimizations.program.shapes import ProgramShape, program_shapes
 from optimizations.registry import get
 
 NET = "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))"
@@ -193,3 +196,70 @@ def test_attention_on_float32_weights_is_refused(tmp_path):
     (tmp_path / "train.py").write_text(LOADER.format(dtype=", dtype=torch.float32"))
     (site,) = get("fa2").dry_run(tmp_path).sites
     assert site.refused and "loaded in float32 (`torch.float32`)" in site.reason
+
+
+# -- the Expected line: a win measured on another shape of program says so --------------------------------
+
+TRL_SCRIPT = """\
+from trl import SFTConfig, SFTTrainer
+
+
+def main(model, dataset):
+    SFTTrainer(model=model, args=SFTConfig(output_dir="out"), train_dataset=dataset).train()
+"""
+
+HF_SCRIPT = """\
+from transformers import Trainer, TrainingArguments
+
+
+class MyTrainer(Trainer):
+    pass
+
+
+def main(model, dataset):
+    MyTrainer(model=model, args=TrainingArguments("out"), train_dataset=dataset).train()
+"""
+
+
+@pytest.mark.parametrize(
+    ("files", "shapes"),
+    [
+        ({"train.py": ACCELERATE_ORDER}, {ProgramShape.LOOP}),
+        ({"sft.py": TRL_SCRIPT}, {ProgramShape.TRL_TRAINER}),
+        ({"hf.py": HF_SCRIPT, "loop.py": MOVED_AFTER}, {ProgramShape.HF_TRAINER, ProgramShape.LOOP}),
+        ({"model.py": "import torch\n\nnet = torch.nn.Linear(2, 2)\n"}, set()),
+    ],
+    ids=["accelerate_loop", "trl", "hf_subclass_and_loop", "no_training"],
+)
+def test_program_shapes(tmp_path, files, shapes):
+    for path, text in files.items():
+        (tmp_path / path).write_text(text)
+    assert program_shapes(RepoContext(tmp_path)) == shapes
+
+
+def test_expected_says_not_measured_for_another_shape():
+    fa2 = get("fa2")  # measured on the TRL SFT workload
+    assert fa2.expected_for(frozenset({ProgramShape.TRL_TRAINER})) == fa2.expected
+    loop = fa2.expected_for(frozenset({ProgramShape.LOOP}))
+    assert loop == f"{fa2.expected} (measured on a TRL trainer; not measured for this shape)"
+    estimate = get("dataloader_workers")  # no measurement behind its number
+    assert estimate.expected_for(frozenset({ProgramShape.LOOP})).endswith("(not measured for this shape)")
+
+
+def test_drafted_plan_and_commit_qualify_a_number_from_another_shape(tmp_path):
+    """The fused-AdamW win was measured on a hand-written loop: on a TRL-only repository the drafted plan's
+    cell and the commit's Expected line say it was not measured for this shape; on a loop they do not."""
+    (tmp_path / "sft.py").write_text(
+        TRL_SCRIPT + "\n\ndef build(model):\n    import torch\n\n"
+        "    return torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+    )
+    plan = render_plan(tmp_path, scan(tmp_path))
+    row = next(line for line in plan.splitlines() if "opt:fused_adamw" in line)
+    assert "(measured on a hand-written loop; not measured for this shape)" in row
+    loop_repo = tmp_path / "loop"
+    loop_repo.mkdir()
+    (loop_repo / "train.py").write_text(ACCELERATE_ORDER)
+    row = next(
+        line for line in render_plan(loop_repo, scan(loop_repo)).splitlines() if "opt:fused_adamw" in line
+    )
+    assert "not measured for this shape" not in row
