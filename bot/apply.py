@@ -17,7 +17,8 @@ from bot.status import ItemStatus
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
-from optimizations.program.repository import Change, Site, SourceCache, same_file
+from optimizations.program.repository import Change, RepoContext, Site, SourceCache, same_file
+from optimizations.program.shapes import ProgramShape, program_shapes
 from optimizations.registry import OnStep, Optimization, registry
 
 
@@ -77,10 +78,11 @@ def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
     return tuple(dict.fromkeys(path for item_hints in hints for path, _ in item_hints))
 
 
-def _expected(plan: Plan, row: Row, optimization: Optimization) -> str:
+def _expected(plan: Plan, row: Row, optimization: Optimization, shapes: frozenset[ProgramShape]) -> str:
+    """The plan item's own expected win, else the registry's as a claim for a program of these shapes."""
     items = {i.key: i for i in plan.items}
     stated = [items[k].expected for k in row.keys if k in items and items[k].expected]
-    return stated[0] if len(row.keys) == 1 and stated else optimization.expected
+    return stated[0] if len(row.keys) == 1 and stated else optimization.expected_for(shapes)
 
 
 def numerics_line(optimization: Optimization) -> str:
@@ -116,6 +118,8 @@ class TierRun:
     exclude: tuple[str, ...]
     bench: BenchOptions | None = None
     sources: SourceCache = field(default_factory=SourceCache)
+    # What drives training in the repository: an expected win measured on another shape says so.
+    shapes: frozenset[ProgramShape] = frozenset()
 
     @classmethod
     def prepare(cls, root: Path, plan: Plan, tier: int, bench: BenchOptions | None = None) -> TierRun:
@@ -146,7 +150,8 @@ class TierRun:
             raise BadInput(f"the plan has no tier-{tier} items to apply; {have}")
         if bench is not None:
             bench_spec(workspace.root, bench)
-        return cls(workspace, plan, tier, rows, exclude, bench, sources)
+        shapes = program_shapes(RepoContext(workspace.root, exclude, sources=sources))
+        return cls(workspace, plan, tier, rows, exclude, bench, sources, shapes)
 
     def run(
         self,
@@ -262,7 +267,7 @@ class TierRun:
         message = commit_message(
             optimization.scope,
             optimization.title,
-            _expected(self.plan, row, optimization),
+            _expected(self.plan, row, optimization, self.shapes),
             _commit_body(self.plan, row, optimization, change.sites, missed),
             {
                 TRAILER_OPTIMIZATION: row.optimization,

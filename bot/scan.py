@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bot.render import render
 from bot.scope import excluded, preflight
-from optimizations.program.repository import Site, SiteKinds, SourceCache
+from optimizations.program.repository import RepoContext, Site, SiteKinds, SourceCache
+from optimizations.program.shapes import program_shapes
 from optimizations.registry import Numerics, OnStep, Optimization, registry
 
 
@@ -66,6 +67,7 @@ def render_plan(root: Path, findings: list[Finding]) -> str:
     computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
     flagged for a human, and what the program already does listed (no item: nothing to apply)."""
     in_bf16 = trains_in_bf16(findings)
+    shapes = program_shapes(RepoContext(root, excluded(root)))
     speedups: dict[int, list[Finding]] = {}
     numerics_changes: list[Finding] = []
     for finding in findings:
@@ -83,7 +85,7 @@ def render_plan(root: Path, findings: list[Finding]) -> str:
             "key": next(keys),
             "location": ", ".join(f"{s.path}:{s.line}" for s in finding.applied),
             "change": f"{opt.title} (opt:{opt.id})",
-            "expected": opt.expected,
+            "expected": opt.expected_for(shapes),
             "numerics": opt.numerics.shown(opt.numerics_reason),
         }
 

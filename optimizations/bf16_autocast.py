@@ -54,6 +54,7 @@ from optimizations.program.frameworks import (
     launch_setting,
 )
 from optimizations.program.repository import Site
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
     BACKWARD,
     NESTED_SCOPES,
@@ -446,6 +447,7 @@ class Bf16Autocast(Optimization):
     scope = "train"
     numerics = Numerics.ROUNDING
     numerics_reason = "forward and loss matmuls in bf16; weights, gradients and optimizer stay float32"
+    measured_on = (ProgramShape.LOOP,)
     keywords = (
         "bf16 autocast",
         "bfloat16 autocast",

@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.codemod import code_of, walk
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
     BACKWARD,
     NESTED_SCOPES,
@@ -287,6 +288,7 @@ class CompileModel(Optimization):
     numerics_reason = (
         "Inductor fuses and reorders the model's kernels: the same math, rounded in another order"
     )
+    measured_on = (ProgramShape.LOOP,)
     keywords = ("inductor",)
     capabilities = ("compile model", "torch.compile")
     codemods = (_Compile,)

@@ -10,7 +10,9 @@ beside the file as ``_perfbot_attention.py``). On a CUDA GPU that helper returns
 ``flash-attn`` is not installed) and SDPA that the installed packages, transformers, the GPU, the weights'
 dtype and the model class accept (FlexAttention after a one-time probe on the GPU), else what the call asked
 for before; without a GPU it returns what the call asked for, so CPU runs are unchanged.
-``PERFBOT_ATTENTION=<name>`` forces a choice.
+``PERFBOT_ATTENTION=<name>`` forces a choice. Float32 weights keep SDPA (transformers' default kernel), so
+a site whose call may load them (no dtype, ``"auto"``, a value read at run time) says in its message that the
+commit is live only where the weights load in bf16/fp16.
 
 The helper needs the model class and the checkpoint to check support (``Auto*`` classes map to a concrete
 class through the checkpoint's config): the call's own class and first argument are passed, and a first
@@ -40,6 +42,7 @@ from optimizations.program.codemod import (
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
 from optimizations.program.model_use import loaded_only_to_read
 from optimizations.program.repository import RepoContext
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -51,6 +54,7 @@ BOUND_NAMES = {"from_pretrained": "checkpoint", "from_config": "model_config"}
 # attention) is a deliberate choice left alone.
 REPLACEABLE = ("sdpa", "eager")
 FLOAT32 = ("torch.float32", "torch.float")
+HALF_PRECISION = ("bfloat16", "float16", "half")
 TRL_DTYPE_DEFAULT = "TRL loads the model in float32 when model_init_kwargs sets no dtype"
 
 
@@ -141,6 +145,22 @@ class _PickAttention(OptimizationCodemod):
 
     def _is_float32(self, dtype: cst.BaseExpression) -> bool:
         return literal_value(dtype) == "float32" or bool(self.names(dtype) & set(FLOAT32))
+
+    def _live_when(self, dtype: cst.BaseExpression | None) -> str:
+        """When the commit changes the kernel, where the code does not say the weights load in bf16/fp16: the
+        picker keeps SDPA for float32 weights (transformers' default kernel already), so the commit is live
+        only with half-precision weights."""
+        literal = literal_value(dtype) if dtype is not None else None
+        if literal in HALF_PRECISION or self.names(dtype) & {f"torch.{name}" for name in HALF_PRECISION}:
+            return ""
+        if dtype is None:
+            return (
+                "; live only where the weights load in bf16/fp16: this call gives no dtype, so transformers 4.x "
+                "loads float32 and keeps SDPA (transformers 5 loads the checkpoint's dtype)"
+            )
+        if literal == "auto":
+            return '; live only where the checkpoint\'s weights are bf16/fp16 (`dtype="auto"`)'
+        return f"; live only where `{code_of(dtype)}` is bf16/fp16: float32 weights keep SDPA"
 
     def _picker_call(
         self,
@@ -245,7 +265,7 @@ class _PickAttention(OptimizationCodemod):
             call = replace_keyword(call, "attn_implementation", picker)
         else:
             call = add_keywords(call, [("attn_implementation", picker)])
-        self.changed(original_node, message)
+        self.changed(original_node, message + self._live_when(dtype))
         self.edited = True
         return call
 
@@ -287,6 +307,7 @@ class _PickAttention(OptimizationCodemod):
             self.refused(original, message, reason)
             return updated
         picker = self._picker_call([], dtype, fallback, source=source)
+        message += self._live_when(dtype)
         if isinstance(updated, cst.Call):
             edited = (
                 replace_keyword(updated, "attn_implementation", picker)
@@ -416,6 +437,7 @@ class FlashAttention(Optimization):
     numerics_reason = (
         "another attention kernel (Flash, Flex or SDPA): the same softmax(QK^T)V summed in another order"
     )
+    measured_on = (ProgramShape.TRL_TRAINER,)
     keywords = (
         "flash_attention_2",
         "flash-attn",

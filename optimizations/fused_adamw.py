@@ -1,4 +1,4 @@
-"""Fused Adam/AdamW: one CUDA kernel for the whole optimizer step instead of a chain of foreach kernels.
+"""Fused Adam/AdamW: one kernel for the whole optimizer step instead of a chain of foreach kernels.
 
 ``torch.optim.AdamW(model.parameters(), ...)`` (or ``Adam``) becomes::
 
@@ -6,7 +6,12 @@
     optimizer = torch.optim.AdamW(model_parameters, ..., fused=fused_optimizer_supported(model_parameters))
 
 ``fused_optimizer_supported`` (vendored as ``_perfbot_gpu_flags.py``) is true only when every parameter is a
-floating-point CUDA tensor, so the same code still runs on CPU with the default implementation. The list is
+floating-point tensor on a device the installed torch has a fused kernel for: CUDA, and from torch 2.4 the CPU
+too. An optimizer built before the model moves to the GPU (the usual Accelerate order: ``AdamW(...)``, then
+``accelerator.prepare(model, optimizer)``; or ``model.to(device)`` after the optimizer) is built on CPU
+parameters: the program model finds that move (:mod:`optimizations.program.placement`), and the site's message
+names it and says the commit is live from torch 2.4, whose fused flag stays with the optimizer as its
+parameters move in place; on older torch the check keeps the default implementation there. The list is
 built once, and gradient clipping over ``model.parameters()`` reuses it instead of walking the module tree
 every step. The fused kernel rounds differently from the foreach one: losses agree closely but not bit for bit.
 
@@ -32,6 +37,9 @@ from optimizations.program.codemod import (
     qualified_under,
     star_kwargs,
 )
+from optimizations.program.placement import caller_owners, later_move, parameter_owners
+from optimizations.program.positions import start_line
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.program.values import dict_items, outcomes
 from optimizations.registry import Example, Numerics, Optimization
@@ -70,8 +78,8 @@ class _Fuse(PlannedCodemod):
     def _plan_optimizer(self, call: cst.Call) -> None:
         callee = code_of(call.func)
         message = (
-            f"{callee}(...): fused=True where every parameter is a floating-point CUDA tensor (checked at run "
-            "time); the parameter list is built once"
+            f"{callee}(...): fused=True where every parameter is a floating-point tensor on a device torch fuses "
+            "the step on (checked at run time: CUDA, and the CPU from torch 2.4); the parameter list is built once"
         )
         try:
             options = self._options(call)
@@ -120,7 +128,40 @@ class _Fuse(PlannedCodemod):
         check = call_expr(CHECK, cst.Name(name))
         self.replacements[call] = lambda updated: add_keywords(updated, [("fused", check)])
         self.runtime_imports.add((RUNTIME_MODULE, CHECK))
+        moved = self._later_move(call, params.value, body)
+        if moved is not None:
+            message += (
+                f"; the model moves to its device after the optimizer is built ({moved}), so the check sees CPU "
+                "parameters: live from torch 2.4, where the fused flag holds on the CPU and stays with the "
+                "parameters as they move; on older torch the optimizer keeps its default implementation"
+            )
         self.changed(call, message)
+
+    def _later_move(self, call: cst.Call, params: cst.BaseExpression, body: cst.CSTNode) -> str | None:
+        """Where the model whose parameters ``call`` gets moves to its device after ``call`` builds the optimizer
+        (here, or in a caller that passes the model in), as ``code at path:line``; ``None`` when it moves
+        before, or perfbot sees no move."""
+        bound = []
+        if isinstance(params, cst.Name):
+            _reads, writes, _nested = self.reads_and_writes(body, params.value)
+            bound = [write.value for write in writes if isinstance(write, cst.Assign)]
+        owners = parameter_owners(params, bound)
+        move = later_move(self.parsed, body, self.line(call), owners) if owners else None
+        if move is not None:
+            return _where(code_of(move), self.path, self.line(move))
+        if not isinstance(body, cst.FunctionDef):
+            return None
+        for site in self.call_sites(body):
+            parsed = (
+                self.parsed
+                if site.path == self.path
+                else self.repo.sources.parse(site.path, self.repo.read(site.path))
+            )
+            spelled = caller_owners(body, site, owners)
+            move = later_move(parsed, site.scope, start_line(parsed, site.call), spelled) if spelled else None
+            if move is not None:
+                return _where(code_of(move), site.path, start_line(parsed, move))
+        return None
 
     def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> list[cst.CSTNode]:
         found = []
@@ -200,6 +241,11 @@ class _Fuse(PlannedCodemod):
                 self.replacements[node.args[0]] = lambda updated: updated.with_changes(value=cst.Name(name))
 
 
+def _where(code: str, path: str, line: int) -> str:
+    shown = code if len(code) <= 60 else f"{code[:57]}..."
+    return f"`{shown}` at {path}:{line}"
+
+
 class FusedAdamW(Optimization):
     """Adam/AdamW take one fused CUDA kernel per step; gradient clipping reuses a cached parameter list."""
 
@@ -207,10 +253,13 @@ class FusedAdamW(Optimization):
     title = "fused AdamW in hand-written loops"
     tier = 2
     expected = "-2-10% step time (optimizer step), more on many small parameters"
-    summary = "torch.optim.AdamW/Adam(..., fused=<all params floating-point CUDA>), cached parameter list"
+    summary = (
+        "torch.optim.AdamW/Adam(..., fused=<all params on a fused-kernel device>), cached parameter list"
+    )
     scope = "optim"
     numerics = Numerics.ROUNDING
     numerics_reason = "the same AdamW update in one fused kernel: the weights differ in their last bits"
+    measured_on = (ProgramShape.LOOP,)
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
     needs = OPTIMIZERS
@@ -291,6 +340,64 @@ def build(self):
         lr=3e-4,
         fused=fused_optimizer_supported(policy_parameters),
     )
+""",
+        ),
+        Example(
+            "accelerate_order_optimizer_before_prepare",
+            before="""\
+import torch
+from accelerate import Accelerator
+
+
+def main(model, loader):
+    accelerator = Accelerator()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+""",
+            after="""\
+import torch
+from accelerate import Accelerator
+from _perfbot_gpu_flags import fused_optimizer_supported
+
+
+def main(model, loader):
+    accelerator = Accelerator()
+    model_parameters = list(model.parameters())
+    optimizer = torch.optim.AdamW(model_parameters, lr=2e-5, fused=fused_optimizer_supported(model_parameters))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+""",
+        ),
+        Example(
+            "to_device_after_the_optimizer",
+            before="""\
+import torch
+
+
+def train(model, loader, device):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.to(device)
+    for batch in loader:
+        model(batch.to(device)).backward()
+        optimizer.step()
+""",
+            after="""\
+import torch
+from _perfbot_gpu_flags import fused_optimizer_supported
+
+
+def train(model, loader, device):
+    model_parameters = list(model.parameters())
+    optimizer = torch.optim.Adam(model_parameters, lr=1e-3, fused=fused_optimizer_supported(model_parameters))
+    model.to(device)
+    for batch in loader:
+        model(batch.to(device)).backward()
+        optimizer.step()
 """,
         ),
         Example(

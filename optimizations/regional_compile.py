@@ -24,6 +24,7 @@ import libcst.matchers as m
 
 from optimizations.program.codemod import call_expr, code_of, keyword, literal_value, replace_keyword
 from optimizations.program.hf import is_training_config, trainer_class
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -127,6 +128,7 @@ class RegionalCompile(Optimization):
     numerics_reason = (
         "each compiled decoder layer fuses and reorders its kernels: the same math, rounded in another order"
     )
+    measured_on = (ProgramShape.TRL_TRAINER,)
     keywords = (
         "regional compilation",
         "regional compile",

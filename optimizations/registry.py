@@ -38,6 +38,7 @@ from optimizations.program.repository import (
     SourceCache,
     check_compiles,
 )
+from optimizations.program.shapes import ProgramShape
 
 if TYPE_CHECKING:
     from optimizations.program.codemod import OptimizationCodemod
@@ -133,6 +134,17 @@ class Optimization:
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
+    # The program shapes ``expected`` was measured on (benchmarks/RESULTS.md); empty: an estimate.
+    measured_on: ClassVar[tuple[ProgramShape, ...]] = ()
+
+    @classmethod
+    def expected_for(cls, shapes: frozenset[ProgramShape]) -> str:
+        """``expected`` as a claim for a repository of these shapes: as it stands where it was measured on one
+        of them, else saying it was not measured for this shape (and where it was)."""
+        if set(cls.measured_on) & shapes:
+            return cls.expected
+        where = f"measured on {' and '.join(s.value for s in cls.measured_on)}; " if cls.measured_on else ""
+        return f"{cls.expected} ({where}not measured for this shape)"
 
     def might_apply(self, source: str) -> bool:
         """False when a file with this text cannot have a site: it mentions none of ``needs``."""

@@ -53,6 +53,7 @@ from optimizations.program.model_code import (
     tensor_method,
     terms,
 )
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
 from optimizations.registry import Example, Numerics, Optimization, Word
 
@@ -761,6 +762,7 @@ class Sdpa(Optimization):
     numerics_reason = (
         "F.scaled_dot_product_attention computes the same causal attention in a fused kernel's order"
     )
+    measured_on = (ProgramShape.LOOP,)
     keywords = (
         "scaled_dot_product_attention",
         "scaled dot product attention",

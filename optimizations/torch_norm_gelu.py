@@ -42,6 +42,7 @@ from optimizations.program.model_code import (
     tensor_method,
     terms,
 )
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import PlannedCodemod
 from optimizations.registry import Example, Numerics, Optimization, Word
 
@@ -497,6 +498,7 @@ class TorchNormGelu(Optimization):
     scope = "model"
     numerics = Numerics.ROUNDING
     numerics_reason = "torch's layer-norm and GELU kernels compute the same functions in another order"
+    measured_on = (ProgramShape.LOOP,)
     keywords = (
         "layernorm",
         "layer norm",

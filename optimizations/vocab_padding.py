@@ -26,6 +26,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 
 from optimizations.program.codemod import code_of, keyword, qualified_under
 from optimizations.program.repository import RepoContext, parse_module
+from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import PlannedCodemod
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -225,6 +226,7 @@ class VocabPadding(Optimization):
     scope = "model"
     numerics = Numerics.DYNAMICS
     numerics_reason = "logits of ids that never occur enter the softmax: the loss is not the same number"
+    measured_on = (ProgramShape.LOOP,)
     keywords = (
         "pad the vocabulary",
         "vocabulary padding",

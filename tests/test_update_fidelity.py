@@ -130,9 +130,10 @@ def test_fused_adamw(model, device, lr):
         optimizer = torch.optim.AdamW(
             model_parameters, lr=lr, fused=fused_optimizer_supported(model_parameters)
         )
+        assert optimizer.defaults["fused"]  # torch >= 2.4 fuses on the CPU too: the change is live here
         return TrainingStep(net, optimizer, causal_lm_loss)
 
-    assert_within(measure(model, device, lr, modified), device)
+    assert_rounding(measure(model, device, lr, modified))
 
 
 @pytest.mark.parametrize("lr", LEARNING_RATES)

@@ -1,10 +1,11 @@
 # Vendored by perfbot from optimizations/runtime/gpu_flags.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch, never perfbot.
 """GPU settings for hand-written loops: TF32 and cuDNN autotuning through whichever TF32 API this torch has,
-and the run-time check that decides whether an Adam/AdamW optimizer can use its fused CUDA kernel."""
+and the run-time check that decides whether an Adam/AdamW optimizer can use its fused kernel."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -32,12 +33,27 @@ def enable_tf32(cudnn_benchmark: bool = True) -> None:
     torch.backends.cudnn.benchmark = cudnn_benchmark
 
 
-def fused_optimizer_supported(params: list[Any]) -> bool:
-    """Whether every parameter is a floating-point CUDA tensor, so ``Adam``/``AdamW(fused=True)`` runs.
+def fused_kernel_devices() -> tuple[str, ...]:
+    """The device types this torch has fused Adam/AdamW kernels for: CUDA, and the CPU too from torch 2.4.
 
-    ``params`` is what the optimizer receives: a list of tensors or of parameter-group dicts. A group whose
-    ``params`` is an iterator is turned into a list first, as the optimizer itself does, so checking it does
-    not use it up.
+    Not the CPU where ``torch_xla`` is loaded: parameters on the CPU there are headed for a TPU, which has no
+    fused kernel, and torch checks the device again at the first step.
+    """
+    from torch.utils import _foreach_utils
+
+    listed = getattr(_foreach_utils, "_get_fused_kernels_supported_devices", lambda: ["cuda"])()
+    return tuple(d for d in listed if not (d == "cpu" and "torch_xla" in sys.modules))
+
+
+def fused_optimizer_supported(params: list[Any]) -> bool:
+    """Whether every parameter is a floating-point tensor on a device this torch fuses Adam/AdamW for, so
+    ``Adam``/``AdamW(fused=True)`` runs.
+
+    On torch 2.4 and later that includes the CPU, so an optimizer built before the model moves to the GPU
+    (``accelerator.prepare(model, optimizer)``, ``model.to(device)`` after the optimizer) is fused there too:
+    the flag stays with the optimizer and its parameters, which move in place. ``params`` is what the
+    optimizer receives: a list of tensors or of parameter-group dicts. A group whose ``params`` is an iterator
+    is turned into a list first, as the optimizer itself does, so checking it does not use it up.
     """
     tensors: list[Any] = []
     for item in params:
@@ -48,6 +64,7 @@ def fused_optimizer_supported(params: list[Any]) -> bool:
             tensors.extend([group] if isinstance(group, torch.Tensor) else group)
         else:
             tensors.append(item)
+    devices = fused_kernel_devices()
     return bool(tensors) and all(
-        isinstance(t, torch.Tensor) and t.is_cuda and t.is_floating_point() for t in tensors
+        isinstance(t, torch.Tensor) and t.device.type in devices and t.is_floating_point() for t in tensors
     )
