@@ -21,11 +21,12 @@ class Finding(SiteKinds):
     sites: list[Site]
 
 
-def scan(root: Path, on_step: OnStep | None = None) -> list[Finding]:
+def scan(root: Path, on_step: OnStep | None = None, sources: SourceCache | None = None) -> list[Finding]:
     """Run every registered optimization's ``find`` over the repository (which must parse), each file parsed
-    once for all of them; ``on_step(done, total, optimization_id)`` after each optimization."""
+    once for all of them (into ``sources``, when given, for a plan to reuse); ``on_step(done, total,
+    optimization_id)`` after each optimization."""
     exclude = excluded(root)
-    sources = SourceCache()
+    sources = SourceCache() if sources is None else sources
     preflight(root, exclude, sources)
     optimizations = list(registry().values())
     findings = []
@@ -62,12 +63,13 @@ def pure_speedup(optimization: Optimization, in_bf16: bool) -> bool:
     return optimization.numerics is Numerics.EXACT or (optimization.numerics is Numerics.ROUNDING and in_bf16)
 
 
-def render_plan(root: Path, findings: list[Finding]) -> str:
+def render_plan(root: Path, findings: list[Finding], sources: SourceCache | None = None) -> str:
     """A plan issue in the seed's shape: one table per tier of pure speedups, the changes to what training
     computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
-    flagged for a human, and what the program already does listed (no item: nothing to apply)."""
+    flagged for a human, and what the program already does listed (no item: nothing to apply). ``sources``:
+    the scan's parses."""
     in_bf16 = trains_in_bf16(findings)
-    shapes = program_shapes(RepoContext(root, excluded(root)))
+    shapes = program_shapes(RepoContext(root, excluded(root), sources=sources))
     speedups: dict[int, list[Finding]] = {}
     numerics_changes: list[Finding] = []
     for finding in findings:

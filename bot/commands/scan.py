@@ -10,6 +10,7 @@ from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.scan import render_plan, scan
 from bot.terminal import progress_bar
+from optimizations.program.repository import SourceCache
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +24,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     root = Path(args.path)
     if not root.is_dir():
         raise BadInput(f"{args.path} is not a directory; pass the root of the training repository")
+    sources = SourceCache()
     with progress_bar("scanning") as on_step:
-        findings = scan(root, on_step)
+        findings = scan(root, on_step, sources)
     if args.plan:
-        print(render_plan(root, findings), end="")
+        print(render_plan(root, findings, sources), end="")
         return 0
     if args.json:
         data = {f.optimization.id: [s.__dict__ for s in f.sites] for f in findings}
