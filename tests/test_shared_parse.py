@@ -21,6 +21,7 @@ from bot.scan import scan
 from optimizations import registry as registry_module
 from optimizations.program import repository as repository_module
 from optimizations.program.codemod import OptimizationCodemod, add_imports
+from optimizations.program.names import ModuleNames
 from optimizations.program.positions import StartLines
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.registry import Listing, Numerics, get, listings, registry
@@ -71,24 +72,33 @@ def test_one_text_is_parsed_once_and_an_edited_text_again():
     )
 
 
-def test_a_scan_parses_each_text_once_and_resolves_its_scopes_once(tmp_path, monkeypatch):
+def test_a_scan_parses_each_text_once_and_binds_its_names_once_without_libcst_scope_analysis(
+    tmp_path, monkeypatch
+):
     committed_example(tmp_path / "repo")
-    parsed, scopes = Counter(), []
-    original_file, original_scope = repository_module.ParsedFile, ScopeProvider.__init__
+    parsed, names, scopes = Counter(), [], []
+    original_file, original_names = repository_module.ParsedFile, ModuleNames.__init__
+    original_scope = ScopeProvider.__init__
 
     def counting_file(path, source):
         parsed[(path, source)] += 1
         return original_file(path, source)
+
+    def counting_names(self, *args, **kwargs):
+        names.append(self)
+        original_names(self, *args, **kwargs)
 
     def counting_scope(self, *args, **kwargs):
         scopes.append(self)
         original_scope(self, *args, **kwargs)
 
     monkeypatch.setattr(repository_module, "ParsedFile", counting_file)
+    monkeypatch.setattr(ModuleNames, "__init__", counting_names)
     monkeypatch.setattr(ScopeProvider, "__init__", counting_scope)
     scan(tmp_path / "repo")
     assert parsed and max(parsed.values()) == 1
-    assert 0 < len(scopes) <= len(parsed)
+    assert 0 < len(names) <= len(parsed)
+    assert scopes == []  # libcst's scope analysis costs about five parses of a file
 
 
 def test_a_scan_never_parses_a_file_that_mentions_nothing_an_optimization_needs(tmp_path, monkeypatch):
@@ -139,7 +149,7 @@ def test_metadata_is_resolved_when_a_codemod_first_reads_it(tmp_path):
     ctx = RepoContext(tmp_path)
     LineOfFirstCall(CodemodContext(filename="train.py"), get("packing"), ctx).transform_parsed(parsed)
     assert parsed.wrapper._metadata == {}  # no libcst scope, name, position or parent analysis
-    assert set(parsed._derived) == {StartLines}  # the line of the site only: no name bindings
+    assert StartLines in parsed._derived and ModuleNames not in parsed._derived  # the site's line, no names
     quiet = LineOfFirstCall(CodemodContext(filename="util.py"), get("packing"), ctx)
     no_call = SourceCache().parse("util.py", "x = 1\n")
     quiet.transform_parsed(no_call)
@@ -203,13 +213,6 @@ def test_the_shared_node_index_lists_what_findall_finds():
         parsed = SourceCache().parse(path.name, path.read_text())
         for types, matcher in (((cst.Call,), m.Call()), ((cst.For, cst.While), m.For() | m.While())):
             assert parsed.nodes(*types) == m.findall(parsed.module, matcher), path.name
-
-
-def test_the_shared_walk_gives_each_node_the_parent_libcst_gives_it():
-    for path in sorted(EXAMPLE.glob("*.py")):
-        parsed = SourceCache().parse(path.name, path.read_text())
-        libcst_parents = cst.MetadataWrapper(parsed.module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
-        assert parsed.parents() == dict(libcst_parents), path.name
 
 
 @pytest.mark.parametrize(

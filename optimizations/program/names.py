@@ -11,7 +11,8 @@ collects each scope's bindings (imports, definitions, assignment and loop target
 - a relative import keeps its dots (``from .pkg import x``: ``.pkg.x``);
 - a name the module binds is ``LOCAL``, under the scopes around it (``train.<locals>.model.step``,
   ``Model.forward.<locals>.self.proj``; a class body's names are ``Model.attr``, unseen from its methods);
-- a builtin is ``builtins.<name>`` (``BUILTIN``); a name bound nowhere (a star import's) has none.
+- a builtin is ``builtins.<name>`` (``BUILTIN``), and its attributes are named too (``builtins.dict.fromkeys``,
+  where libcst stops at ``builtins.dict``); a name bound nowhere (a star import's) has none.
 
 A name bound more than once in a scope has each binding's name, as libcst gives them. Only chains that start
 at a name (through subscripts: ``rows[0].append`` is ``rows.append``) are resolved; ``f().x`` and
@@ -46,6 +47,11 @@ class ModuleNames:
             lambda: defaultdict(set)
         )
         self._declared: dict[cst.CSTNode, dict[str, cst.CSTNode]] = defaultdict(dict)
+        # The node that makes each binding (a target name, a parameter's name, an import, a def), and the
+        # names that are targets rather than reads.
+        self._binders: dict[cst.CSTNode, dict[str, list[cst.CSTNode]]] = defaultdict(lambda: defaultdict(list))
+        self._targets: set[cst.CSTNode] = set()
+        self._reads: dict[tuple[cst.CSTNode, str], list[cst.Name]] | None = None
         self._cache: dict[cst.CSTNode, Names] = {}
         nodes = parsed.nodes(
             cst.Global,
@@ -102,6 +108,34 @@ class ModuleNames:
             return frozenset({QualifiedName(f"builtins.{node.value}", QualifiedNameSource.BUILTIN)})
         return frozenset()
 
+    # -- bindings and reads, for following a value -------------------------------------------------------
+    def bound_in(self, name: str, scope: cst.CSTNode) -> list[cst.CSTNode]:
+        """The nodes that bind ``name`` in ``scope`` itself, in source order: a target name (``x`` of ``x =
+        ...``, of ``for x in``, of ``with ... as x``), a parameter's name, an import statement, a def."""
+        return list(self._binders.get(scope, {}).get(name, ()))
+
+    def enclosing_binder(self, name: str, scope: cst.CSTNode) -> cst.CSTNode | None:
+        """The nearest scope around ``scope`` (class bodies skipped) that binds ``name``; ``None`` when none does
+        (a builtin, a star import's name)."""
+        while not isinstance(scope, cst.Module):
+            scope = self._visible_outer(scope)
+            if self._binders.get(scope, {}).get(name):
+                return scope
+        return None
+
+    def reads(self, name: str, scope: cst.CSTNode) -> list[cst.Name]:
+        """The reads of ``name`` that resolve to its bindings in ``scope``, in source order."""
+        if self._reads is None:
+            self._reads = defaultdict(list)
+            for node in self.parsed.nodes(cst.Name):
+                if node not in self._targets and self._is_reference(node):
+                    binder = self.scope_of(node)
+                    if not self._binders.get(binder, {}).get(node.value):
+                        binder = self.enclosing_binder(node.value, binder)
+                    if binder is not None:
+                        self._reads[(binder, node.value)].append(node)
+        return list(self._reads.get((scope, name), ()))
+
     def _is_reference(self, name: cst.Name) -> bool:
         """Not the attribute part of ``x.name``, a keyword's label, nor a name inside an import statement."""
         parent = self._parents.get(name)
@@ -117,18 +151,27 @@ class ModuleNames:
     def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """The scope ``node`` is evaluated in: the module, a function, class, lambda or comprehension.
 
-        A function's or class's name, decorators, annotations and bases are evaluated in the scope around it;
-        its parameters and body in its own."""
+        A function's or class's name, decorators, annotations, bases and parameter defaults are evaluated in the
+        scope around it, its parameters and body in its own; a comprehension's first iterable around it too."""
         child, parent = node, self._parents.get(node)
+        outside = False  # under a parameter's default or annotation, or a comprehension's first iterable
         while parent is not None:
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)) and (
+            if isinstance(parent, cst.Param) and child is not parent.name:
+                outside = True
+            elif isinstance(parent, cst.CompFor) and child is parent.iter:
+                outside = isinstance(self._parents.get(parent), COMPREHENSIONS)
+            elif isinstance(parent, (cst.FunctionDef, cst.Lambda)) and (
                 child is parent.body or child is parent.params
             ):
+                if not outside:
+                    return parent
+                outside = False
+            elif isinstance(parent, cst.ClassDef) and child is parent.body:
                 return parent
-            if isinstance(parent, cst.ClassDef) and child is parent.body:
-                return parent
-            if isinstance(parent, COMPREHENSIONS):
-                return parent
+            elif isinstance(parent, COMPREHENSIONS):
+                if not outside:
+                    return parent
+                outside = False
             child, parent = parent, self._parents.get(parent)
         return self.parsed.module
 
@@ -168,16 +211,20 @@ class ModuleNames:
                 target = self._visible_outer(scope)
             self._declared[scope][item.name.value] = target
 
-    def _bind(self, name: str, scope: cst.CSTNode, qualified: QualifiedName | None = None) -> None:
+    def _bind(
+        self, name: str, scope: cst.CSTNode, binder: cst.CSTNode, qualified: QualifiedName | None = None
+    ) -> None:
         scope = self._declared.get(scope, {}).get(name, scope)
         if qualified is None:
             qualified = QualifiedName(self._prefix(scope) + name, QualifiedNameSource.LOCAL)
         self._bindings[scope][name].add(qualified)
+        self._binders[scope][name].append(binder)
 
     def _bind_target(self, target: cst.CSTNode, scope: cst.CSTNode) -> None:
         """The names an assignment target binds: a name, or the names in a tuple/list/starred of targets."""
         if isinstance(target, cst.Name):
-            self._bind(target.value, scope)
+            self._targets.add(target)
+            self._bind(target.value, scope, target)
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._bind_target(element.value, scope)
@@ -190,10 +237,10 @@ class ModuleNames:
             for alias in node.names:
                 full = _dotted(alias.name)
                 if alias.asname is not None:
-                    self._bind(_as_name(alias), scope, QualifiedName(full, QualifiedNameSource.IMPORT))
+                    self._bind(_as_name(alias), scope, node, QualifiedName(full, QualifiedNameSource.IMPORT))
                 else:
                     head = full.split(".")[0]
-                    self._bind(head, scope, QualifiedName(head, QualifiedNameSource.IMPORT))
+                    self._bind(head, scope, node, QualifiedName(head, QualifiedNameSource.IMPORT))
         elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
             scope = self.scope_of(node)
             base = "." * len(node.relative) + (_dotted(node.module) if node.module is not None else "")
@@ -201,11 +248,13 @@ class ModuleNames:
                 name = _dotted(alias.name)
                 full = f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}"
                 bound = _as_name(alias) if alias.asname is not None else name
-                self._bind(bound, scope, QualifiedName(full, QualifiedNameSource.IMPORT))
+                self._bind(bound, scope, node, QualifiedName(full, QualifiedNameSource.IMPORT))
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._bind(node.name.value, self.scope_of(node))
+            self._targets.add(node.name)
+            self._bind(node.name.value, self.scope_of(node), node)
         elif isinstance(node, cst.Param):
-            self._bind(node.name.value, self.scope_of(node.name))
+            self._targets.add(node.name)
+            self._bind(node.name.value, self.scope_of(node.name), node.name)
         elif isinstance(node, cst.Assign):
             for target in node.targets:
                 self._bind_target(target.target, self.scope_of(node))

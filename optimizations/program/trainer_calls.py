@@ -2,7 +2,8 @@
 
 A transform that adds a run-time check to a config call (``use_liger_kernel=liger_kernel_usable(model)``,
 an attention picker in ``model_init_kwargs``) needs the model the config will train, evaluated where the
-config is built. These queries follow libcst's scope analysis: the config's binding to the trainer call that
+config is built. These queries follow the module's scopes and bindings (:mod:`optimizations.program.names`):
+the config's binding to the trainer call that
 takes it as ``args``, the trainer's ``model`` argument, and that model's own bindings (where it is assigned,
 whether it is reassigned before the trainer sees it, whether a PEFT adapter wraps it, followed through the
 repository's functions by :mod:`optimizations.program.values`). Codemods that use them
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import BuiltinScope, GlobalScope, ParentNodeProvider, Scope, ScopeProvider
+from libcst.metadata import ParentNodeProvider
 
 from optimizations.program.codemod import (
     OptimizationCodemod,
@@ -29,9 +30,10 @@ from optimizations.program.codemod import (
     qualified_under,
 )
 from optimizations.program.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
+from optimizations.program.names import BUILTINS, module_names
 from optimizations.program.values import ProgramValues
 
-LINK_METADATA = (ScopeProvider, ParentNodeProvider)
+LINK_METADATA = (ParentNodeProvider,)
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,16 @@ class TrainerLinks:
     def __init__(self, codemod: OptimizationCodemod, module: cst.Module):
         self.codemod = codemod
         self.values = ProgramValues(codemod)
+        self.names = module_names(codemod.parsed)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node that holds ``node`` in the module being transformed."""
         return self.codemod.get_metadata(ParentNodeProvider, node, None)
 
-    def scope(self, node: cst.CSTNode) -> Scope | None:
-        """The scope (module, function, class, comprehension) ``node`` is evaluated in."""
-        return self.codemod.get_metadata(ScopeProvider, node, None)
+    def scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The scope (module, function, class, lambda, comprehension) ``node`` is evaluated in; ``None`` for a
+        node of another tree."""
+        return self.names.scope_of(node) if node in self.codemod.parsed.parents() else None
 
     # -- config -> trainer ------------------------------------------------------------------------------
     def trainers_receiving(self, config: cst.Call | cst.Name) -> list[cst.Call]:
@@ -88,10 +92,9 @@ class TrainerLinks:
             scope = self.scope(config)
             if scope is None:
                 return []
-            bindings = [
-                a for a in scope.assignments[config.value] if any(r.node is config for r in a.references)
-            ]
-            return self._trainers_through(bindings)
+            binder = scope if self.names.bound_in(config.value, scope) else None
+            binder = binder or self.names.enclosing_binder(config.value, scope)
+            return self._trainers_reading(config.value, binder) if binder is not None else []
         parent = self.parent(config)
         if isinstance(parent, cst.Arg):
             trainer = self.parent(parent)
@@ -100,17 +103,16 @@ class TrainerLinks:
         scope = self.scope(config)
         if target is None or scope is None:
             return []
-        return self._trainers_through([a for a in scope.assignments[target.value] if a.node is target])
+        return self._trainers_reading(target.value, self.names.scope_of(target))
 
-    def _trainers_through(self, assignments) -> list[cst.Call]:
-        """The trainer calls that take one of these bindings' references as ``args``."""
+    def _trainers_reading(self, name: str, scope: cst.CSTNode) -> list[cst.Call]:
+        """The trainer calls that take a read of ``name``, as bound in ``scope``, as ``args``."""
         trainers = []
-        for assignment in assignments:
-            for reference in assignment.references:
-                arg = self.parent(reference.node)
-                trainer = self.parent(arg) if isinstance(arg, cst.Arg) else None
-                if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, arg):
-                    trainers.append(trainer)
+        for read in self.names.reads(name, scope):
+            arg = self.parent(read)
+            trainer = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, arg):
+                trainers.append(trainer)
         return trainers
 
     def assigned_name(self, value: cst.BaseExpression) -> cst.Name | None:
@@ -156,35 +158,25 @@ class TrainerLinks:
         return first.value if first is not None and first.keyword is None and not first.star else None
 
     # -- bindings ---------------------------------------------------------------------------------------
-    def bindings(self, name: str, scope: Scope) -> tuple[list[Binding], bool]:
-        """The bindings of ``name`` in ``scope`` itself, and whether an enclosing scope binds it instead."""
+    def bindings(self, name: str, scope: cst.CSTNode) -> tuple[list[Binding], bool]:
+        """The bindings of ``name`` in ``scope`` itself, and whether an enclosing scope (or the builtins) binds
+        it instead."""
         local = self._bound_in(name, scope)
-        return local, not local and self._enclosing_binder(name, scope) is not None
+        enclosing = self.names.enclosing_binder(name, scope) is not None or name in BUILTINS
+        return local, not local and enclosing
 
-    def visible_bindings(self, name: str, scope: Scope) -> list[Binding]:
+    def visible_bindings(self, name: str, scope: cst.CSTNode) -> list[Binding]:
         """The bindings a read of ``name`` in ``scope`` sees: ``scope``'s own, else those of the nearest enclosing
         scope that binds it (none for a builtin or a name this module never binds, a star import's, say)."""
         local = self._bound_in(name, scope)
-        binder = None if local else self._enclosing_binder(name, scope)
+        binder = None if local else self.names.enclosing_binder(name, scope)
         return local if binder is None else self._bound_in(name, binder)
 
-    def _bound_in(self, name: str, scope: Scope) -> list[Binding]:
+    def _bound_in(self, name: str, scope: cst.CSTNode) -> list[Binding]:
         return [
-            Binding(self.codemod.line(a.node), self._assigned_value(a.node))
-            for a in scope.assignments[name]
-            if a.scope is scope and isinstance(a.node, cst.CSTNode)
+            Binding(self.codemod.line(node), self._assigned_value(node))
+            for node in self.names.bound_in(name, scope)
         ]
-
-    @staticmethod
-    def _enclosing_binder(name: str, scope: Scope) -> Scope | None:
-        """The nearest scope around ``scope`` that binds ``name``, up to the module's (from the module itself: its
-        builtins), or ``None``."""
-        outer = scope.parent
-        while outer is not None:
-            if any(a.scope is outer for a in outer.assignments[name]):
-                return outer
-            outer = None if isinstance(outer, GlobalScope | BuiltinScope) else outer.parent
-        return None
 
     def _assigned_value(self, node: cst.CSTNode) -> cst.BaseExpression | None:
         """The right-hand side that binds ``node`` (a target name), through tuple unpacking."""
@@ -195,7 +187,9 @@ class TrainerLinks:
             return current.value
         return None
 
-    def unbound_at(self, expression: cst.BaseExpression, line: int, until: int, scope: Scope) -> str | None:
+    def unbound_at(
+        self, expression: cst.BaseExpression, line: int, until: int, scope: cst.CSTNode
+    ) -> str | None:
         """Why ``expression`` cannot be evaluated at ``line`` to the value it has at ``until``; ``None`` if it can.
 
         It can when it is a string, or its root name is bound in an enclosing scope, or bound in ``scope``

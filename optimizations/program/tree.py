@@ -54,11 +54,26 @@ SOURCE_ORDER: dict[type[cst.CSTNode], tuple[str, ...]] = {
 }
 
 
+# Fields that only ever hold whitespace, comments or tokens (besides every ``whitespace*`` field): not read.
+TRIVIA_FIELDS = frozenset(
+    {
+        "asynchronous", "colon", "comma", "comment", "dot", "empty_lines", "equal", "first_colon", "footer",
+        "header", "lbrace", "lbracket", "leading_lines", "lines_after_decorators", "lpar", "newline", "operator",
+        "posonly_ind", "rbrace", "rbracket", "relative", "rpar", "second_colon", "semicolon",
+        "trailing_whitespace",
+    }
+)  # fmt: skip
+
+
 @functools.cache
 def _fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
     if node_type in SOURCE_ORDER:
         return SOURCE_ORDER[node_type]
-    return tuple(field.name for field in dataclasses.fields(node_type))
+    return tuple(
+        field.name
+        for field in dataclasses.fields(node_type)
+        if field.name not in TRIVIA_FIELDS and not field.name.startswith("whitespace")
+    )
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
