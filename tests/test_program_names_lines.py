@@ -10,7 +10,7 @@ import pytest
 from git_repos import EXAMPLE
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from optimizations.program.names import module_names
+from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import SourceCache
 from optimizations.program.tree import TRIVIA, children
@@ -56,18 +56,14 @@ def test_names_lines_and_walk_agree_with_libcst(path):
     wrapper = cst.MetadataWrapper(parsed.module, unsafe_skip_copy=True)
     qualified, positions = wrapper.resolve(QualifiedNameProvider), wrapper.resolve(PositionProvider)
     parents = wrapper.resolve(ParentNodeProvider)
-    names, differs = module_names(parsed), _where_libcst_differs(parsed)
+    names, differs = scoped_names(parsed), _where_libcst_differs(parsed)
     for node in parsed.nodes(cst.Name, cst.Attribute, cst.Call):
         theirs = qualified.get(node, set())
         theirs = frozenset(theirs() if callable(theirs) else theirs)
         # libcst's artefacts: ``f().x`` and ``"".join`` get names, ``dict.fromkeys`` is just ``builtins.dict``,
         # and a comprehension's second ``for`` iterates over names read outside the comprehension
         builtin_attribute = not isinstance(node, cst.Name) and any(q.source.name == "BUILTIN" for q in theirs)
-        if (
-            isinstance(_chain_head(node), cst.Name)
-            and not builtin_attribute
-            and node not in differs
-        ):
+        if isinstance(_chain_head(node), cst.Name) and not builtin_attribute and node not in differs:
             assert names.of(node) == theirs, cst.Module([]).code_for_node(node)
     for node, position in positions.items():
         assert start_line(parsed, node) == position.start.line
@@ -106,7 +102,7 @@ def _named(parsed, code: str) -> set[str]:
     spelled = [
         n for n in parsed.nodes(cst.Name, cst.Attribute, cst.Call) if parsed.module.code_for_node(n) == code
     ]
-    return {q.name for q in module_names(parsed).of(spelled[-1])}
+    return {q.name for q in scoped_names(parsed).of(spelled[-1])}
 
 
 @pytest.mark.parametrize(
@@ -131,7 +127,7 @@ def test_each_scope_binds_names_as_python_does(code, expected):
 
 def test_reads_and_bindings_follow_the_scope_a_name_is_bound_in():
     parsed = SourceCache().parse("train.py", SCOPES)
-    names = module_names(parsed)
+    names = scoped_names(parsed)
     train = next(f for f in parsed.nodes(cst.FunctionDef) if f.name.value == "train")
     assert [type(b).__name__ for b in names.bound_in("model", train)] == ["Name"]
     assert names.enclosing_binder("LIMIT", train) is parsed.module

@@ -21,7 +21,7 @@ from bot.scan import scan
 from optimizations import registry as registry_module
 from optimizations.program import repository as repository_module
 from optimizations.program.codemod import OptimizationCodemod, add_imports
-from optimizations.program.names import ModuleNames
+from optimizations.program.names import ScopedNames
 from optimizations.program.positions import StartLines
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.registry import Listing, Numerics, get, listings, registry
@@ -77,7 +77,7 @@ def test_a_scan_parses_each_text_once_and_binds_its_names_once_without_libcst_sc
 ):
     committed_example(tmp_path / "repo")
     parsed, names, scopes = Counter(), [], []
-    original_file, original_names = repository_module.ParsedFile, ModuleNames.__init__
+    original_file, original_names = repository_module.ParsedFile, ScopedNames.__init__
     original_scope = ScopeProvider.__init__
 
     def counting_file(path, source):
@@ -93,7 +93,7 @@ def test_a_scan_parses_each_text_once_and_binds_its_names_once_without_libcst_sc
         original_scope(self, *args, **kwargs)
 
     monkeypatch.setattr(repository_module, "ParsedFile", counting_file)
-    monkeypatch.setattr(ModuleNames, "__init__", counting_names)
+    monkeypatch.setattr(ScopedNames, "__init__", counting_names)
     monkeypatch.setattr(ScopeProvider, "__init__", counting_scope)
     scan(tmp_path / "repo")
     assert parsed and max(parsed.values()) == 1
@@ -149,7 +149,7 @@ def test_metadata_is_resolved_when_a_codemod_first_reads_it(tmp_path):
     ctx = RepoContext(tmp_path)
     LineOfFirstCall(CodemodContext(filename="train.py"), get("packing"), ctx).transform_parsed(parsed)
     assert parsed.wrapper._metadata == {}  # no libcst scope, name, position or parent analysis
-    assert StartLines in parsed._derived and ModuleNames not in parsed._derived  # the site's line, no names
+    assert StartLines in parsed._derived and ScopedNames not in parsed._derived  # the site's line, no names
     quiet = LineOfFirstCall(CodemodContext(filename="util.py"), get("packing"), ctx)
     no_call = SourceCache().parse("util.py", "x = 1\n")
     quiet.transform_parsed(no_call)

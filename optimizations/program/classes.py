@@ -84,6 +84,7 @@ class RepositoryClasses:
         self._names: dict[tuple[str, str], ModuleNames] = {}
         self._files: dict[str, bool] = {}
         self._ancestors: dict[tuple[str, str], frozenset[str]] = {}
+        self._named: dict[tuple[str, frozenset[QualifiedName]], frozenset[str]] = {}
 
     # -- files and modules ------------------------------------------------------------------------------------
     def module_name(self, path: str) -> tuple[str, str]:
@@ -239,12 +240,15 @@ class RepositoryClasses:
     def ancestors(self, path: str, qualified: Iterable[QualifiedName]) -> frozenset[str]:
         """The qualified names outside the repository (``trl.SFTConfig``) that the repository classes named by
         ``qualified``, as libcst resolved them in the file ``path``, derive from; empty for anything else."""
-        found: set[str] = set()
-        for q in qualified:
-            name = self._from_file(path, q)
-            if name is not None:
-                found |= self._external_bases(name, path)
-        return frozenset(found)
+        key = (path, frozenset(qualified))
+        if key not in self._named:
+            found: set[str] = set()
+            for q in key[1]:
+                name = self._from_file(path, q)
+                if name is not None:
+                    found |= self._external_bases(name, path)
+            self._named[key] = frozenset(found)
+        return self._named[key]
 
     def _from_file(self, path: str, q: QualifiedName) -> str | None:
         """A libcst qualified name made absolute: a relative import's against the file's package, a class of

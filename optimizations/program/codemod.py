@@ -23,7 +23,7 @@ from libcst.helpers import parse_template_expression
 from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, QualifiedName
 
 from optimizations.program.classes import repository_classes
-from optimizations.program.names import module_names
+from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 from optimizations.program.tree import children
@@ -457,7 +457,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
 
     def qualified(self, node: cst.CSTNode) -> frozenset[QualifiedName]:
         """libcst's qualified names of ``node`` (with their source: import, builtin, local) in this file."""
-        return module_names(self.parsed).of(node)
+        return scoped_names(self.parsed).of(node)
 
     def calls(self, node: cst.BaseExpression, function: str) -> bool:
         """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""

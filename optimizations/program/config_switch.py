@@ -365,8 +365,7 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
     # -- decisions, all made before anything is edited -----------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.start_placement()
-        self.scope = TrainingScope(self.names, lambda value: parsed_flag_off(self, value))
-        node.visit(self.scope)
+        self.scope = TrainingScope(self.parsed, self.names, lambda value: parsed_flag_off(self, value))
         for site in self.scope.calls_to(self.configs):
             self._decide_config(site)
         for package, parser in ARGUMENT_PARSERS:

@@ -2,7 +2,7 @@
 module's bindings alone.
 
 libcst's provider first runs its full scope analysis (every access of every name, with positions), which costs
-about five parses of the file; a transform only asks what a few callees and classes are. :class:`ModuleNames`
+about five parses of the file; a transform only asks what a few callees and classes are. :class:`ScopedNames`
 collects each scope's bindings (imports, definitions, assignment and loop targets, parameters, ``global`` and
 ``nonlocal`` declarations) in one pass over the file's shared node list and answers the same question:
 
@@ -36,7 +36,7 @@ BUILTINS = frozenset(dir(builtins))
 Names = frozenset[QualifiedName]
 
 
-class ModuleNames:
+class ScopedNames:
     """The bindings of every scope of one parsed module, and the qualified names they give its expressions."""
 
     def __init__(self, parsed: ParsedFile):
@@ -49,7 +49,9 @@ class ModuleNames:
         self._declared: dict[cst.CSTNode, dict[str, cst.CSTNode]] = defaultdict(dict)
         # The node that makes each binding (a target name, a parameter's name, an import, a def), and the
         # names that are targets rather than reads.
-        self._binders: dict[cst.CSTNode, dict[str, list[cst.CSTNode]]] = defaultdict(lambda: defaultdict(list))
+        self._binders: dict[cst.CSTNode, dict[str, list[cst.CSTNode]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
         self._targets: set[cst.CSTNode] = set()
         self._reads: dict[tuple[cst.CSTNode, str], list[cst.Name]] | None = None
         self._cache: dict[cst.CSTNode, Names] = {}
@@ -288,6 +290,6 @@ def _as_name(alias: cst.ImportAlias) -> str:
     return alias.asname.name.value if isinstance(alias.asname.name, cst.Name) else ""
 
 
-def module_names(parsed: ParsedFile) -> ModuleNames:
+def scoped_names(parsed: ParsedFile) -> ScopedNames:
     """The names of ``parsed``, built once per parse and shared by every codemod that reads it."""
-    return parsed.derived(ModuleNames)
+    return parsed.derived(ScopedNames)

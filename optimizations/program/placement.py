@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from optimizations.program.codemod import code_of, qualified_under, walk
-from optimizations.program.names import module_names
+from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile
 from optimizations.program.training_loops import CallSite, argument_for, is_method_call
@@ -63,7 +63,7 @@ def moves(parsed: ParsedFile, node: cst.CSTNode, owners: set[str]) -> bool:
     """Whether ``node``, in ``parsed``, moves one of ``owners`` (or a module holding it) to a device: a call
     (``model.to(device)``, ``accelerator.prepare(model, ...)``) or an assignment of a moved module to it
     (``model = Net().to(device)``)."""
-    names = module_names(parsed)
+    names = scoped_names(parsed)
 
     def covers(expression: cst.BaseExpression) -> bool:
         moved = code_of(expression)

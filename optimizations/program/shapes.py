@@ -33,7 +33,7 @@ def program_shapes(repo: RepoContext) -> frozenset[ProgramShape]:
 
     from optimizations.program.classes import repository_classes
     from optimizations.program.hf import trainer_class
-    from optimizations.program.names import module_names
+    from optimizations.program.names import scoped_names
     from optimizations.program.training_loops import training_loops
 
     shapes = set()
@@ -45,7 +45,7 @@ def program_shapes(repo: RepoContext) -> frozenset[ProgramShape]:
             parsed = repo.sources.parse(path, text)
         except TransformError:
             continue
-        names = module_names(parsed)
+        names = scoped_names(parsed)
         for call in parsed.nodes(cst.Call):
             qualified = names.of(call.func)
             found = {q.name for q in qualified} | set(repository_classes(repo).ancestors(path, qualified))

@@ -30,7 +30,7 @@ from optimizations.program.codemod import (
     qualified_under,
 )
 from optimizations.program.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
-from optimizations.program.names import BUILTINS, module_names
+from optimizations.program.names import BUILTINS, scoped_names
 from optimizations.program.values import ProgramValues
 
 LINK_METADATA = (ParentNodeProvider,)
@@ -72,7 +72,7 @@ class TrainerLinks:
     def __init__(self, codemod: OptimizationCodemod, module: cst.Module):
         self.codemod = codemod
         self.values = ProgramValues(codemod)
-        self.names = module_names(codemod.parsed)
+        self.names = scoped_names(codemod.parsed)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node that holds ``node`` in the module being transformed."""

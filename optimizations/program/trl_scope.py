@@ -15,6 +15,7 @@ import libcst as cst
 
 from optimizations.program.codemod import code_of, keyword, literal_value, qualified_under
 from optimizations.program.hf import is_vision_class
+from optimizations.program.repository import ParsedFile
 
 
 @dataclass(frozen=True)
@@ -34,31 +35,34 @@ def _mentions(names: Iterable[str], package: str, wanted: Callable[[str], bool])
     )
 
 
-class TrainingScope(cst.CSTVisitor):
-    """A pre-pass over a module; ``names`` resolves a node to its qualified names (the codemod's metadata)."""
+class TrainingScope:
+    """The calls and classes of a parsed module, read in source order from its shared walk; ``names`` resolves a
+    node to its qualified names (the codemod's)."""
 
     def __init__(
         self,
+        parsed: ParsedFile,
         names: Callable[[cst.CSTNode], set[str]],
         known_off: Callable[[cst.BaseExpression], bool] = lambda value: False,
     ):
-        super().__init__()
         self._names = names
         self._known_off = known_off  # a flag value the program model knows is false (a parsed default)
-        self._functions: list[cst.FunctionDef] = []
         self.calls: list[CallSite] = []
         self.classes: dict[str, cst.ClassDef] = {}
         self.vision_model: str | None = None  # code that loads a vision-language model or processor
         self.iterable_dataset: str | None = None  # code that makes an iterable (streaming) dataset
+        parents = parsed.parents()
+        for node in parsed.nodes(cst.ClassDef, cst.Call):
+            function = parents.get(node)
+            while function is not None and not isinstance(function, cst.FunctionDef):
+                function = parents.get(function)
+            if isinstance(node, cst.ClassDef):
+                self._class(node, function)
+            else:
+                self._call(node, function)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._functions.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if not self._functions:
+    def _class(self, node: cst.ClassDef, function: cst.FunctionDef | None) -> None:
+        if function is None:
             self.classes[node.name.value] = node
         for base in node.bases:
             if self.iterable_dataset is None and _mentions(
@@ -66,9 +70,9 @@ class TrainingScope(cst.CSTVisitor):
             ):
                 self.iterable_dataset = f"class {node.name.value}({code_of(base.value)})"
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def _call(self, node: cst.Call, function: cst.FunctionDef | None) -> None:
         names = frozenset(self._names(node.func))
-        self.calls.append(CallSite(node, names, self._functions[-1] if self._functions else None))
+        self.calls.append(CallSite(node, names, function))
         if self.vision_model is None and _mentions(names, "transformers", is_vision_class):
             self.vision_model = code_of(node.func)
         if self.iterable_dataset is None:

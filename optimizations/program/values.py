@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
-from optimizations.program.names import module_names
+from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import TransformError, import_roots, module_paths
 from optimizations.program.tree import children
@@ -406,7 +406,7 @@ class ProgramValues:
             except (TransformError, OSError, UnicodeDecodeError):
                 self._sources[path] = None
                 return None
-            names = module_names(parsed)
+            names = scoped_names(parsed)
             self._sources[path] = _Source(
                 path,
                 parsed.module,

@@ -6,6 +6,7 @@ replacing exactly that span, so comments, key order, quoting and indentation sta
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import yaml
@@ -38,11 +39,20 @@ class YamlSetting:
     siblings: dict[str, object]  # every scalar key of the mapping holding the setting -> its value
 
 
+@functools.lru_cache(maxsize=256)
+def _documents(text: str) -> tuple[yaml.Node, ...] | None:
+    """The YAML documents of ``text`` as composed nodes (read, never changed), once per text; ``None`` when the
+    text is not plain YAML."""
+    try:
+        return tuple(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+
+
 def settings(path: str, text: str, key: str) -> list[YamlSetting]:
     """Every scalar ``key:`` in any mapping of the file's documents; none when the file is not plain YAML."""
-    try:
-        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError:
+    documents = _documents(text)
+    if documents is None:
         return []
     found: list[YamlSetting] = []
     pending = [d for d in documents if d is not None]
