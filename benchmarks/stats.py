@@ -270,43 +270,76 @@ def _mean_log(values: Any) -> float:
     return sum(math.log(v) for v in values) / len(values)
 
 
-# --- loss parity at equal tokens seen ---------------------------------------------------------------------
+# --- loss parity at equal tokens seen and at equal optimizer steps ------------------------------------------
+
+TOKENS, STEPS = "tokens", "steps"  # the axes two runs' losses are compared along
 
 
 @dataclass(frozen=True)
 class LossParity:
-    """Mean loss over the last part of the common tokens-seen range, candidate against reference."""
+    """Mean loss over the last part of the range two sets of runs have in common on ``axis`` (tokens seen, or
+    optimizer steps taken), candidate against reference; ``start``..``end`` is that last part."""
 
     reference_loss: float
     candidate_loss: float
     delta: float
     within_tolerance: bool
-    tokens_from: float
-    tokens_to: float
+    start: float
+    end: float
+    axis: str = TOKENS
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LossParity:
+        """From its JSON form; results written before the steps axis name the range ``tokens_from``/``_to``."""
+        data = dict(data)
+        if "tokens_from" in data:
+            data["start"], data["end"] = data.pop("tokens_from"), data.pop("tokens_to")
+        return cls(**data)
 
 
-def loss_positions(curve: Sequence[Mapping[str, float]]) -> list[tuple[float, float]]:
-    """``(tokens, loss)`` points for one run's loss log, placed at the tokens seen while the loss was computed.
+def loss_positions(curve: Sequence[Mapping[str, float]], axis: str = TOKENS) -> list[tuple[float, float]]:
+    """``(position, loss)`` points for one run's loss log, placed at the tokens seen (``axis=TOKENS``) or the
+    optimizer steps taken (``axis=STEPS``) while the loss was computed.
 
     A record ``{step, tokens_seen, loss}`` holds the mean loss of the steps since the previous record, where
     ``tokens_seen`` counts tokens up to and including its own step. Each of those steps ran on weights that
-    had seen the tokens before it, so the record sits at the mean of those starting points (assuming equal
-    tokens per step within the interval): for a record per step that is exactly the tokens seen before it.
+    had seen the tokens (and taken the steps) before it, so the record sits at the mean of those starting
+    points (assuming equal tokens per step within the interval): for a record per step that is exactly the
+    tokens seen, or the steps taken, before it.
     """
-    records = sorted(
-        (r for r in curve if all(_is_number(r.get(key)) for key in ("step", "tokens_seen", "loss"))),
-        key=lambda r: (r["step"], r["tokens_seen"]),
-    )
     points = []
-    previous_step, previous_tokens = 0, 0.0
+    records = _loss_records(curve)
+    previous_step, previous_tokens, steps_taken = 0, 0.0, 0
     for record in records:
         step, tokens = int(record["step"]), float(record["tokens_seen"])
         steps = max(1, step - previous_step)
-        points.append(
-            (previous_tokens + (tokens - previous_tokens) * (steps - 1) / (2 * steps), float(record["loss"]))
-        )
-        previous_step, previous_tokens = step, tokens
+        if axis == STEPS:
+            position = steps_taken + (steps - 1) / 2
+        else:
+            position = previous_tokens + (tokens - previous_tokens) * (steps - 1) / (2 * steps)
+        points.append((position, float(record["loss"])))
+        previous_step, previous_tokens, steps_taken = step, tokens, steps_taken + steps
     return points
+
+
+def tokens_per_step(curve: Sequence[Mapping[str, float]]) -> float | None:
+    """The tokens one optimizer step of this run saw on average: its loss log's last ``tokens_seen`` over the
+    steps the log spans (counted as :func:`loss_positions` counts them); None without a usable record."""
+    records = _loss_records(curve)
+    steps, previous = 0, 0
+    for record in records:
+        steps += max(1, int(record["step"]) - previous)
+        previous = int(record["step"])
+    seen = float(records[-1]["tokens_seen"]) if records else 0.0
+    return seen / steps if seen > 0 else None
+
+
+def _loss_records(curve: Sequence[Mapping[str, float]]) -> list[Mapping[str, float]]:
+    """The records of a loss log with a number for each of step, tokens seen and loss, in step order."""
+    return sorted(
+        (r for r in curve if all(_is_number(r.get(key)) for key in ("step", "tokens_seen", "loss"))),
+        key=lambda r: (r["step"], r["tokens_seen"]),
+    )
 
 
 def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
@@ -321,10 +354,12 @@ def loss_parity(
     candidate: Sequence[Sequence[Mapping[str, float]]],
     reference: Sequence[Sequence[Mapping[str, float]]],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    axis: str = TOKENS,
 ) -> LossParity | None:
-    """Compare loss curves (one per run) at equal tokens seen; None when they do not overlap."""
-    runs_c = [p for p in (loss_positions(c) for c in candidate) if len(p) >= 2]
-    runs_r = [p for p in (loss_positions(c) for c in reference) if len(p) >= 2]
+    """Compare loss curves (one per run) at equal tokens seen or equal optimizer steps (``axis``); None when
+    they do not overlap."""
+    runs_c = [p for p in (loss_positions(c, axis) for c in candidate) if len(p) >= 2]
+    runs_r = [p for p in (loss_positions(c, axis) for c in reference) if len(p) >= 2]
     if not runs_c or not runs_r:
         return None
     start = max(points[0][0] for points in runs_c + runs_r)
@@ -339,7 +374,7 @@ def loss_parity(
 
     loss_c, loss_r = tail_mean(runs_c), tail_mean(runs_r)
     delta = (loss_c - loss_r) / abs(loss_r) if loss_r else math.inf
-    return LossParity(loss_r, loss_c, delta, abs(delta) <= thresholds.loss_tolerance, tail_start, end)
+    return LossParity(loss_r, loss_c, delta, abs(delta) <= thresholds.loss_tolerance, tail_start, end, axis)
 
 
 # --- the summary of a bench run ---------------------------------------------------------------------------
@@ -427,6 +462,10 @@ def _commit_summary(
         "metrics": _reported_medians(ok_runs[sha]),
         "memory": _memory(memory, commits, index, thresholds),
         "loss": None,
+        "loss_at_steps": None,
+        "tokens_per_step": _median_or_none(
+            [t for t in (tokens_per_step(r.metrics.get("loss") or []) for r in ok_runs[sha]) if t is not None]
+        ),
     }
     if values:
         ci = median_ci(values, thresholds.confidence)
@@ -436,13 +475,16 @@ def _commit_summary(
         for key, against in (("marginal", previous), ("cumulative", baseline)):
             effect = compare(by_round[sha], by_round[against], workload.higher_is_better, thresholds)
             entry[key] = {"against": against, **effect}
-        parity = loss_parity(
-            [r.metrics.get("loss") or [] for r in ok_runs[sha]],
-            [r.metrics.get("loss") or [] for r in ok_runs[baseline]],
-            thresholds,
-        )
-        entry["loss"] = asdict(parity) if parity else None
+        curves = [r.metrics.get("loss") or [] for r in ok_runs[sha]]
+        reference = [r.metrics.get("loss") or [] for r in ok_runs[baseline]]
+        for key, axis in (("loss", TOKENS), ("loss_at_steps", STEPS)):
+            parity = loss_parity(curves, reference, thresholds, axis)
+            entry[key] = asdict(parity) if parity else None
     return entry
+
+
+def _median_or_none(values: Sequence[float]) -> float | None:
+    return median(values) if values else None
 
 
 def _values_by_round(ok_runs: Sequence[RunRecord], metric: str) -> dict[int, float]:

@@ -74,7 +74,8 @@ class MemoryChange:
 class Measurement:
     """One workload at one commit: the primary metric's median and interval over the successful runs, its
     effects against the commit before (``marginal``) and the baseline (``cumulative``), peak memory, loss
-    parity with the baseline, failed runs by status, the medians of the other reported metrics, the run-to-run
+    parity with the baseline at equal tokens seen (``loss``) and at equal optimizer steps (``loss_at_steps``),
+    the tokens an optimizer step saw (median over the runs), failed runs by status, the medians of the other reported metrics, the run-to-run
     CV and how many runs were left out as disturbed by other processes."""
 
     workload: str
@@ -92,11 +93,13 @@ class Measurement:
     metrics: Mapping[str, Any] = field(default_factory=dict)
     cv: float | None = None
     disturbed: int = 0
+    loss_at_steps: LossParity | None = None
+    tokens_per_step: float | None = None
 
     @classmethod
     def from_summary(cls, workload: str, sha: str, data: Mapping[str, Any]) -> Measurement:
         """From one commit's entry of a workload's summary."""
-        ci, loss = data.get("ci"), data.get("loss")
+        ci, loss, at_steps = data.get("ci"), data.get("loss"), data.get("loss_at_steps")
         return cls(
             workload=workload,
             sha=sha,
@@ -107,12 +110,14 @@ class Measurement:
             marginal=Comparison.from_summary(data.get("marginal")),
             cumulative=Comparison.from_summary(data.get("cumulative")),
             memory=MemoryChange.from_summary(data.get("memory")),
-            loss=LossParity(**loss) if loss else None,
+            loss=LossParity.from_dict(loss) if loss else None,
             failed=dict(data.get("failed") or {}),
             missing_primary=int(data.get("missing_primary") or 0),
             metrics=dict(data.get("metrics") or {}),
             cv=data.get("cv"),
             disturbed=int(data.get("disturbed") or 0),
+            loss_at_steps=LossParity.from_dict(at_steps) if at_steps else None,
+            tokens_per_step=data.get("tokens_per_step"),
         )
 
 

@@ -9,7 +9,7 @@ import os
 import git
 
 from benchmarks.results import Results
-from bot import formatting
+from bot import formatting, losses
 from bot.conventions import NOTES_REF, bot_git_environment
 from bot.measurements import measurement, primary
 
@@ -40,9 +40,11 @@ def note_text(results: Results, sha: str) -> str:
             if memory.vs_baseline is not None:
                 flag = " REGRESSION" if memory.regression or memory.cumulative_regression else ""
                 parts.append(f"peak memory {formatting.percent(memory.vs_baseline)} vs baseline{flag}")
-            if measured.loss is not None:
-                parity = "ok" if measured.loss.within_tolerance else "OUTSIDE TOLERANCE"
-                parts.append(f"loss {formatting.delta(measured.loss.delta)} vs baseline {parity}")
+            tolerance = float(results.thresholds["loss_tolerance"])
+            reading = losses.read(results, workload, sha, tolerance)
+            if reading is not None and (reading.at_steps or reading.at_tokens):
+                parity = "OUTSIDE TOLERANCE" if reading.outside else "ok"
+                parts.append(f"loss {reading.cell(tolerance)} vs baseline (steps · tokens) {parity}")
         if failures:
             parts.append(f"failed: {failures}")
         lines.append(" | ".join(parts))

@@ -23,7 +23,7 @@ import git
 
 from benchmarks.results import Results
 from benchmarks.stats import WIN
-from bot import history, measurements
+from bot import history, losses, measurements
 from bot.claims import (
     BELOW,
     HELD,
@@ -37,7 +37,7 @@ from bot.claims import (
 )
 from bot.conventions import TRAILER_REVERT_OF
 from bot.errors import BadInput
-from bot.formatting import NOT_MEASURED, clip, delta, effect_evidence, memory, percent, short
+from bot.formatting import NOT_MEASURED, clip, effect_evidence, memory, percent, short
 from bot.lint import PYTHON_SUFFIXES, LintError, Touched, new_lint
 from bot.notes import read_note
 from bot.plan import APPLIED, LOSS, MANUAL, STABILITY, THROUGHPUT, Criterion, Plan, PlanItem
@@ -439,7 +439,10 @@ def _target(criterion: Criterion) -> str:
         case "throughput":
             return f"{criterion.workload or 'every workload'} throughput ≥ +{criterion.threshold:.0%} vs baseline"
         case "loss":
-            return f"loss within ±{criterion.threshold:.0%} of baseline (equal tokens seen)"
+            return (
+                f"loss within ±{criterion.threshold:.0%} of baseline at equal steps and equal tokens seen (a "
+                "dynamics change: no higher where it is not expected to move)"
+            )
         case "stability":
             return "no crashed, OOM or timed-out benchmark run"
         case "applied":
@@ -494,14 +497,15 @@ def _throughput(criterion: Criterion, results: Results) -> tuple[str, str]:
 def _loss(criterion: Criterion, results: Results) -> tuple[str, str]:
     parts, statuses = [], []
     for workload in measurements.workloads(results):
-        measured = measurements.measurement(results, workload, measurements.head(results))
-        parity = measured.loss if measured else None
-        if parity is None:
+        reading = losses.read(results, workload, measurements.head(results), criterion.threshold + 1e-12)
+        if reading is None or reading.at_steps is None and reading.at_tokens is None:
             parts.append(f"{workload}: {NOT_MEASURED}")
             continue
-        within = abs(parity.delta) <= criterion.threshold + 1e-12
-        statuses.append(MET if within else NOT_MET)
-        parts.append(f"{workload} {delta(parity.delta)}")
+        statuses.append(NOT_MET if reading.outside else MET)
+        expected = (
+            f" ({reading.expected}: expected, {'; '.join(reading.dynamics)})" if reading.expected else ""
+        )
+        parts.append(f"{workload} {reading.cell(criterion.threshold)}{expected}")
     status = UNMEASURED if not statuses else NOT_MET if NOT_MET in statuses else MET
     return "; ".join(parts), status
 
@@ -591,7 +595,9 @@ _CLAIM_ADVICE = {
 def measured_findings(
     results: Results, tolerance: float, reverted: dict[str, str], remeasured: bool = False
 ) -> list[Finding]:
-    """Slowdowns, memory growth, loss outside ``tolerance`` and failed runs, per commit; minor once reverted."""
+    """Slowdowns, memory growth, loss outside ``tolerance`` and failed runs, per commit; minor once reverted.
+    Loss is read under the numerics contracts (:mod:`bot.losses`): a loss a ``dynamics`` commit is expected to
+    move is a minor finding that says why, not a regression."""
     findings = []
     subjects = {info.sha: info.subject for info in results.commits}
     where = " (re-measured head)" if remeasured else ""
@@ -614,7 +620,7 @@ def measured_findings(
                 "Revert it (`--drop-regressions` does so as a new revert commit) or guard the change off where "
                 "it slows the run down",
             )
-        grew, lost, failed = [], [], []
+        grew, lost, expected, failed = [], [], [], []
         for workload in measurements.workloads(results):
             measured = measurements.measurement(results, workload, sha)
             if measured is None:
@@ -627,14 +633,12 @@ def measured_findings(
                     f"({percent(measured.memory.vs_previous)}; "
                     f"threshold +{results.thresholds['memory_threshold']:.0%})"
                 )
-            parity = measured.loss
-            if parity and abs(parity.delta) > tolerance:
-                previous = earlier.loss if earlier else None
-                if index == 1 or not previous or abs(previous.delta) <= tolerance:
-                    lost.append(
-                        f"{workload} loss {parity.candidate_loss:.4g} vs baseline {parity.reference_loss:.4g} "
-                        f"({delta(parity.delta)} at equal tokens seen; tolerance ±{tolerance:.0%})"
-                    )
+            reading = losses.read(results, workload, sha, tolerance)
+            previous = losses.read(results, workload, before, tolerance) if index > 1 else None
+            if reading and reading.outside and not (previous and previous.outside):
+                lost.extend(reading.evidence(tolerance))
+            elif reading and reading.moved_as_expected and not (previous and previous.moved_as_expected):
+                expected.extend(reading.evidence(tolerance))
             for status, count in measured.failed.items():
                 failed.append(f"{workload}: {count} run(s) {status}")
         if grew:
@@ -649,7 +653,21 @@ def measured_findings(
                 sha,
                 "Loss outside the tolerance",
                 lost,
-                "Compare the loss curves at equal tokens seen in the results JSON; fix or revert before merging",
+                "Compare the loss curves at equal steps and at equal tokens seen in the results JSON; fix or "
+                "revert before merging",
+            )
+        if expected:
+            findings.append(
+                Finding(
+                    MINOR,
+                    "loss",
+                    f"Loss moved where its numerics contract says it would at `{short(sha)}` "
+                    f"({clip(subjects[sha], 60)}){where}",
+                    tuple(expected),
+                    "Expected from a change of training dynamics, not a regression: keep it if the run should take "
+                    "fewer optimizer steps per token, else make the change opt-in (its own tier or config switch)",
+                    sha,
+                )
             )
         if failed:
             add(

@@ -237,8 +237,8 @@ def test_loss_parity_is_judged_on_the_tokens_every_run_covers():
     stopped_early = [_curve(1_000, 40, 1, 1.0, rng)]
     parity = loss_parity(stopped_early, long_run)
     assert parity is not None and parity.within_tolerance
-    assert parity.tokens_to == pytest.approx(39_000)  # the last step of the short run started there
-    assert parity.tokens_from == pytest.approx(39_000 * 0.75)
+    assert parity.end == pytest.approx(39_000)  # the last step of the short run started there
+    assert parity.start == pytest.approx(39_000 * 0.75)
     one_record = [[{"step": 1, "tokens_seen": 1_000, "loss": 5.0}]]
     assert loss_parity(one_record, long_run) is None
     assert loss_parity([[]], long_run) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchmarks.results import BUDGET, INTERRUPTED, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
-from bot import formatting, measurements
+from bot import formatting, losses, measurements
 from bot.claims import ClaimCheck
 from bot.comments.markdown import COMPACT, FOLDED, FULL, Table, cell, code_fence, fit
 from bot.formatting import NOT_MEASURED
@@ -95,13 +95,14 @@ def _memory_cell(measured: Measurement | None, is_baseline: bool) -> str:
     return text
 
 
-def _loss_cell(measured: Measurement | None, is_baseline: bool, tolerance: float) -> str:
+def _loss_cell(results: Results, workload: str, sha: str, is_baseline: bool, tolerance: float) -> str:
+    measured = measurement(results, workload, sha)
     if is_baseline:
         return "reference" if measured is not None and measured.median is not None else NOT_MEASURED
-    parity = measured.loss if measured else None
-    if parity is None:
+    reading = losses.read(results, workload, sha, tolerance)
+    if reading is None or reading.at_steps is None and reading.at_tokens is None:
         return NOT_MEASURED
-    return f"{formatting.delta(parity.delta)} " + ("✓" if abs(parity.delta) <= tolerance else "✗")
+    return cell(reading.cell(tolerance))
 
 
 def _significant(measured: Measurement | None) -> bool:
@@ -135,7 +136,7 @@ def workload_table(
     table = Table(
         ["Commit", "Change", f"{cell(metric)} median [CI]", "CV", "vs previous", "vs baseline"]
         + [_METRIC_NAMES[m] for m in extra]
-        + ["peak memory", "loss vs baseline", "MFU", "runs"]
+        + ["peak memory", "loss vs baseline (equal steps · equal tokens)", "MFU", "runs"]
     )
     confidence = float(results.thresholds["confidence"])
     last = len(results.commits) - 1
@@ -157,7 +158,7 @@ def workload_table(
             "—" if index == 0 else formatting.effect(measured.cumulative if measured else None),
             *(formatting.number(reported.get(m)) for m in extra),
             _memory_cell(measured, index == 0),
-            _loss_cell(measured, index == 0, tolerance),
+            _loss_cell(results, workload, info.sha, index == 0, tolerance),
             formatting.fraction(reported.get("mfu")),
             _runs_cell(results, workload, info.sha, measured),
         )
@@ -315,10 +316,10 @@ def _flags(results: Results | None, sha: str, tolerance: float) -> list[str]:
             flags.append(
                 f"{workload} peak memory {formatting.percent(measured.memory.vs_previous)} vs previous"
             )
-        parity = measured.loss
-        if parity and abs(parity.delta) > tolerance:
+        reading = losses.read(results, workload, sha, tolerance)
+        if reading and reading.outside:
             flags.append(
-                f"{workload} loss {formatting.delta(parity.delta)} vs baseline (tolerance ±{tolerance:.0%})"
+                f"{workload} loss {reading.cell(tolerance)} vs baseline (tolerance ±{tolerance:.0%})"
             )
     return flags
 
