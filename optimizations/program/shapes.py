@@ -53,6 +53,6 @@ def program_shapes(repo: RepoContext) -> frozenset[ProgramShape]:
             if trainer is not None:
                 trl = any(n.startswith("trl.") and n.endswith(f".{trainer}") for n in found)
                 shapes.add(ProgramShape.TRL_TRAINER if trl else ProgramShape.HF_TRAINER)
-        if training_loops(parsed.module):
+        if training_loops(parsed):
             shapes.add(ProgramShape.LOOP)
     return frozenset(shapes)

@@ -36,7 +36,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.frameworks import framework_backward
 from optimizations.program.reachability import program_of
-from optimizations.program.repository import RepoContext
+from optimizations.program.repository import ParsedFile, RepoContext
 
 LOOPS = (cst.For, cst.While)
 # The method a training loop calls: a file without this word has no training loop.
@@ -75,9 +75,20 @@ def backward_calls(loop: cst.For | cst.While) -> list[cst.Call]:
     return [n for n in walk(loop.body, NESTED_SCOPES + LOOPS) if is_method_call(n, BACKWARD)]
 
 
-def training_loops(module: cst.Module) -> list[cst.For | cst.While]:
-    """Every innermost loop that calls ``.backward()`` in its own body, in source order."""
-    return [loop for loop in m.findall(module, m.For() | m.While()) if backward_calls(loop)]
+def training_loops(parsed: ParsedFile) -> list[cst.For | cst.While]:
+    """Every innermost loop that calls ``.backward()`` in its own body, in source order: the loops that hold a
+    ``.backward()`` call of the file, found from the calls up (the file's shared walk) rather than by walking
+    every loop."""
+    parents, found = parsed.parents(), set()
+    for call in parsed.nodes(cst.Call):
+        if not is_method_call(call, BACKWARD):
+            continue
+        child, holder = call, parents.get(call)
+        while holder is not None and not isinstance(holder, NESTED_SCOPES + LOOPS):
+            child, holder = holder, parents.get(holder)
+        if isinstance(holder, LOOPS) and child is holder.body:
+            found.add(holder)
+    return [loop for loop in parsed.nodes(*LOOPS) if loop in found] if found else []
 
 
 def loss_names(loop: cst.For | cst.While) -> set[str]:
@@ -234,7 +245,7 @@ class PlannedCodemod(OptimizationCodemod):
     # -- planning helpers ---------------------------------------------------------------------------------
     def training_loops(self) -> list[cst.For | cst.While]:
         """:func:`training_loops` of the module that the program runs, from the file's shared node index."""
-        return [loop for loop in self.nodes(*LOOPS) if backward_calls(loop) and self.runs(loop)]
+        return [loop for loop in training_loops(self.parsed) if self.runs(loop)]
 
     def runs(self, node: cst.CSTNode) -> bool:
         """Whether the program's entry points reach ``node``: its file, and the top-level function or class

@@ -76,16 +76,31 @@ def _fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
     )
 
 
+def _code_types() -> frozenset[type]:
+    """Every concrete libcst node type that is code, not trivia: a set lookup is much cheaper than
+    ``isinstance`` against libcst's abstract node classes."""
+    found, pending = set(), [cst.CSTNode]
+    while pending:
+        node_type = pending.pop()
+        pending.extend(node_type.__subclasses__())
+        if not issubclass(node_type, TRIVIA) and not getattr(node_type, "__abstractmethods__", None):
+            found.add(node_type)
+    return frozenset(found)
+
+
+CODE_TYPES = _code_types()
+SEQUENCES = (list, tuple)
+
+
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``node``'s code children in source order: ``node.children`` without whitespace and punctuation."""
     found: list[cst.CSTNode] = []
     for name in _fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, TRIVIA):
-                found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(v for v in value if isinstance(v, cst.CSTNode) and not isinstance(v, TRIVIA))
+        if type(value) in CODE_TYPES:
+            found.append(value)
+        elif type(value) in SEQUENCES:
+            found.extend(v for v in value if type(v) in CODE_TYPES)
     return found
 
 

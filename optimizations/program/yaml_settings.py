@@ -51,7 +51,7 @@ def _documents(text: str) -> tuple[yaml.Node, ...] | None:
 
 def settings(path: str, text: str, key: str) -> list[YamlSetting]:
     """Every scalar ``key:`` in any mapping of the file's documents; none when the file is not plain YAML."""
-    documents = _documents(text)
+    documents = _documents(text) if key in text else None
     if documents is None:
         return []
     found: list[YamlSetting] = []
