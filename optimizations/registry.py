@@ -80,7 +80,18 @@ class Word(str):
     ``interface``. A plain string need matches anywhere (``"Trainer"`` is in ``SFTTrainer``)."""
 
 
+class AllOf(tuple):
+    """A need met when the file has every one of these words (each a :class:`Word` or a plain string):
+    ``AllOf((Word("forward"), Word("sqrt")))`` is a module's ``forward`` that takes a root."""
+
+
 IDENTIFIER = re.compile(r"\w+")
+
+
+def _has(source: str, need: str | AllOf) -> bool:
+    if isinstance(need, AllOf):
+        return all(_has(source, word) for word in need)
+    return need in identifiers(source) if isinstance(need, Word) else need in source
 
 
 @lru_cache(maxsize=1024)
@@ -114,7 +125,7 @@ class Optimization:
     one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
     ``needs`` are words a file must contain one of for the codemods to find anything in it (a class or method
     name they match): other files are skipped unparsed. A :class:`Word` must be there as a whole identifier, a
-    plain string anywhere in the text.
+    plain string anywhere in the text, and each word of an :class:`AllOf` together.
     """
 
     id: ClassVar[str]
@@ -147,10 +158,8 @@ class Optimization:
         return f"{cls.expected} ({where}not measured for this shape)"
 
     def might_apply(self, source: str) -> bool:
-        """False when a file with this text cannot have a site: it mentions none of ``needs``."""
-        return not self.needs or any(
-            word in identifiers(source) if isinstance(word, Word) else word in source for word in self.needs
-        )
+        """False when a file with this text cannot have a site: it meets none of ``needs``."""
+        return not self.needs or any(_has(source, need) for need in self.needs)
 
     def transform_source(
         self, source: str, path: str, ctx: RepoContext, *, sites_only: bool = False

@@ -44,7 +44,7 @@ from optimizations.program.model_code import (
 )
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import PlannedCodemod
-from optimizations.registry import Example, Numerics, Optimization, Word
+from optimizations.registry import AllOf, Example, Numerics, Optimization, Word
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 GELU_CUBIC = 0.044715
@@ -508,7 +508,12 @@ class TorchNormGelu(Optimization):
         "hand-written layer norm",
     )
     codemods = (_NormGelu,)
-    needs = (Word("sqrt"), Word("rsqrt"), ".std(", "0.044715", Word("erf"))  # a norm divides by a root or std
+    # GELU's erf or tanh constant anywhere; a norm, in a module's forward, divides by a root or a std
+    needs = (
+        Word("erf"),
+        "0.044715",
+        *(AllOf((Word("forward"), root)) for root in (Word("sqrt"), Word("rsqrt"), ".std(")),
+    )
 
     examples = (
         Example(

@@ -276,6 +276,9 @@ def test_a_word_need_matches_whole_identifiers_and_a_plain_need_any_text():
     gelu = get("torch_norm_gelu")
     assert not gelu.might_apply('print(f"perf of the interface")\n')
     assert gelu.might_apply("import torch\ny = torch.erf(x)\n")
-    assert gelu.might_apply("y = x * torch.rsqrt(v + 1e-5)\n")
+    # a root or std makes a norm only in a module's forward: a statistics script's np.sqrt is not parsed
+    assert not gelu.might_apply("y = x * torch.rsqrt(v + 1e-5)\n")
+    assert not gelu.might_apply("import numpy as np\nsem = np.std(x) / np.sqrt(len(x))\n")
+    assert gelu.might_apply("def forward(self, x):\n    return x * torch.rsqrt(v + 1e-5)\n")
     assert not get("sdpa").might_apply("loss = F.log_softmax(logits, -1)\n")
     assert get("regional_compile").might_apply("trainer = SFTTrainer(model)\n")  # "Trainer", anywhere

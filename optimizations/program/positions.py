@@ -8,8 +8,6 @@ where libcst records one (after a statement's leading comments), else where the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -17,19 +15,36 @@ from libcst._nodes.internal import CodegenState
 
 from optimizations.program.repository import ParsedFile
 
-NEWLINES = ("\r\n", "\r", "\n")
+
+class _Syntactic:
+    """Records where ``node`` starts syntactically: at the line the code generation is on when entered, or
+    where ``start_node`` started (libcst's ``record_syntactic_position`` without end positions)."""
+
+    __slots__ = ("state", "node", "start_node", "line")
+
+    def __init__(self, state: _LineCountingState, node: cst.CSTNode, start_node: cst.CSTNode | None):
+        self.state, self.node, self.start_node = state, node, start_node
+
+    def __enter__(self) -> None:
+        self.line = self.state.line
+
+    def __exit__(self, *exc_info: object) -> None:
+        starts = self.state.starts
+        starts[self.node] = starts[self.start_node] if self.start_node is not None else self.line
 
 
 @dataclass(frozen=False)
 class _LineCountingState(CodegenState):
-    """Code generation that counts lines and records where each node starts."""
+    """Code generation that counts lines and records where each node starts; the code itself is not kept."""
 
     starts: dict[cst.CSTNode, int] = field(default_factory=dict)
     line: int = 1
     _stack: list[int] = field(default_factory=list)
 
+    def add_indent_tokens(self) -> None:
+        pass  # indentation holds no line break
+
     def add_token(self, value: str) -> None:
-        self.tokens.append(value)
         if "\n" in value or "\r" in value:
             self.line += value.count("\n") + value.count("\r") - value.count("\r\n")
 
@@ -40,19 +55,14 @@ class _LineCountingState(CodegenState):
         start = self._stack.pop()
         self.starts.setdefault(node, start)
 
-    @contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: cst.CSTNode | None = None,
         end_node: cst.CSTNode | None = None,
-    ) -> Iterator[None]:
-        start = self.line
-        try:
-            yield
-        finally:
-            self.starts[node] = self.starts[start_node] if start_node is not None else start
+    ) -> _Syntactic:
+        return _Syntactic(self, node, start_node)
 
 
 class StartLines:
