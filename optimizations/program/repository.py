@@ -289,13 +289,15 @@ def check_compiles(source: str, path: str) -> None:
 
 
 def parse_module(source: str, path: str) -> cst.Module:
-    """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line."""
+    """Parse with libcst; a file that does not parse raises :class:`TransformError` naming the file and line,
+    with Python's own message where Python rejects it too (compiled only then: a parse is check enough, and an
+    edit is compiled before it is written)."""
     import libcst as cst
 
-    check_parses(source, path)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
+        check_parses(source, path)
         raise TransformError(
             f"{path}:{exc.raw_line}: cannot parse this file ({exc.message}); {PARSE_ADVICE}"
         ) from exc
