@@ -13,7 +13,7 @@ from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
 from bot.scope import excluded, preflight
-from bot.status import ItemStatus
+from bot.status import ItemStatus, tally
 from bot.tidy import tidy
 from bot.tracker import Tracker
 from bot.workspace import Workspace, commit_message
@@ -200,13 +200,7 @@ class TierRun:
             push_branch(workspace, tracker.push_url(), tracker.default_branch, tracker.git_environment())
         if self.bench is not None:
             bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
-        counts = {status: sum(r.status is status for r in self.rows) for status in ItemStatus}
-        landed = counts[ItemStatus.LANDED] + counts[ItemStatus.RESUMED]
-        publish(
-            f"Done: {landed} landed, {counts[ItemStatus.FAILED]} failed, "
-            f"{counts[ItemStatus.ALREADY]} already done, {counts[ItemStatus.NOT_APPLICABLE]} not applicable, "
-            f"{counts[ItemStatus.NEEDS_HUMAN]} need a human"
-        )
+        publish(f"Done: {tally(r.status for r in self.rows)}")
         pull_request = None
         if pushing and open_pr:
             title = (
@@ -217,7 +211,7 @@ class TierRun:
             pull_request = tracker.open_or_update_pull_request(
                 progress.branch, title, f"Refs #{issue}\n\n" + progress.render(commit_url)
             )
-        failed = counts[ItemStatus.FAILED] or progress.bench.get("failed_runs", 0)
+        failed = any(r.status is ItemStatus.FAILED for r in self.rows) or progress.bench.get("failed_runs", 0)
         return ApplyResult(progress, 1 if failed else 0, commits, pull_request)
 
     def _dry_run(self, optimization: Optimization, focus: tuple[str, ...]) -> tuple[Change, str]:

@@ -1,9 +1,10 @@
 """ruff on the Python files a commit touched, at the commit and at its parent: only the errors the commit
 introduced count.
 
-Both versions of each file, and every ruff config file (``pyproject.toml``, ``ruff.toml``, ``.ruff.toml``)
-on its path at that revision, are written into a scratch tree, so each version is checked under the config
-it had, whatever the working tree holds.
+Each revision is checked out in full into a scratch tree (``git archive``), so each version of a file is checked
+as it is in a checkout of that commit: under the config files it had, with the repository's own modules and
+packages beside it (ruff's isort tells first-party imports by them), whatever the working tree holds. ``bot review``
+of a range and of one commit in it therefore lint that commit alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections import Counter
 from collections.abc import Collection
@@ -21,10 +23,8 @@ from typing import Any
 import git
 
 from bot.formatting import clip
-from bot.history import read_blobs
 
 PYTHON_SUFFIXES = (".py", ".pyi")
-RUFF_CONFIGS = ("pyproject.toml", "ruff.toml", ".ruff.toml")
 _BATCH = 200
 
 
@@ -72,53 +72,33 @@ def _ruff(root: Path, files: list[Path]) -> list[dict[str, Any]]:
     return diagnostics
 
 
-def _config_specs(rev: str, path: str) -> list[str]:
-    """``rev:folder/config`` for every ruff config file that could govern ``path`` at ``rev``."""
-    parts = path.split("/")[:-1]
-    folders = ["/".join(parts[:depth]) for depth in range(len(parts) + 1)]
-    return [f"{rev}:{folder + '/' if folder else ''}{name}" for folder in folders for name in RUFF_CONFIGS]
+def _checkout(repo: git.Repo, rev: str, target: Path) -> None:
+    """Every file of ``rev``, written under ``target`` as a checkout of that commit would hold it."""
+    target.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(
+        ["git", "archive", "--format=tar", rev],
+        cwd=repo.git_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
+        tar.extractall(target, filter="data")
+    _, error = archive.communicate()
+    if archive.returncode != 0:
+        raise RuntimeError(clip(error.decode("utf-8", "replace").strip() or f"git archive {rev} failed", 300))
 
 
-def _module_placeholders(repo: git.Repo, rev: str, root: Path) -> None:
-    """Empty stand-ins, under ``root``, for the modules and packages at the top of ``rev`` and of its ``src/``:
-    ruff's isort tells first-party imports by what exists there, so the scratch tree must show them too."""
-    for folder in ("", "src/"):
-        try:
-            listing = repo.git.ls_tree(f"{rev}:{folder}")
-        except git.GitCommandError:  # no src/ at this revision
-            continue
-        for line in listing.splitlines():
-            meta, _, name = line.partition("\t")
-            target = root / folder / name
-            if meta.split()[1] == "tree":
-                target.mkdir(parents=True, exist_ok=True)
-            elif name.endswith(PYTHON_SUFFIXES) and not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.touch()
-
-
-def _diagnostics(
-    repo: git.Repo, touched: list[Touched], blobs: dict[str, bytes]
-) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """ruff's diagnostics of every touched file at its commit and of its old version at the parent."""
-    blobs = dict(blobs)
-    configs = [spec for t in touched for rev in (t.sha, t.parent) for spec in _config_specs(rev, t.path)]
-    blobs.update(read_blobs(repo, [spec for spec in dict.fromkeys(configs) if spec not in blobs]))
+def _diagnostics(repo: git.Repo, touched: list[Touched]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """ruff's diagnostics of every touched file at its commit and of its old version at the parent, each in a
+    full checkout of its revision."""
     wanted = {(t.sha, t.path) for t in touched} | {(t.parent, t.old_path) for t in touched if t.old_path}
     with tempfile.TemporaryDirectory(prefix="perfbot-lint-") as tmp:
         root = Path(tmp)
-        files = []
-        for spec, content in blobs.items():
-            rev, _, path = spec.partition(":")
-            target = root / rev / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            if (rev, path) in wanted:
-                files.append(target)
-        for rev in {t.sha for t in touched} | {t.parent for t in touched}:
-            _module_placeholders(repo, rev, root / rev)
+        for rev in sorted({rev for rev, _ in wanted}):
+            _checkout(repo, rev, root / rev)
+        files = sorted(root / rev / path for rev, path in wanted if (root / rev / path).is_file())
         diagnostics: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for item in _ruff(root, sorted(files)):
+        for item in _ruff(root, files):
             rev, _, path = (
                 Path(item["filename"]).resolve().relative_to(root.resolve()).as_posix().partition("/")
             )
@@ -149,17 +129,14 @@ def _introduced(
 
 
 def new_lint(
-    repo: git.Repo,
-    touched: list[Touched],
-    blobs: dict[str, bytes],
-    added_lines: dict[tuple[str, str], Collection[int]],
+    repo: git.Repo, touched: list[Touched], added_lines: dict[tuple[str, str], Collection[int]]
 ) -> dict[Touched, tuple[list[LintError], int]]:
     """Per touched file: the ruff errors its commit introduced, and how many diagnostics were there before.
 
-    ``blobs`` holds the files' contents (``rev:path`` → bytes), ``added_lines`` the lines each commit added
-    per ``(sha, path)``. Raises RuntimeError, with ruff's message, when ruff cannot check the files.
+    ``added_lines`` holds the lines each commit added per ``(sha, path)``. Raises RuntimeError, with ruff's or
+    git's message, when ruff cannot check the files.
     """
-    diagnostics = _diagnostics(repo, touched, blobs)
+    diagnostics = _diagnostics(repo, touched)
     return {
         t: _introduced(
             diagnostics.get((t.sha, t.path), []),

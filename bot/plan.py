@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -86,13 +86,15 @@ class Criterion:
 
     ``kind``: ``throughput`` (a minimum gain for a workload), ``loss`` (a tolerance at equal tokens),
     ``stability`` (no crashed or OOM runs), ``applied`` (every item of the tier landed), or ``manual`` (kept,
-    but not machine-checkable).
+    but not machine-checkable). ``tier``: the tier the plan's title names (its criteria are that tier's), else
+    None (every tier's).
     """
 
     text: str
     kind: str
     threshold: float | None = None  # fraction: 0.30 for +30%, 0.05 for ±5%
     workload: str | None = None
+    tier: int | None = None
 
     @property
     def checkable(self) -> bool:
@@ -273,6 +275,7 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
     if not any(item.auto_apply and not item.follow_on for item in items):
         where = f" in {source}" if source else ""
         raise PlanError(f"no plan found{where}: {EXPECTED_SHAPE}")
+    criteria = [replace(c, tier=document_tier) for c in criteria]
     return Plan(title=title, items=items, criteria=criteria, source=source)
 
 

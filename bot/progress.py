@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from markdown_it import MarkdownIt
 
+from bot.conventions import parse_branch
 from bot.render import render
 from bot.status import ItemStatus
 from bot.tracker import PROGRESS, Comment, Tracker
@@ -116,3 +117,26 @@ def publish_progress(tracker: Tracker, issue: int | str, progress: Progress, com
     existing = find_progress(tracker, issue)
     others = Progress.all_from_comment(existing.body) if existing else []
     tracker.upsert_comment(issue, PROGRESS, progress.render(commit_url, others))
+
+
+@dataclass(frozen=True)
+class BranchRun:
+    """The run a work branch belongs to: its issue and tier, and the progress comment recording what apply
+    decided per item (the one record ``bot status``, ``bot review`` and the comments read)."""
+
+    issue: int | str
+    tier: int
+    comment: Comment | None
+    progress: Progress | None
+
+
+def find_run(tracker: Tracker, branch: str | None, tier: int | None = None) -> BranchRun | None:
+    """The run of ``bot/<issue>-tier-<n>`` (None for another branch or a detached head): the progress of
+    ``tier`` when given, else of the branch's own tier."""
+    parsed = parse_branch(branch) if branch else None
+    if parsed is None:
+        return None
+    issue, branch_tier = parsed
+    tier = branch_tier if tier is None else tier
+    comment = find_progress(tracker, issue)
+    return BranchRun(issue, tier, comment, Progress.from_comment(comment.body, tier) if comment else None)

@@ -29,7 +29,9 @@ from bot.claims import (
     HELD,
     INCONCLUSIVE,
     NOT_BORNE_OUT,
+    NOT_HERE,
     REGRESSED,
+    UNCHECKABLE,
     Claim,
     ClaimCheck,
     check_claim,
@@ -44,7 +46,8 @@ from bot.plan import APPLIED, LOSS, MANUAL, STABILITY, THROUGHPUT, Criterion, Pl
 from bot.progress import Progress
 from bot.regressions import slowdowns
 from bot.security import SecurityHit, scan_added_lines, scan_message, scan_python
-from bot.status import ItemStatus
+from bot.status import ItemStatus, tally
+from bot.workload_files import executed_files, runs_changes
 from bot.workspace import Workspace
 
 PASS, CONCERNS, FAIL = "PASS", "CONCERNS", "FAIL"
@@ -55,7 +58,6 @@ SEVERITY_ORDER = (BLOCKER, MAJOR, MINOR)
 BEHAVIOURAL = "⏸️ not applied (behavioural)"
 BEHAVIOURAL_CHANGED = "⚠️ changed (behavioural, not approved)"
 NOT_LANDED = "❔ not landed"
-PARTIAL = "◐ partial"
 
 MET, NOT_MET, UNMEASURED, BY_HAND = "MET", "NOT MET", "NOT MEASURED", "CHECK BY HAND"
 LINT_EVIDENCE_LINES = 10
@@ -128,6 +130,8 @@ class Verdict:
     lint_error: str = ""
     claims: list[ClaimCheck] = field(default_factory=list)
     results_from: str = ""
+    tier: int | None = None
+    items: str = ""  # the plan items counted as `bot status` counts them
 
     @property
     def added(self) -> int:
@@ -222,7 +226,7 @@ def review_commits(repo: git.Repo, base: str, head: str) -> tuple[list[CommitRev
         source = blobs[f"{t.sha}:{t.path}"].decode("utf-8", "replace")
         by_sha[t.sha].security.extend(scan_python(t.path, source, added_by_file[(t.sha, t.path)]))
     try:
-        linted = new_lint(repo, touched, blobs, {key: set(lines) for key, lines in added_by_file.items()})
+        linted = new_lint(repo, touched, {key: set(lines) for key, lines in added_by_file.items()})
     except RuntimeError as error:
         return reviews, str(error)
     for t, (new, before) in linted.items():
@@ -303,9 +307,11 @@ def commit_findings(reviews: list[CommitReview], lint_error: str) -> list[Findin
 
 
 def _items_in_scope(plan: Plan, tier: int | None, reviews: list[CommitReview]) -> list[PlanItem]:
+    """The plan items of the tier under review (follow-ons of that tier included) and the behavioural ones;
+    without a tier, those of the tiers the commits name."""
     keyed = {key for review in reviews for key in review.plan_items}
     tiers = {tier} if tier is not None else {i.tier for i in plan.items if i.key in keyed}
-    return [i for i in plan.items if not i.follow_on and (not i.auto_apply or not tiers or i.tier in tiers)]
+    return [i for i in plan.items if not i.auto_apply or (i.tier in tiers if tiers else not i.follow_on)]
 
 
 def plan_adherence(
@@ -318,68 +324,63 @@ def plan_adherence(
     reverted: dict[str, str],
     tier: int | None = None,
 ) -> tuple[list[Adherence], list[Finding]]:
-    """Each plan item's status (from the progress rows when given, else from the commits' trailers)."""
+    """Where the tier's items stand: with a progress record, its rows as apply decided them (what
+    ``bot status`` shows, row for row); items no row covers, or every item without a record, from the commits'
+    trailers; and the behavioural items, checked unchanged."""
     tier = tier if tier is not None else (progress.tier if progress else None)
-    rows_by_key: dict[str, list] = {}
-    for row in progress.rows if progress else []:
-        for key in row.keys:
-            rows_by_key.setdefault(key, []).append(row)
     commits_by_key: dict[str, list[str]] = {}
     for review in reviews:
         for key in review.plan_items:
             commits_by_key.setdefault(key, []).append(review.sha)
-    rows, findings = [], []
+    rows, findings, covered = [], [], set()
+    for row in progress.rows if progress else []:
+        status = ItemStatus.REVERTED if row.commit in reverted else row.status
+        keys = ", ".join(row.keys)
+        rows.append(Adherence(keys, row.change, status.label, (row.commit,) if row.commit else (), row.note))
+        covered.update(row.keys)
+        _adherence_finding(keys, row.change, status.label, row.note, findings)
     for item in _items_in_scope(plan, tier, reviews):
         if not item.auto_apply:
             rows.append(_behavioural(repo, base, head, item, findings))
             continue
+        if item.key in covered:
+            continue
         commits = tuple(commits_by_key.get(item.key, ()))
-        if item.key in rows_by_key:
-            found = rows_by_key[item.key]
-            statuses = [
-                ItemStatus.REVERTED if row.commit in reverted else ItemStatus(row.status) for row in found
-            ]
-            commits = tuple(dict.fromkeys([*commits, *(row.commit for row in found if row.commit)]))
-            if len(set(statuses)) == 1:
-                status = statuses[0].label
-            else:
-                parts = "; ".join(
-                    f"{row.optimization or 'none'}: {s.label}" for row, s in zip(found, statuses, strict=True)
-                )
-                landed = sum(s.landed for s in statuses)
-                status = f"{PARTIAL} ({landed} of {len(statuses)} landed: {parts})" if landed else parts
-            failed = ItemStatus.FAILED in statuses
-            note = "; ".join(row.note for row in found if row.note)
-        elif item.needs_human:
-            status, failed = ItemStatus.NEEDS_HUMAN.label, False
-            note = "no registered optimization matches this item"
+        if item.needs_human:
+            status, note = ItemStatus.NEEDS_HUMAN.label, "no registered optimization matches this item"
         elif commits:
             landed = ItemStatus.REVERTED if all(sha in reverted for sha in commits) else ItemStatus.LANDED
-            status, failed, note = landed.label, False, ""
+            status, note = landed.label, ""
         else:
-            status, failed, note = NOT_LANDED, False, "no commit in the range names this item"
+            status, note = NOT_LANDED, "no commit in the range names this item"
         rows.append(Adherence(item.key, item.change, status, commits, note))
-        if failed:
-            findings.append(
-                Finding(
-                    MAJOR,
-                    "adherence",
-                    f"Plan item {item.key} failed to apply",
-                    (note or status,),
-                    "Fix the transform (or make the change by hand); `bot apply` resumes and skips what landed",
-                )
-            )
-        elif status in (ItemStatus.NEEDS_HUMAN.label, NOT_LANDED):
-            findings.append(
-                Finding(
-                    MINOR,
-                    "adherence",
-                    f"Plan item {item.key}: {status}",
-                    (item.change,),
-                    "Make the change by hand, or name an optimization for it with `opt:<id>` in the plan",
-                )
-            )
+        _adherence_finding(item.key, item.change, status, note, findings)
     return rows, findings
+
+
+def _adherence_finding(keys: str, change: str, status: str, note: str, findings: list[Finding]) -> None:
+    """A concern for an item that failed to apply; a minor finding for one left to a person. What apply
+    refused (not applicable, with its reason) or found already done asks nothing."""
+    if status == ItemStatus.FAILED.label:
+        findings.append(
+            Finding(
+                MAJOR,
+                "adherence",
+                f"Plan item {keys} failed to apply",
+                (note or status,),
+                "Fix the transform (or make the change by hand); `bot apply` resumes and skips what landed",
+            )
+        )
+    elif status in (ItemStatus.NEEDS_HUMAN.label, NOT_LANDED):
+        findings.append(
+            Finding(
+                MINOR,
+                "adherence",
+                f"Plan item {keys}: {status}",
+                (change,),
+                "Make the change by hand, or name an optimization for it with `opt:<id>` in the plan",
+            )
+        )
 
 
 def _behavioural(repo: git.Repo, base: str, head: str, item: PlanItem, findings: list[Finding]) -> Adherence:
@@ -411,12 +412,14 @@ def _behavioural(repo: git.Repo, base: str, head: str, item: PlanItem, findings:
 
 
 def check_criteria(
-    plan: Plan | None, results: Results | None, adherence: list[Adherence] = ()
+    plan: Plan | None, results: Results | None, adherence: list[Adherence] = (), tier: int | None = None
 ) -> list[CriterionCheck]:
-    """Each success criterion of the plan against the head of ``results`` (the re-measured head if any) and,
-    for "all changes applied", against the plan adherence."""
+    """Each success criterion of the plan for ``tier`` (every one without) against the head of ``results``
+    (the re-measured head if any) and, for "all changes applied", against the plan adherence."""
     checks = []
     for criterion in plan.criteria if plan else []:
+        if tier is not None and criterion.tier not in (None, tier):
+            continue
         target = _target(criterion)
         if criterion.kind == MANUAL:
             checks.append(CriterionCheck(criterion.text, criterion.kind, target, "—", BY_HAND))
@@ -553,9 +556,10 @@ def claim_findings(checks: list[ClaimCheck], reverted: dict[str, str]) -> list[F
     minor finding per claim measured below its number or too noisy to judge, and once the commit is reverted."""
     findings = []
     for check in checks:
-        if check.status == HELD:
+        if check.status in (HELD, UNCHECKABLE):
             continue
-        severity = MINOR if check.status in (BELOW, INCONCLUSIVE) or check.sha in reverted else MAJOR
+        minor = (BELOW, INCONCLUSIVE, NOT_HERE)
+        severity = MINOR if check.status in minor or check.sha in reverted else MAJOR
         title, fix = _CLAIM_ADVICE.get(check.status, _CLAIM_ADVICE[None])
         findings.append(
             Finding(
@@ -587,6 +591,11 @@ _CLAIM_ADVICE = {
     REGRESSED: (
         "Claimed win measured as a regression",
         "Revert it (`--drop-regressions`) or guard the change off where it slows the run down",
+    ),
+    NOT_HERE: (
+        "Claimed win not measured here",
+        "Benchmark a workload that runs the changed code and measures what the claim names (a `[tool.bot]` "
+        "workload; GPU utilisation with `bot profile` on the GPU)",
     ),
     None: ("Claimed win not measured", "Benchmark the commit (`bot bench`), then review again"),
 }
@@ -699,14 +708,15 @@ def review(
     reviews, lint_error = review_commits(repo, base, head)
     findings = commit_findings(reviews, lint_error)
     reverted = history.reverted_commits(repo, f"{base}..{head}")
+    tier = tier if tier is not None else (progress.tier if progress else None)
     adherence: list[Adherence] = []
     if plan is not None:
         adherence, found = plan_adherence(repo, base, head, plan, progress, reviews, reverted, tier)
         findings += found
     measured = final_results or results
-    checks = check_criteria(plan, measured, adherence)
+    checks = check_criteria(plan, measured, adherence, tier)
     findings += criteria_findings(checks)
-    claims = [check_claim(results, r.sha, r.subject, r.claim) for r in reviews if r.claim is not None]
+    claims = review_claims(repo, reviews, results)
     findings += claim_findings(claims, reverted)
     tolerance = plan.loss_tolerance if plan else None
     if results is not None:
@@ -750,7 +760,42 @@ def review(
         measured_head=measurements.head(measured) if measured else "",
         lint_error=lint_error,
         claims=claims,
+        tier=tier,
+        items=items_tally(adherence),
     )
+
+
+def items_tally(adherence: list[Adherence]) -> str:
+    """The plan items' statuses counted as ``bot status`` counts them (empty without plan items)."""
+    by_label = {status.label: status for status in ItemStatus}
+    rows = [a for a in adherence if a.status not in (BEHAVIOURAL, BEHAVIOURAL_CHANGED)]
+    if not rows:
+        return ""
+    unlanded = sum(a.status == NOT_LANDED for a in rows)
+    text = tally(by_label[a.status] for a in rows if a.status in by_label)
+    return text + (f", {unlanded} not landed" if unlanded else "")
+
+
+def review_claims(repo: git.Repo, reviews: list[CommitReview], results: Results | None) -> list[ClaimCheck]:
+    """Each commit's claim against ``results``, judged only on the workloads whose run executes a file the
+    commit changed (:mod:`bot.workload_files`, read in the working tree)."""
+    commands = {
+        name: str(workload.get("command", ""))
+        for name, workload in (results.workloads if results else {}).items()
+    }
+    executed: dict[str, set[str] | None] = {}
+    checks = []
+    for review in reviews:
+        if review.claim is None:
+            continue
+        running = None
+        if commands and repo.working_tree_dir:
+            for name, command in commands.items():
+                if name not in executed:
+                    executed[name] = executed_files(Path(repo.working_tree_dir), command) if command else None
+            running = runs_changes(commands, review.files, executed)
+        checks.append(check_claim(results, review.sha, review.subject, review.claim, running))
+    return checks
 
 
 def resolve_range(repo: git.Repo, rev_range: str | None) -> tuple[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -45,3 +46,22 @@ _LABELS = {
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
     ItemStatus.REVERTED: "↩️ reverted (regression)",
 }
+
+
+def tally(statuses: Iterable[ItemStatus]) -> str:
+    """How a run's rows stand, counted as the progress headline, ``bot status`` and ``bot review`` say it:
+    ``4 landed, 0 failed, 0 already done, 1 not applicable, 1 need a human`` (reverted and unfinished rows
+    named only when there are some)."""
+    statuses = list(statuses)
+    count = {status: statuses.count(status) for status in ItemStatus}
+    text = (
+        f"{count[ItemStatus.LANDED] + count[ItemStatus.RESUMED]} landed, {count[ItemStatus.FAILED]} failed, "
+        f"{count[ItemStatus.ALREADY]} already done, {count[ItemStatus.NOT_APPLICABLE]} not applicable, "
+        f"{count[ItemStatus.NEEDS_HUMAN]} need a human"
+    )
+    extra = [
+        (ItemStatus.REVERTED, "reverted"),
+        (ItemStatus.PENDING, "pending"),
+        (ItemStatus.APPLYING, "applying"),
+    ]
+    return text + "".join(f", {count[status]} {name}" for status, name in extra if count[status])

@@ -11,14 +11,26 @@ from benchmarks.results import INTERRUPTED, CommitInfo
 from benchmarks.spec import Workload
 from benchmarks.stats import summarize
 from bot.benchmarking import results_path
-from bot.claims import HELD, INCONCLUSIVE, NOT_BORNE_OUT, REGRESSED, UNMEASURED, claim_of, parse_gain
+from bot.claims import (
+    HELD,
+    INCONCLUSIVE,
+    NOT_BORNE_OUT,
+    NOT_HERE,
+    REGRESSED,
+    UNMEASURED,
+    check_claim,
+    claim_of,
+    parse_gain,
+)
 from bot.comments.results import render_results
 from bot.comments.verdict import render_verdict
 from bot.conventions import TRAILER_OPTIMIZATION
 from bot.notes import write_notes
-from bot.plan import Criterion, Plan
-from bot.review import CONCERNS, MAJOR, MINOR, PASS, review_range
+from bot.plan import Criterion, Plan, parse_plan
+from bot.review import CONCERNS, MAJOR, MINOR, PASS, check_criteria, review_range
+from bot.workload_files import executed_files, runs_changes
 from bot.workspace import Workspace, commit_message
+from optimizations.registry import registry
 
 
 @pytest.mark.parametrize(
@@ -173,3 +185,56 @@ def test_the_file_that_measured_the_head_wins_over_a_newer_partial_one(planted):
     assert review_range(workspace.root).results_from == str(full)  # only the full one measured the head
     # both measured this shorter range whole: the newer speaks for it
     assert review_range(workspace.root, f"{base}..{shas[0]}").results_from == str(newer)
+
+
+@pytest.mark.parametrize(
+    ("expected", "kind", "gain"),
+    [
+        (
+            "-10-40% step time where host-to-device copies are exposed (not measured here)",
+            "step time",
+            0.1 / 0.9,
+        ),
+        ("+10-30% GPU util (not measured for this shape)", "GPU util", None),
+        ("up to 2-3x float32 matmul throughput on Ampere+; changes float32 rounding", "other", None),
+        ("fewer kernel launches in a host-bound step; compiling takes seconds", "other", None),
+        ("adapter casts (CPU profile: 46% fewer elements cast per step)", "other", None),
+        ("+100-180% SFT tokens/s", "throughput", 1.0),
+    ],
+)
+def test_every_expected_line_is_read_as_a_claim_of_its_kind(expected, kind, gain):
+    claim = claim_of(f"perf(x): y\n\nExpected: {expected}\n\nBot-Optimization: a\n")
+    assert claim.kind == kind and claim.gain == pytest.approx(gain)
+
+
+def test_a_claim_is_judged_only_on_workloads_that_run_the_changed_files(tmp_path):
+    root = tmp_path / "target"
+    files = {
+        "loop.py": "import helpers\n\nhelpers.step()\n",
+        "helpers.py": "def step():\n    return 1\n",
+        "sft_train.py": "PACKING = True\n",
+    }
+    make_repo(root, files)
+    commands = {"loop": "python loop.py --steps 3", "sft": "python sft_train.py"}
+    executed = {name: executed_files(root, command) for name, command in commands.items()}
+    assert executed == {"loop": {"loop.py", "helpers.py"}, "sft": {"sft_train.py"}}
+    assert runs_changes(commands, ["sft_train.py", "configs/a.yaml"], executed) == {
+        "loop": False,
+        "sft": True,
+    }
+    assert runs_changes(commands, ["helpers.py"], executed) == {"loop": True, "sft": False}
+
+    claim = claim_of("perf(train): packing\n\nExpected: +15% tokens/s\n")
+    check = check_claim(None, "a" * 40, "perf(train): packing", claim, {"loop": False})
+    assert check.status == UNMEASURED  # no results: not measured at all
+    gpu = claim_of("perf(data): workers\n\nExpected: +10-30% GPU util\n")
+    assert check_claim(None, "a" * 40, "perf(data): workers", gpu).status == NOT_HERE
+
+
+def test_a_plans_criteria_belong_to_the_tier_its_title_names():
+    text = "# Tier 1 wins\n\n## Tier 1\n\n- opt:tf32\n\n## Success criteria\n\n- All code changes applied\n"
+    plan = parse_plan(text, registry().values(), "plan")
+    assert [c.tier for c in plan.criteria] == [1]
+    assert check_criteria(plan, None, [], tier=2) == [] and len(check_criteria(plan, None, [], tier=1)) == 1
+    untitled = parse_plan(text.replace("# Tier 1 wins", "# Wins"), registry().values(), "plan")
+    assert len(check_criteria(untitled, None, [], tier=2)) == 1  # no tier named: every tier's

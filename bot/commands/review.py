@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from benchmarks.results import Results
 from bot.commands import FromComment
 from bot.comments.verdict import render_verdict
 from bot.conventions import issue_key
 from bot.errors import BadInput
-from bot.progress import Progress, find_progress
+from bot.plan import Plan
+from bot.progress import Progress, find_progress, find_run
 from bot.review import review_range
 from bot.sources import DEFAULT_PLAN, plan_file_of, plan_from_issue, tracker_for
-from bot.tracker import VERDICT
+from bot.tracker import VERDICT, Tracker
 from bot.workspace import Workspace
 
 
@@ -45,18 +47,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Print the verdict (markdown, or JSON with --json); exit 0 on PASS, 1 otherwise."""
-    root = Workspace("." if comment else args.repo).root
+    """Print the verdict (markdown, or JSON with --json); exit 0 on PASS, 1 otherwise.
+
+    The plan items' states come from the run's progress record, found from the checked-out work branch as
+    ``bot status`` finds it (or from ``--issue``); ``--tier N`` reviews that tier's record and, without a
+    RANGE, its branch."""
+    workspace = Workspace("." if comment else args.repo)
+    root = workspace.root
     tracker = comment.tracker if comment else tracker_for(root)
+    current = None if workspace.repo.head.is_detached else workspace.branch
+    branch_run = find_run(tracker, current, args.tier)
     plan, progress, issue = None, None, None
     post = args.post or comment is not None
     if comment is not None or args.issue is not None:
         issue = comment.issue if comment else issue_key(args.issue)
         plan = plan_from_issue(tracker, issue)
-        found = find_progress(tracker, issue)
-        progress = Progress.from_comment(found.body) if found else None
-    elif args.plan or (root / DEFAULT_PLAN).is_file():
+    elif args.plan:
         plan, _, issue = plan_file_of(root, args.plan)
+    elif branch_run is not None:
+        issue = branch_run.issue
+        plan = _plan_of(tracker, root, issue)
+    elif (root / DEFAULT_PLAN).is_file():
+        plan, _, issue = plan_file_of(root, None)
+    if branch_run is not None and branch_run.issue == issue:
+        progress = branch_run.progress
+    elif issue is not None:
+        found = find_progress(tracker, issue)
+        progress = Progress.from_comment(found.body, args.tier) if found else None
+    rev_range = args.range
+    if rev_range is None and progress is not None and progress.branch != current:
+        if progress.branch in workspace.repo.heads:
+            rev_range = f"{progress.baseline}..{progress.branch}"
     results = None
     if args.results:
         try:
@@ -65,7 +86,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
             raise BadInput(
                 f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
             ) from error
-    verdict = review_range(root, args.range, plan=plan, results=results, progress=progress, tier=args.tier)
+    tier = args.tier if args.tier is not None else (progress.tier if progress else None)
+    verdict = review_range(root, rev_range, plan=plan, results=results, progress=progress, tier=tier)
     verdict.results_from = verdict.results_from or (args.results or "")
     body = render_verdict(verdict, plan=plan, progress=progress)
     if post:
@@ -74,3 +96,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         tracker.upsert_comment(issue, VERDICT, body)
     print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else body, end="")
     return verdict.exit_code
+
+
+def _plan_of(tracker: Tracker, root: Path, issue: int | str) -> Plan | None:
+    """The plan of the branch's issue: its body on the tracker, else the repository's PLAN.md, else none."""
+    try:
+        return plan_from_issue(tracker, issue)
+    except BadInput:
+        return plan_file_of(root, None)[0] if (root / DEFAULT_PLAN).is_file() else None

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 
 from bot.commands import FromComment
-from bot.conventions import parse_branch
 from bot.errors import BadInput
 from bot.local_tracker import LocalTracker
-from bot.progress import Progress, find_progress
+from bot.progress import find_run
 from bot.sources import tracker_for
 from bot.terminal import print_progress
 from bot.tracker import PROGRESS
@@ -23,19 +22,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Print the progress comment of the checked-out ``bot/<issue>-tier-<n>`` branch."""
     workspace = Workspace(args.repo)
-    parsed = None if workspace.repo.head.is_detached else parse_branch(workspace.branch)
-    if parsed is None:
+    tracker = tracker_for(workspace.root)
+    found = find_run(tracker, None if workspace.repo.head.is_detached else workspace.branch)
+    if found is None:
         raise BadInput(
             "not on a bot/<issue>-tier-<n> branch; check out the work branch of the run to ask about"
         )
-    issue, tier = parsed
-    tracker = tracker_for(workspace.root)
-    comment = find_progress(tracker, issue)
-    progress = Progress.from_comment(comment.body, tier) if comment else None
-    if progress is None:
-        print(f"no progress for tier {tier} of {issue} yet")
+    if found.progress is None:
+        print(f"no progress for tier {found.tier} of {found.issue} yet")
         return 0
-    print_progress(progress)
+    print_progress(found.progress)
     local = isinstance(tracker, LocalTracker)
-    print(f"progress comment: {tracker.marker_file(issue, PROGRESS) if local else comment.url}")
+    where = tracker.marker_file(found.issue, PROGRESS) if local else found.comment.url
+    print(f"progress comment: {where}")
     return 0

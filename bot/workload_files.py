@@ -1,0 +1,56 @@
+"""Which repository files a benchmark workload's run executes: the scripts and ``-m`` modules its command
+starts, and the repository modules they import (the program model's reachability, started from that command
+alone). A claim is judged only on a workload whose run executes a file its commit changed."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+
+from optimizations.program.reachability import LAUNCHERS, MODULE_FLAG, Program
+from optimizations.program.repository import RepoContext
+
+
+class _WorkloadProgram(Program):
+    """The program as one command starts it: its entry points are the files that command runs."""
+
+    def __init__(self, repo: RepoContext, command: str):
+        self.command = command
+        super().__init__(repo)
+
+    def _entry_points(self) -> set[str]:
+        try:
+            tokens = shlex.split(self.command, comments=True)
+        except ValueError:
+            tokens = self.command.split()
+        if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
+            return set()
+        found = set()
+        for token in tokens:
+            if token.endswith(".py"):
+                found |= self._script_file(token, "")
+        for module in MODULE_FLAG.findall(self.command):
+            resolved = self._module_file(module, ["", "src"])
+            if resolved is not None:
+                found.add(resolved)
+        return found
+
+
+def executed_files(root: Path, command: str) -> set[str] | None:
+    """The Python files (relative to ``root``) a run of ``command`` executes; None when the command starts no
+    file of the repository that can be told (a shell script, an installed console script)."""
+    program = _WorkloadProgram(RepoContext(Path(root)), command)
+    return set(program.reached) if program.entry_points else None
+
+
+def runs_changes(
+    commands: Mapping[str, str], changed: Iterable[str], executed: Mapping[str, set[str] | None]
+) -> dict[str, bool]:
+    """Per workload: whether its run executes one of the ``changed`` files. A commit that changes no Python
+    file, or a workload whose files cannot be told, counts as running the change."""
+    python = {posixpath.normpath(path) for path in changed if path.endswith(".py")}
+    return {
+        name: not python or executed.get(name) is None or bool(python & executed[name]) for name in commands
+    }
