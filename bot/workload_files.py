@@ -5,43 +5,17 @@ alone). A claim is judged only on a workload whose run executes a file its commi
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Iterable, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from optimizations.program.reachability import LAUNCHERS, MODULE_FLAG, Program
+from optimizations.program.reachability import Program
 from optimizations.program.repository import RepoContext
-
-
-class _WorkloadProgram(Program):
-    """The program as one command starts it: its entry points are the files that command runs."""
-
-    def __init__(self, repo: RepoContext, command: str):
-        self.command = command
-        super().__init__(repo)
-
-    def _entry_points(self) -> set[str]:
-        try:
-            tokens = shlex.split(self.command, comments=True)
-        except ValueError:
-            tokens = self.command.split()
-        if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
-            return set()
-        found = set()
-        for token in tokens:
-            if token.endswith(".py"):
-                found |= self._script_file(token, "")
-        for module in MODULE_FLAG.findall(self.command):
-            resolved = self._module_file(module, ["", "src"])
-            if resolved is not None:
-                found.add(resolved)
-        return found
 
 
 def executed_files(root: Path, command: str) -> set[str] | None:
     """The Python files (relative to ``root``) a run of ``command`` executes; None when the command starts no
     file of the repository that can be told (a shell script, an installed console script)."""
-    program = _WorkloadProgram(RepoContext(Path(root)), command)
+    program = Program(RepoContext(Path(root)), command)
     return set(program.reached) if program.entry_points else None
 
 

@@ -43,12 +43,14 @@ MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
 class Program:
     """The files and top-level definitions a repository's entry points reach."""
 
-    def __init__(self, repo: RepoContext):
+    def __init__(self, repo: RepoContext, command: str | None = None):
+        """``command``: the program as that one shell command starts it (its scripts and ``-m`` modules are the
+        only entry points), not as the repository's launch files, scripts and console scripts start it."""
         self.repo = repo
         self.files = set(repo.python_files())
         self.vendored = {path for path in self.files if self._is_vendored(path)}
-        self.standalone = self._standalone()
-        self.entry_points = sorted(self._entry_points())
+        self.standalone = self._standalone() if command is None else set()
+        self.entry_points = sorted(self._entry_points() if command is None else self._started_by(command, ""))
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
         self._trees: dict[str, ast.Module | None] = {}
@@ -134,18 +136,22 @@ class Program:
         if ".py" not in text and "-m " not in text:
             return set()
         base = posixpath.dirname(path)
+        return {found for line in text.splitlines() for found in self._started_by(line, base)}
+
+    def _started_by(self, line: str, base: str) -> set[str]:
+        """The Python files and ``-m`` modules one command line runs (paths relative to ``base``); none for
+        prose that names a file without a launcher (``python``, ``torchrun``, ...) to run it."""
+        tokens = [token.strip("\"'`,;()[]") for token in _tokens(line)]
+        if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
+            return set()
         found = set()
-        for line in text.splitlines():
-            tokens = [token.strip("\"'`,;()[]") for token in _tokens(line)]
-            if not any(PurePosixPath(token).name.startswith(LAUNCHERS) for token in tokens):
-                continue  # prose that names a file, not a command that runs it
-            for token in tokens:
-                if token.endswith(".py"):
-                    found |= self._script_file(token, base)
-            for module in MODULE_FLAG.findall(line):
-                resolved = self._module_file(module, [base, "", "src"])
-                if resolved is not None:
-                    found.add(resolved)
+        for token in tokens:
+            if token.endswith(".py"):
+                found |= self._script_file(token, base)
+        for module in MODULE_FLAG.findall(line):
+            resolved = self._module_file(module, [base, "", "src"])
+            if resolved is not None:
+                found.add(resolved)
         return found
 
     def _script_file(self, token: str, base: str) -> set[str]:
