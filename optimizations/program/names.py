@@ -28,10 +28,14 @@ import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
 
 from optimizations.program.repository import ParsedFile
+from optimizations.program.tree import CODE_TYPES
 
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda, *COMPREHENSIONS)
 BUILTINS = frozenset(dir(builtins))
+STATEMENTS = frozenset(
+    t for t in CODE_TYPES if issubclass(t, (cst.BaseSmallStatement, cst.BaseCompoundStatement))
+)
 
 Names = frozenset[QualifiedName]
 
@@ -55,6 +59,7 @@ class ScopedNames:
         self._targets: set[cst.CSTNode] = set()
         self._reads: dict[tuple[cst.CSTNode, str], list[cst.Name]] | None = None
         self._cache: dict[cst.CSTNode, Names] = {}
+        self._statement_scopes: dict[cst.CSTNode, cst.CSTNode] = {}
         nodes = parsed.nodes(
             cst.Global,
             cst.Nonlocal,
@@ -174,8 +179,15 @@ class ScopedNames:
                 if not outside:
                     return parent
                 outside = False
+            elif not outside and type(parent) in STATEMENTS:
+                return self._statement_scope(parent)  # every node of a statement's own code shares its scope
             child, parent = parent, self._parents.get(parent)
         return self.parsed.module
+
+    def _statement_scope(self, statement: cst.CSTNode) -> cst.CSTNode:
+        if statement not in self._statement_scopes:
+            self._statement_scopes[statement] = self.scope_of(statement)
+        return self._statement_scopes[statement]
 
     def _outer(self, scope: cst.CSTNode) -> cst.CSTNode:
         return self.scope_of(scope)
