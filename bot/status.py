@@ -17,6 +17,7 @@ class ItemStatus(StrEnum):
     FAILED = "failed"
     NEEDS_HUMAN = "needs_human"
     REVERTED = "reverted"
+    INTERRUPTED = "interrupted"
 
     @property
     def label(self) -> str:
@@ -31,7 +32,7 @@ class ItemStatus(StrEnum):
     @property
     def finished(self) -> bool:
         """The run is done with it (whatever the outcome)."""
-        return self not in (ItemStatus.PENDING, ItemStatus.APPLYING)
+        return self not in (ItemStatus.PENDING, ItemStatus.APPLYING, ItemStatus.INTERRUPTED)
 
 
 _LABELS = {
@@ -44,4 +45,5 @@ _LABELS = {
     ItemStatus.FAILED: "❌ failed",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
     ItemStatus.REVERTED: "↩️ reverted (regression)",
+    ItemStatus.INTERRUPTED: "⏹ interrupted",
 }
