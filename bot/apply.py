@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.benchmarking import BenchOptions, bench_and_report, bench_spec
+from bot.benchmarking import BenchOptions, bench_and_report, bench_spec, require_measuring
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
 from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
-from bot.scope import excluded, preflight
+from bot.scope import Scope, Unparsed
 from bot.status import ItemStatus, tally
 from bot.tidy import tidy
 from bot.tracker import Tracker
@@ -120,16 +121,18 @@ class TierRun:
     sources: SourceCache = field(default_factory=SourceCache)
     # What drives training in the repository: an expected win measured on another shape says so.
     shapes: frozenset[ProgramShape] = frozenset()
+    # Files left out because they do not parse (``exclude`` holds them too).
+    skipped: tuple[Unparsed, ...] = ()
 
     @classmethod
     def prepare(cls, root: Path, plan: Plan, tier: int, bench: BenchOptions | None = None) -> TierRun:
-        """Check everything a run needs before it changes anything: a clean tree on a branch, files that
-        parse, items in the tier, and (with ``bench``) valid benchmark settings. Bad input raises."""
+        """Check everything a run needs before it changes anything: a clean tree on a branch, which files
+        parse (the others are skipped), items in the tier, and (with ``bench``) valid benchmark settings. Bad input raises."""
         workspace = Workspace(root)
         workspace.check_ready()
-        exclude = excluded(workspace.root)
         sources = SourceCache()
-        preflight(workspace.root, exclude, sources)
+        scope = Scope.of(workspace.root, sources)
+        exclude = scope.exclude
         for item in plan.tier(tier):
             hint = item.target_hint
             if hint and not (workspace.root / hint[0]).resolve().is_relative_to(workspace.root.resolve()):
@@ -150,8 +153,9 @@ class TierRun:
             raise BadInput(f"the plan has no tier-{tier} items to apply; {have}")
         if bench is not None:
             bench_spec(workspace.root, bench)
+            require_measuring(bench)
         shapes = program_shapes(RepoContext(workspace.root, exclude, sources=sources))
-        return cls(workspace, plan, tier, rows, exclude, bench, sources, shapes)
+        return cls(workspace, plan, tier, rows, exclude, bench, sources, shapes, scope.skipped)
 
     def run(
         self,
@@ -183,23 +187,42 @@ class TierRun:
         done = {c.optimization: c.sha for c in workspace.bot_commits(baseline)}
         todo = [r for r in self.rows if r.optimization in known and r.status is ItemStatus.PENDING]
         commits = []
-        for number, row in enumerate(todo, start=1):
-            if row.optimization in done:
-                row.status, row.commit = ItemStatus.RESUMED, done[row.optimization]
-                continue
-            row.status = ItemStatus.APPLYING
-            publish(f"Applying {number}/{len(todo)}: {row.optimization}")
-            sha = self._apply_row(row, known[row.optimization], issue)
-            if sha:
-                commits.append(sha)
-            if on_step is not None:
-                on_step(number, len(todo), row.optimization)
+        stage = "before the first commit"
+        try:
+            for number, row in enumerate(todo, start=1):
+                if row.optimization in done:
+                    row.status, row.commit = ItemStatus.RESUMED, done[row.optimization]
+                    continue
+                row.status = ItemStatus.APPLYING
+                stage = f"at {number}/{len(todo)} ({row.optimization})"
+                publish(f"Applying {number}/{len(todo)}: {row.optimization}")
+                sha = self._apply_row(row, known[row.optimization], issue)
+                if sha:
+                    commits.append(sha)
+                if on_step is not None:
+                    on_step(number, len(todo), row.optimization)
 
-        publish("Commits done" + (", benchmarking" if self.bench else ""))
-        if pushing:
-            push_branch(workspace, tracker.push_url(), tracker.default_branch, tracker.git_environment())
-        if self.bench is not None:
-            bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
+            stage = "after the commits"
+            publish("Commits done" + (", benchmarking" if self.bench else ""))
+            if pushing:
+                push_branch(workspace, tracker.push_url(), tracker.default_branch, tracker.git_environment())
+            if self.bench is not None:
+                stage = "while benchmarking"
+                bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
+        except (KeyboardInterrupt, Exception) as stopped:  # the comment says why, never "applying" forever
+            interrupted = isinstance(stopped, KeyboardInterrupt)  # Ctrl-C or SIGTERM
+            for row in self.rows:
+                if row.status is ItemStatus.APPLYING:
+                    row.status = ItemStatus.INTERRUPTED if interrupted else ItemStatus.FAILED
+                    row.note = row.note or ("" if interrupted else f"{type(stopped).__name__}: {stopped}")
+            if interrupted:
+                kept = f"; {stopped}" if str(stopped) else ""
+                headline = f"Interrupted {stage}{kept}; run the same command again to resume"
+            else:
+                headline = f"Stopped {stage}: {type(stopped).__name__}: {stopped}"
+            with contextlib.suppress(Exception):  # best effort: the error itself is what the caller sees
+                publish(headline)
+            raise
         publish(f"Done: {tally(r.status for r in self.rows)}")
         pull_request = None
         if pushing and open_pr:

@@ -14,7 +14,7 @@ from benchmarks.runner import LocalRunner, Runner, RunRecord
 from benchmarks.spec import BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
 from bot.conventions import state_dir, tool_settings
-from bot.errors import BadInput
+from bot.errors import BadInput, require
 from bot.history import describe_commits
 from bot.notes import write_notes
 from bot.plan import Plan
@@ -79,10 +79,18 @@ def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None)
     )
 
 
+def require_measuring(options: BenchOptions) -> None:
+    """Bad input naming the extra to install when this machine cannot measure: the local runner runs each
+    workload under ``benchmarks.launch``, which imports torch (a Ray cluster's workers bring their own)."""
+    if options.runner != "ray":
+        require("torch", "benchmarking on this machine")
+
+
 def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
     """The runner the options name: ``local`` (this machine's GPUs; it waits for a host quieter than the
     host-load limit before each run, unless the limit is 1) or ``ray`` (the cluster at ``address``; without it
     ``$RAY_ADDRESS``, else a Ray started for the run)."""
+    require_measuring(options)
     if options.runner != "ray":
         if options.address is not None:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")

@@ -3,11 +3,16 @@
 Exit codes: 0 done, 1 the run finished but something failed, 2 bad input, 130 interrupted (Ctrl-C, or SIGTERM
 from a scheduler or a machine shutting down: both stop a command the same way, so a bench keeps its finished
 runs).
+
+Every error is one line, ``bot: error: ...`` on stderr, or with ``--json`` a ``{"error": ..., "exit_code": ...}``
+object on stdout: bad input, an operating-system error (a read-only checkout, a full disk) and an optional
+dependency that is not installed (the line names the extra to install) alike; never a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -15,7 +20,7 @@ import threading
 from collections.abc import Iterator
 
 from bot.commands import build_parser, run, selected_command
-from bot.errors import BotError
+from bot.errors import BotError, MissingExtra, extra_providing
 from bot.redact import install_log_redaction
 from optimizations.registry import RegistryError
 
@@ -39,11 +44,15 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
             return code
     except BotError as exc:
-        print(f"bot: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _error(argv, str(exc), exc.exit_code)
     except RegistryError as exc:  # a broken plugin or install: the run cannot start
-        print(f"bot: error: {exc}", file=sys.stderr)
-        return 1
+        return _error(argv, str(exc), 1)
+    except ModuleNotFoundError as exc:
+        if extra_providing(exc.name) is None:
+            raise  # not an optional dependency: a bug to see in full
+        command = selected_command(argv)
+        missing = MissingExtra(exc.name.partition(".")[0], f"bot {command}" if command else "bot")
+        return _error(argv, str(missing), missing.exit_code)
     except KeyboardInterrupt as exc:
         print(f"bot: interrupted{f'; {exc}' if str(exc) else ''}", file=sys.stderr)
         return INTERRUPTED
@@ -52,6 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:  # a read-only checkout, a full disk, a file that went away
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _error(argv, f"{where}{exc.strerror or exc}", BAD_INPUT)
+
+
+def _error(argv: list[str], message: str, code: int) -> int:
+    """Report an error in one line: JSON on stdout under ``--json``, else ``bot: error: ...`` on stderr."""
+    if "--json" in argv:
+        print(json.dumps({"error": " ".join(message.split()), "exit_code": code}))
+    else:
+        print(f"bot: error: {message}", file=sys.stderr)
+    return code
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ optimizations' keywords. Items nothing matches are kept and reported as needing 
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -193,6 +194,14 @@ def match_optimizations(text: str, optimizations: Iterable[Optimization]) -> tup
             for other in sharing:
                 found.setdefault(other, f'the text asks for "{phrase}"')
     return tuple(found.items())
+
+
+def unknown_optimizations(text: str, known: Iterable[str]) -> dict[str, list[str]]:
+    """Each ``opt:<id>`` the issue body names (outside HTML comments) that is not in ``known``, with the known
+    ids closest to it in spelling (``packign``: ``packing``), closest first."""
+    known = list(known)
+    named = dict.fromkeys(m.lower() for m in _EXPLICIT.findall(clean(text)))
+    return {i: difflib.get_close_matches(i, known, n=3, cutoff=0.6) for i in named if i not in known}
 
 
 def alternatives(reasons: Iterable[tuple[str, str]]) -> tuple[str, ...]:

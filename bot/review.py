@@ -371,6 +371,16 @@ def _adherence_finding(keys: str, change: str, status: str, note: str, findings:
                 "Fix the transform (or make the change by hand); `bot apply` resumes and skips what landed",
             )
         )
+    elif status == ItemStatus.INTERRUPTED.label:
+        findings.append(
+            Finding(
+                MAJOR,
+                "adherence",
+                f"Plan item {keys} was interrupted",
+                (note or status,),
+                "Run the same `bot apply` again: it resumes and skips what landed",
+            )
+        )
     elif status in (ItemStatus.NEEDS_HUMAN.label, NOT_LANDED):
         findings.append(
             Finding(

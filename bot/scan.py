@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.render import render
-from bot.scope import excluded, preflight
+from bot.scope import Scope, excluded
 from optimizations.program.repository import RepoContext, Site, SiteKinds, SourceCache
 from optimizations.program.shapes import program_shapes
 from optimizations.registry import Numerics, OnStep, Optimization, registry
@@ -21,17 +21,18 @@ class Finding(SiteKinds):
     sites: list[Site]
 
 
-def scan(root: Path, on_step: OnStep | None = None, sources: SourceCache | None = None) -> list[Finding]:
-    """Run every registered optimization's ``find`` over the repository (which must parse), each file parsed
-    once for all of them (into ``sources``, when given, for a plan to reuse); ``on_step(done, total,
-    optimization_id)`` after each optimization."""
-    exclude = excluded(root)
+def scan(
+    root: Path, on_step: OnStep | None = None, sources: SourceCache | None = None, scope: Scope | None = None
+) -> list[Finding]:
+    """Run every registered optimization's ``find`` over the repository's ``scope`` (default: its own, files
+    that do not parse left out), each file parsed once for all of them (into ``sources``, when given, for a
+    plan to reuse); ``on_step(done, total, optimization_id)`` after each optimization."""
     sources = SourceCache() if sources is None else sources
-    preflight(root, exclude, sources)
+    scope = Scope.of(root, sources) if scope is None else scope
     optimizations = list(registry().values())
     findings = []
     for done, optimization in enumerate(optimizations, start=1):
-        findings.append(Finding(optimization, optimization.find(root, exclude, sources=sources)))
+        findings.append(Finding(optimization, optimization.find(root, scope.exclude, sources=sources)))
         if on_step is not None:
             on_step(done, len(optimizations), optimization.id)
     return findings
@@ -63,13 +64,16 @@ def pure_speedup(optimization: Optimization, in_bf16: bool) -> bool:
     return optimization.numerics is Numerics.EXACT or (optimization.numerics is Numerics.ROUNDING and in_bf16)
 
 
-def render_plan(root: Path, findings: list[Finding], sources: SourceCache | None = None) -> str:
+def render_plan(
+    root: Path, findings: list[Finding], sources: SourceCache | None = None, scope: Scope | None = None
+) -> str:
     """A plan issue in the seed's shape: one table per tier of pure speedups, the changes to what training
     computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
     flagged for a human, and what the program already does listed (no item: nothing to apply). ``sources``:
-    the scan's parses."""
+    the scan's parses; ``scope``: the scan's (default: the ``[tool.bot] exclude`` globs alone)."""
     in_bf16 = trains_in_bf16(findings)
-    shapes = program_shapes(RepoContext(root, excluded(root), sources=sources))
+    exclude = excluded(root) if scope is None else scope.exclude
+    shapes = program_shapes(RepoContext(root, exclude, sources=sources))
     speedups: dict[int, list[Finding]] = {}
     numerics_changes: list[Finding] = []
     for finding in findings:

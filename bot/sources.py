@@ -10,11 +10,14 @@ from pathlib import Path
 
 from bot.errors import BadInput
 from bot.local_tracker import LocalTracker
-from bot.plan import Plan, PlanError, parse_plan
+from bot.plan import Plan, PlanError, parse_plan, unknown_optimizations
 from bot.tracker import Tracker
 from optimizations.registry import registry
 
 DEFAULT_PLAN = "PLAN.md"
+# The longest plan read, in characters: 15 times GitHub's 65,536-character limit on an issue body, far more than
+# any plan needs, and small enough that parsing it and committing its items' text stays quick.
+MAX_PLAN_CHARS = 1_000_000
 
 
 def tracker_for(root: Path, env: Mapping[str, str] | None = None) -> Tracker:
@@ -51,9 +54,25 @@ def read_plan_file(file: str | Path) -> tuple[str, str]:
 
 
 def load_plan(text: str, source: str) -> Plan:
-    """Parse a plan against the registered optimizations; an unparseable plan is bad input."""
+    """Parse a plan against the registered optimizations; an unparseable plan, one over
+    :data:`MAX_PLAN_CHARS`, or one naming an ``opt:<id>`` nothing registers is bad input."""
+    if len(text) > MAX_PLAN_CHARS:
+        raise BadInput(
+            f"the plan in {source} is {len(text):,} characters, over the {MAX_PLAN_CHARS:,} a plan may have; "
+            "keep the plan's tables and lists and move the rest elsewhere"
+        )
+    known = registry()
+    unknown = unknown_optimizations(text, known)
+    if unknown:
+        named = "; ".join(
+            f"opt:{i}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+            for i, close in unknown.items()
+        )
+        raise BadInput(
+            f"the plan in {source} names optimizations nothing registers: {named}; `bot list` shows the ids"
+        )
     try:
-        return parse_plan(text, registry().values(), source)
+        return parse_plan(text, known.values(), source)
     except PlanError as exc:
         raise BadInput(str(exc)) from exc
 

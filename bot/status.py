@@ -18,6 +18,7 @@ class ItemStatus(StrEnum):
     FAILED = "failed"
     NEEDS_HUMAN = "needs_human"
     REVERTED = "reverted"
+    INTERRUPTED = "interrupted"
 
     @property
     def label(self) -> str:
@@ -32,7 +33,7 @@ class ItemStatus(StrEnum):
     @property
     def finished(self) -> bool:
         """The run is done with it (whatever the outcome)."""
-        return self not in (ItemStatus.PENDING, ItemStatus.APPLYING)
+        return self not in (ItemStatus.PENDING, ItemStatus.APPLYING, ItemStatus.INTERRUPTED)
 
 
 _LABELS = {
@@ -45,6 +46,7 @@ _LABELS = {
     ItemStatus.FAILED: "❌ failed",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
     ItemStatus.REVERTED: "↩️ reverted (regression)",
+    ItemStatus.INTERRUPTED: "⏹ interrupted",
 }
 
 
@@ -63,5 +65,6 @@ def tally(statuses: Iterable[ItemStatus]) -> str:
         (ItemStatus.REVERTED, "reverted"),
         (ItemStatus.PENDING, "pending"),
         (ItemStatus.APPLYING, "applying"),
+        (ItemStatus.INTERRUPTED, "interrupted"),
     ]
     return text + "".join(f", {count[status]} {name}" for status, name in extra if count[status])

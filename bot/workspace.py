@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import git
 
 from benchmarks.results import CommitInfo
 from bot import history
-from bot.conventions import bot_git_environment, parse_branch
+from bot.conventions import bot_git_environment, parse_branch, state_dir
 from bot.errors import BadInput
 
 
@@ -24,6 +25,12 @@ def commit_message(scope: str, change: str, expected: str, body: str, trailers: 
         if body.strip()
         else f"{subject}\n\n{trailer_lines}\n"
     )
+
+
+def _listed(paths: list[str], most: int = 8) -> str:
+    """The first ``most`` paths, comma-separated, and how many more."""
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
 
 
 class Workspace:
@@ -43,15 +50,17 @@ class Workspace:
         """Refuse a dirty tree, an unborn branch or a detached HEAD, with what to do about it."""
         if not self.repo.head.is_valid():
             raise BadInput(f"{self.root} has no commits yet; commit the training code first, then re-run")
-        if self.repo.is_dirty(untracked_files=True):
-            changed = [d.a_path for d in self.repo.index.diff(None)] + [
-                d.a_path for d in self.repo.index.diff("HEAD")
-            ]
-            changed += self.repo.untracked_files
-            listed = ", ".join(sorted(set(changed))[:8])
+        state_dir(self.root)  # perfbot's own files are ignored (they are kept out of every commit)
+        changed = sorted(
+            {d.a_path for d in self.repo.index.diff(None)} | {d.a_path for d in self.repo.index.diff("HEAD")}
+        )
+        untracked = sorted(self.repo.untracked_files)  # what git ignores is not listed
+        if changed or untracked:
+            found = [f"uncommitted changes ({_listed(changed)})"] if changed else []
+            found += [f"untracked files git does not ignore ({_listed(untracked)})"] if untracked else []
             raise BadInput(
-                f"{self.root} has uncommitted changes ({listed}); commit or stash them "
-                "(git stash -u), then re-run: the bot commits only its own changes"
+                f"{self.root} has {' and '.join(found)}; commit or stash them (git stash -u), or add untracked "
+                "ones to .gitignore, then re-run: the bot commits only its own changes"
             )
         if self.repo.head.is_detached:
             raise BadInput(
@@ -115,7 +124,7 @@ class Workspace:
         """Commit exactly ``paths`` as the bot; return the sha."""
         paths = sorted(paths)
         self.repo.git.add("--", *paths)
-        self.repo.git.commit("-q", "--no-verify", "-m", message, "--", *paths, env=bot_git_environment())
+        self._commit_with_message(message, "--", *paths)
         return self.head
 
     def discard(self) -> None:
@@ -126,5 +135,15 @@ class Workspace:
     def revert(self, sha: str, message: str) -> str:
         """A new commit that reverts ``sha`` (history is never rewritten)."""
         self.repo.git.revert("--no-edit", "--no-commit", sha)
-        self.repo.git.commit("-q", "--no-verify", "-m", message, env=bot_git_environment())
+        self._commit_with_message(message)
         return self.head
+
+    def _commit_with_message(self, message: str, *args: str) -> None:
+        """``git commit`` as the bot with ``message`` read from a file: a plan item's text can make a message
+        longer than the command line allows."""
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", prefix="perfbot-commit-", suffix=".txt"
+        ) as file:
+            file.write(message)
+            file.flush()
+            self.repo.git.commit("-q", "--no-verify", "-F", file.name, *args, env=bot_git_environment())

@@ -97,15 +97,14 @@ def test_dirty_tree_is_refused_and_nothing_changes(target, capsys):
     assert state(repo) == before
 
 
-def test_unparseable_target_file_is_refused(target, capsys):
+def test_an_unparseable_target_file_is_skipped_and_named(target, capsys):
     root, repo = target
     (root / "broken.py").write_text("def f(:\n    pass\n")
     commit_all(repo, "broken")
-    before = state(repo)
-    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 2
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
     err = capsys.readouterr().err
-    assert "broken.py:1" in err and "cannot parse" in err and "exclude" in err
-    assert state(repo) == before
+    assert "bot: skipped broken.py:1: cannot parse" in err and "exclude" in err
+    assert repo.head.commit.message.startswith("perf(") and "broken.py" not in repo.head.commit.stats.files
 
 
 def test_detached_head_is_refused(target, capsys):

@@ -163,7 +163,14 @@ def torchrun(tmp_path: Path, program: str, **env: str) -> list[dict]:
     process = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "program.py", str(out)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **env},
+        # TMPDIR: torchrun's torchelastic_* scratch stays in the test's directory
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO_ROOT),
+            "OMP_NUM_THREADS": "1",
+            "TMPDIR": str(tmp_path),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=240,

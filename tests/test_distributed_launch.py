@@ -57,7 +57,8 @@ def run_launch(
     tmp_path: Path, command: list[str], warmup: int = 1
 ) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "metrics.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    # TMPDIR: torchrun's torchelastic_* scratch stays in the test's directory
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
     process = subprocess.run(
         [
             sys.executable,

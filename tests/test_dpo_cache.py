@@ -63,6 +63,7 @@ def test_in_memory_dataset_gets_one_cache_directory_for_every_rank(tmp_path):
         "PYTHONPATH": str(REPO_ROOT),
         "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets"),
         "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(tmp_path),  # torchrun's torchelastic_* scratch stays in the test's directory
     }
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -70,8 +72,11 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_head(env):
-    """The address of a Ray head on 127.0.0.1 with 2 CPUs; its processes are killed by group afterwards."""
+    """The address of a Ray head on 127.0.0.1 with 2 CPUs; its processes are killed by group afterwards, and
+    its session files and the tasks' scratch directories (under a temporary directory of its own, short
+    enough for Ray's socket paths, instead of /tmp/ray and /tmp/perfbot-ray-job-*) removed."""
     port = free_port()
+    scratch = tempfile.mkdtemp(prefix="perfbot-test-ray-")
     head = subprocess.Popen(
         [
             sys.executable,
@@ -86,8 +91,9 @@ def ray_head(env):
             "--num-gpus=0",
             "--include-dashboard=false",
             "--disable-usage-stats",
+            f"--temp-dir={scratch}",
         ],
-        env={**os.environ, **env, "RAY_USAGE_STATS_ENABLED": "0"},
+        env={**os.environ, **env, "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": scratch},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -111,6 +117,7 @@ def ray_head(env):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
         head.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
-from bot.errors import BadInput
 from bot.scan import scan
+from bot.scope import Scope
 from optimizations import registry as registry_module
 from optimizations.program import repository as repository_module
 from optimizations.program.codemod import OptimizationCodemod, add_imports
@@ -116,10 +116,19 @@ def test_a_scan_never_parses_a_file_that_mentions_nothing_an_optimization_needs(
     assert any(site.path == "train.py" for finding in findings for site in finding.sites)
 
 
-def test_a_file_no_optimization_reads_must_still_be_valid_python(tmp_path):
-    make_repo(tmp_path, {"train.py": SFT, "util.py": "def double(x:\n    return 2 * x\n"})
-    with pytest.raises(BadInput, match="util.py:1: cannot parse"):
-        scan(tmp_path)
+def test_a_file_that_does_not_parse_is_skipped_with_its_line_whether_or_not_an_optimization_reads_it(
+    tmp_path,
+):
+    broken_plain = "def double(x:\n    return 2 * x\n"
+    broken_trainer = SFT + "def tail(:\n    pass\n"  # a file packing would change
+    make_repo(tmp_path, {"train.py": SFT, "util.py": broken_plain, "old_train.py": broken_trainer})
+    sources = SourceCache()
+    scope = Scope.of(tmp_path, sources)
+    assert [u.path for u in scope.skipped] == ["old_train.py", "util.py"]
+    assert scope.skipped[1].describe().startswith("skipped util.py:1: cannot parse")
+    findings = scan(tmp_path, sources=sources, scope=scope)
+    touched = {s.path for f in findings for s in f.sites}
+    assert "train.py" in touched and not touched & {"util.py", "old_train.py"}
 
 
 def test_a_scan_lists_the_repository_once_per_pattern(tmp_path, monkeypatch):

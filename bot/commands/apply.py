@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from bot.apply import TierRun
 from bot.commands import FromComment
-from bot.commands.options import add_bench_arguments, bench_options
+from bot.commands.options import add_bench_arguments, bench_options, tier_number
 from bot.conventions import issue_key
 from bot.local_tracker import LocalTracker
 from bot.sources import plan_file_of, plan_from_issue, tracker_for
@@ -17,7 +18,7 @@ from bot.workspace import Workspace
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The tier, where the plan comes from, the repository, benchmarking, pushing."""
-    parser.add_argument("--tier", type=int, required=True, help="which tier of the plan to apply")
+    parser.add_argument("--tier", type=tier_number, required=True, help="which tier of the plan to apply")
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--plan", metavar="FILE", help="plan markdown file (default: PLAN.md in the repository)"
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         plan, text, issue = plan_file_of(root, args.plan)
         local_issue = (plan.title or issue, text)
     job = TierRun.prepare(root, plan, args.tier, bench)
+    for unparsed in job.skipped:
+        print(f"bot: {unparsed.describe()}", file=sys.stderr)
     if local_issue is not None and isinstance(tracker, LocalTracker):
         tracker.create_issue(issue, *local_issue)
     with progress_bar(f"applying tier {args.tier}") as on_step:

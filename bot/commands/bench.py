@@ -17,7 +17,13 @@ from bot.workspace import Workspace
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Revisions, the repository and the benchmark options."""
-    parser.add_argument("revs", nargs="*", metavar="REV")
+    parser.add_argument(
+        "revs",
+        nargs="*",
+        metavar="REV",
+        help="commits to measure: shas, branches or tags (default: the work branch's baseline and every bot "
+        "commit on it)",
+    )
     parser.add_argument("--repo", default=".", help="target repository (default: .)")
     parser.add_argument(
         "--profile",

@@ -11,7 +11,7 @@ from bot.init import PUBLIC_REPOSITORY_WARNING, init_repository
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The repository and ``--force``."""
-    parser.add_argument("path", nargs="?", default=".")
+    parser.add_argument("path", nargs="?", default=".", help="the training repository to set up (default: .)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing workflow file")
     parser.add_argument(
         "--install",

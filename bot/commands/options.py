@@ -1,4 +1,4 @@
-"""Options shared by several commands (not a command itself): the benchmark settings."""
+"""Options shared by several commands (not a command itself): the benchmark settings and the tier."""
 
 from __future__ import annotations
 
@@ -6,6 +6,17 @@ import argparse
 
 from bot.benchmarking import BenchOptions
 from bot.errors import BadInput
+
+
+def tier_number(text: str) -> int:
+    """``--tier``: a plan's tiers are numbered 0 and up."""
+    try:
+        tier = int(text)
+    except ValueError:
+        tier = -1
+    if tier < 0:
+        raise argparse.ArgumentTypeError(f"a tier is a number, 0 or more (got {text!r})")
+    return tier
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from itertools import groupby
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Criterion
-from bot.scope import excluded
+from bot.scope import Scope
 from bot.sources import load_plan, read_plan_file
 from optimizations.program.repository import SourceCache
 from optimizations.registry import registry
@@ -32,7 +33,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         root = Path(args.repo)
         if not root.is_dir():
             raise BadInput(f"{args.repo} is not a directory; pass the root of the training repository")
-        known, exclude, sources = list(registry().values()), excluded(root), SourceCache()
+        known, sources = list(registry().values()), SourceCache()
+        scope = Scope.of(root, sources)
+        for unparsed in scope.skipped:
+            print(f"bot: {unparsed.describe()}", file=sys.stderr)
+        exclude = scope.exclude
         plan = match_by_location(plan, root, known, exclude, sources)
         plan = choose_by_sites(plan, root, known, exclude, sources)
     if args.json:

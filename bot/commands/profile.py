@@ -8,7 +8,7 @@ import json
 from benchmarks.profiling import format_profile
 from bot.benchmarking import BenchOptions, bench_spec
 from bot.commands import FromComment
-from bot.errors import BadInput
+from bot.errors import BadInput, require
 from bot.profiling import profile_workload
 from bot.workspace import Workspace
 
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Profile; print the bound, device-busy fraction, launches per step and top ops; keep the trace."""
     if args.steps < 1:
         raise BadInput(f"--steps must be at least 1 (got {args.steps})")
+    require("torch", "bot profile")
     workspace = Workspace("." if comment else args.repo)
     spec = bench_spec(workspace.root, BenchOptions(size=args.size))
     profile, folder = profile_workload(workspace, spec, args.rev, args.workload, args.steps)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from benchmarks.results import Results
 from bot.commands import FromComment
+from bot.commands.options import tier_number
 from bot.comments.verdict import render_verdict
 from bot.conventions import issue_key
 from bot.errors import BadInput
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="results file of `bot bench` (default: the one under .bot/results that measured the range)",
     )
     parser.add_argument(
-        "--tier", type=int, help="which tier's items to check (default: those the commits name)"
+        "--tier", type=tier_number, help="which tier's items to check (default: those the commits name)"
     )
     parser.add_argument(
         "--post", action="store_true", help="write (or update) the verdict comment on the issue"

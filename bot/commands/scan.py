@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.scan import render_plan, scan
+from bot.scope import Scope
 from bot.terminal import progress_bar
 from optimizations.program.repository import SourceCache
 
@@ -26,9 +28,12 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         raise BadInput(f"{args.path} is not a directory; pass the root of the training repository")
     sources = SourceCache()
     with progress_bar("scanning") as on_step:
-        findings = scan(root, on_step, sources)
+        scope = Scope.of(root, sources)
+        findings = scan(root, on_step, sources, scope)
+    for unparsed in scope.skipped:
+        print(f"bot: {unparsed.describe()}", file=sys.stderr)
     if args.plan:
-        print(render_plan(root, findings, sources), end="")
+        print(render_plan(root, findings, sources, scope), end="")
         return 0
     if args.json:
         data = {f.optimization.id: [s.__dict__ for s in f.sites] for f in findings}
@@ -42,4 +47,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         )
         for site in finding.sites:
             print(f"  {site.describe()}")
+    if scope.skipped:
+        names = ", ".join(u.path for u in scope.skipped)
+        print(f"\n{len(scope.skipped)} file(s) skipped, not readable as Python: {names}")
     return 0

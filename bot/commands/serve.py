@@ -14,8 +14,12 @@ from bot.webhook import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Where to listen, and the limits on connections."""
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s, this machine only; 0.0.0.0: every interface)",
+    )
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     parser.add_argument(
         "--max-connections",
         type=int,

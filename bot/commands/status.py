@@ -1,9 +1,12 @@
-"""``bot status``: the progress comment of the work branch checked out in a repository."""
+"""``bot status``: the progress comment of the work branch checked out in a repository, and its last bench when
+that was interrupted."""
 
 from __future__ import annotations
 
 import argparse
 
+from benchmarks.results import Results
+from bot.benchmarking import results_path
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.local_tracker import LocalTracker
@@ -30,9 +33,22 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         )
     if found.progress is None:
         print(f"no progress for tier {found.tier} of {found.issue} yet")
-        return 0
-    print_progress(found.progress)
-    local = isinstance(tracker, LocalTracker)
-    where = tracker.marker_file(found.issue, PROGRESS) if local else found.comment.url
-    print(f"progress comment: {where}")
+    else:
+        print_progress(found.progress)
+        local = isinstance(tracker, LocalTracker)
+        where = tracker.marker_file(found.issue, PROGRESS) if local else found.comment.url
+        print(f"progress comment: {where}")
+    if interrupted := interrupted_bench(workspace):
+        print(interrupted)
     return 0
+
+
+def interrupted_bench(workspace: Workspace) -> str | None:
+    """A line on the branch's last ``bot bench`` when it was interrupted (its finished runs are newer than the
+    last complete results), else None."""
+    kept = results_path(workspace.root, workspace.branch, "interrupted")
+    complete = results_path(workspace.root, workspace.branch)
+    if not kept.is_file() or (complete.is_file() and complete.stat().st_mtime >= kept.stat().st_mtime):
+        return None
+    runs = len(Results.load(kept).runs)
+    return f"bench interrupted: the {runs} measured runs that finished are in {kept}; run bot bench again"
