@@ -64,6 +64,12 @@ class UpdateFidelity:
         )
 
 
+def _covers(modified: torch.Size, baseline: torch.Size) -> bool:
+    """The modified weight is the baseline's, or the baseline's padded (an embedding with rows added): the
+    baseline's part of it is what is compared."""
+    return len(modified) == len(baseline) and all(m >= b for m, b in zip(modified, baseline, strict=True))
+
+
 def _trainable(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable weights by name, as float64 copies (a bf16 step and an fp32 one compare exactly)."""
     return {
@@ -92,15 +98,16 @@ def update_fidelity(
 
     Each builder is called right after ``torch.manual_seed(seed)``, so builders that make their model from a
     config start from the same weights. The two models must name their trainable weights alike, with the same
-    shapes (a change that renames or reshapes weights has no element-wise update to compare).
+    shapes or the modified one padded (vocabulary padding): its part that the baseline has is compared.
     """
     batches = list(batches)
     base, base_losses = _train(baseline, batches, seed)
     mod, losses = _train(modified, batches, seed)
-    if base.keys() != mod.keys() or any(base[n].shape != mod[n].shape for n in base):
+    if base.keys() != mod.keys() or not all(_covers(mod[n].shape, base[n].shape) for n in base):
         raise ValueError(
             "the modified program's trainable weights differ from the baseline's in name or shape"
         )
+    mod = {n: mod[n][tuple(slice(0, size) for size in base[n].shape)] for n in base}
     base_flat = torch.cat([d.flatten() for d in base.values()])
     mod_flat = torch.cat([mod[name].flatten() for name in base])
     base_moved, mod_moved = base_flat != 0, mod_flat != 0

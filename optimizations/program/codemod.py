@@ -410,21 +410,21 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         the file's shared walk and with nothing rebuilt: ``leave_`` gets the original node twice, and what it
         returns is dropped. For a scan, which keeps the sites and throws the edited tree away."""
         hooks = node_hooks(type(self))
-        walk = self.parsed.walk()
+        shared = self.parsed.walk()
         open_nodes: list[tuple[int, cst.CSTNode, Callable | None]] = []
         skip_until = -1
-        for position in walk.positions(*hooks):
+        for position in shared.positions(*hooks):
             while open_nodes and open_nodes[-1][0] <= position:
                 _, done, leave = open_nodes.pop()
                 if leave is not None:
                     leave(self, done, done)
             if position < skip_until:
                 continue
-            node = walk.nodes[position]
+            node = shared.nodes[position]
             visit, leave = hooks[type(node)]
             if visit is not None and visit(self, node) is False:
-                skip_until = walk.ends[node]
-            open_nodes.append((walk.ends[node], node, leave))
+                skip_until = shared.ends[node]
+            open_nodes.append((shared.ends[node], node, leave))
         for _, done, leave in reversed(open_nodes):
             if leave is not None:
                 leave(self, done, done)

@@ -86,7 +86,7 @@ class ScopedNames:
     # -- queries ---------------------------------------------------------------------------------------------
     def of(self, node: cst.CSTNode) -> Names:
         """The qualified names ``node`` may refer to: a name, an attribute chain on a name, or a call of one.
-        None for a node of another tree (a transformer's ``updated_node``), as libcst has no metadata for it."""
+        No names for a node of another tree (a transformer's ``updated_node``): libcst has no metadata for it."""
         if node not in self._parents:
             return frozenset()
         if node not in self._cache:
