@@ -89,7 +89,8 @@ def test_program_scans_and_applies_cleanly(program: Program, wheel_cache: Path, 
     scan, drafted, apply = outcome.steps
     assert scan.returncode == drafted.returncode == 0, scan.stderr + drafted.stderr
     # A drafted plan whose tier-1 rows are all refusals leaves apply nothing to do: bad input (2), said so.
-    nothing_to_apply = "— Tier 1" not in outcome.plan and NO_TIER_ONE in apply.stderr
+    # (``--json``: the one-line error is JSON on stdout)
+    nothing_to_apply = "— Tier 1" not in outcome.plan and NO_TIER_ONE in apply.stdout + apply.stderr
     assert apply.returncode in (0, 1) or (apply.returncode == 2 and nothing_to_apply), apply.stderr
     assert set(outcome.sites) == set(registry())
     assert outcome.compile_errors == []
