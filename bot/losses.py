@@ -11,13 +11,14 @@ tolerance). That comparison is the one judged; the other is reported with the re
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from benchmarks.results import Results
 from benchmarks.stats import STEPS, TOKENS, LossParity
 from bot import measurements
 from bot.formatting import delta
-from optimizations.registry import Numerics, listings
+from optimizations.registry import Listing, Numerics, listings
 
 STEP_SHIFT = 0.05  # tokens per optimizer step that differ by more than this change what a step is
 
@@ -83,10 +84,16 @@ class LossReading:
         return f"{delta(parity.delta)} {mark}"
 
 
+@functools.cache
+def _listed() -> dict[str, Listing]:
+    """The registered optimizations' listings by id, read once per process (each read parses their source)."""
+    return {listing.id: listing for listing in listings()}
+
+
 def contracts(results: Results) -> dict[str, tuple[Numerics, str]]:
     """Each measured commit's numerics contract and reason, by sha, from the optimization its trailer names;
     a commit that names none, or one this perfbot does not know, is held to ``exact``."""
-    known = {listing.id: listing for listing in listings()}
+    known = _listed()
     found = {}
     for info in results.commits:
         listing = known.get(info.optimization or "")
