@@ -69,20 +69,16 @@ def node_hooks(
     return hooks
 
 
-def imported_modules(module: cst.Module) -> set[str]:
-    """Modules the file imports plainly (``import x.y``, not aliased) outside functions and classes."""
-    return {
+def imported_modules(parsed: ParsedFile) -> frozenset[str]:
+    """Modules the file imports plainly (``import x.y``, not aliased) outside functions and classes; read once
+    per parse through ``parsed.derived``."""
+    return frozenset(
         code_of(alias.name)
-        for node in walk(module)
+        for node in walk(parsed.module)
         if isinstance(node, cst.Import)
         for alias in node.names
         if alias.asname is None
-    }
-
-
-def file_imports(parsed: ParsedFile) -> set[str]:
-    """:func:`imported_modules` of a parsed file (computed once per parse)."""
-    return imported_modules(parsed.module)
+    )
 
 
 def expr(code: str) -> cst.BaseExpression:
@@ -377,7 +373,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         wrapper (each provider resolved once for every codemod), not from a copy of the tree. ``sites_only``:
         the caller reads ``sites`` alone, so the imports the edits need are not added."""
         self.parsed = parsed
-        self.imported_modules = set(parsed.derived(file_imports))
+        self.imported_modules = set(parsed.derived(imported_modules))
         self.sites_only = sites_only
         self.context = replace(self.context, wrapper=parsed.wrapper)
         self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())

@@ -189,20 +189,17 @@ class ScopedNames:
             self._statement_scopes[statement] = self.scope_of(statement)
         return self._statement_scopes[statement]
 
-    def _outer(self, scope: cst.CSTNode) -> cst.CSTNode:
-        return self.scope_of(scope)
-
     def _visible_outer(self, scope: cst.CSTNode) -> cst.CSTNode:
         """The next scope whose names ``scope`` sees: class bodies are skipped from inside their methods."""
-        outer = self._outer(scope)
+        outer = self.scope_of(scope)
         while isinstance(outer, cst.ClassDef):
-            outer = self._outer(outer)
+            outer = self.scope_of(outer)
         return outer
 
     def _prefix(self, scope: cst.CSTNode) -> str:
         """How libcst names the bindings of ``scope``: ``f.<locals>.``, ``Model.``, ``<comprehension>.``."""
         if scope not in self._prefixes:
-            outer = self._prefix(self._outer(scope))
+            outer = self._prefix(self.scope_of(scope))
             if isinstance(scope, cst.FunctionDef):
                 own = f"{scope.name.value}.<locals>."
             elif isinstance(scope, cst.ClassDef):
@@ -281,7 +278,7 @@ class ScopedNames:
         elif isinstance(node, cst.NamedExpr):
             scope = self.scope_of(node)
             while isinstance(scope, COMPREHENSIONS):
-                scope = self._outer(scope)
+                scope = self.scope_of(scope)
             self._bind_target(node.target, scope)
 
 
