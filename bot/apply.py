@@ -16,7 +16,7 @@ from bot.publish import push_branch
 from bot.scope import Scope, Unparsed
 from bot.status import ItemStatus, tally
 from bot.tidy import tidy
-from bot.tracker import Tracker
+from bot.trackers.base import Tracker
 from bot.workspace import Workspace, commit_message
 from optimizations.program.repository import Change, RepoContext, Site, SourceCache, same_file
 from optimizations.program.shapes import ProgramShape, program_shapes

@@ -21,7 +21,7 @@ from bot.plan import Plan
 from bot.profiling import profile_commits
 from bot.progress import Progress, publish_progress
 from bot.reporting import publish_reports
-from bot.tracker import Tracker
+from bot.trackers.base import Tracker
 from bot.workspace import Workspace
 
 

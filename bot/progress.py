@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 from bot.conventions import parse_branch
 from bot.render import render
 from bot.status import ItemStatus
-from bot.tracker import PROGRESS, Comment, Tracker
+from bot.trackers.base import PROGRESS, Comment, Tracker
 
 
 @dataclass

@@ -18,7 +18,7 @@ from bot.progress import Progress, publish_progress
 from bot.regressions import DropOutcome, Rebench, drop_regressions
 from bot.review import Verdict, review
 from bot.status import ItemStatus
-from bot.tracker import NOTE, RESULTS, VERDICT, Tracker
+from bot.trackers.base import NOTE, RESULTS, VERDICT, Tracker
 from bot.workspace import Workspace
 
 

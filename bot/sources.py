@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bot.errors import BadInput
-from bot.local_tracker import LocalTracker
 from bot.plan import Plan, PlanError, parse_plan, unknown_optimizations
-from bot.tracker import Tracker
+from bot.trackers.base import Tracker
+from bot.trackers.local import LocalTracker
 from optimizations.registry import registry
 
 DEFAULT_PLAN = "PLAN.md"
@@ -27,7 +27,7 @@ def tracker_for(root: Path, env: Mapping[str, str] | None = None) -> Tracker:
     token = env.get("PERFBOT_TOKEN") or env.get("GITHUB_TOKEN")
     repository = env.get("GITHUB_REPOSITORY")
     if token and repository:
-        from bot.github_tracker import GitHubTracker  # PyGithub is slow to import; most runs are local
+        from bot.trackers.github import GitHubTracker  # PyGithub is slow to import; most runs are local
 
         return GitHubTracker.from_env(repository, env)
     return LocalTracker(root)

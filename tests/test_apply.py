@@ -11,10 +11,10 @@ from git_repos import commit_all, make_repo
 from bot import apply as apply_module
 from bot import sources as sources_module
 from bot.cli import main
-from bot.local_tracker import LocalTracker
 from bot.plan import parse_plan
 from bot.progress import Progress
-from bot.tracker import PROGRESS
+from bot.trackers.base import PROGRESS
+from bot.trackers.local import LocalTracker
 from optimizations.program.repository import FileResult, Site, TransformError
 from optimizations.registry import Optimization, registry
 

@@ -21,12 +21,12 @@ from github import GithubException
 from benchmarks.spec import BenchSpec
 from bot.conventions import tool_settings
 from bot.errors import BadInput
-from bot.github_tracker import ACTIONS_BOT_LOGIN, GitHubTracker
 from bot.init import WORKFLOW, init_repository
 from bot.redact import redact
-from bot.tracker import NOTE, PROGRESS, RESULTS
-from bot.trigger import Dispatcher, IssueLock, command_from_event, handle_event
-from bot.webhook import HandledLog, make_server, verify_signature
+from bot.service.dispatch import Dispatcher, IssueLock, command_from_event, handle_event
+from bot.service.server import HandledLog, make_server, verify_signature
+from bot.trackers.base import NOTE, PROGRESS, RESULTS
+from bot.trackers.github import ACTIONS_BOT_LOGIN, GitHubTracker
 
 REPO = "acme/trainer"
 ISSUE = 5

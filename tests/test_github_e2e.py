@@ -11,7 +11,7 @@ from git_repos import committed_example
 
 from bot.history import bot_commits
 from bot.progress import Progress
-from bot.trigger import handle_event, run_request
+from bot.service.dispatch import handle_event, run_request
 
 REPO = "acme/trainer"
 ISSUE = 12

@@ -24,14 +24,14 @@ from benchmarks.spec import Workload
 from bot.cli import main as bot_main
 from bot.comments.results import failed_runs
 from bot.errors import BadInput
-from bot.github_tracker import GitHubTracker
 from bot.history import bot_commits
 from bot.init import PUBLIC_REPOSITORY_WARNING, WORKFLOW, init_repository
 from bot.progress import Progress
 from bot.redact import redact
 from bot.security import scan_added_lines
-from bot.tracker import PROGRESS, VERDICT
-from bot.trigger import handle_event, run_request
+from bot.service.dispatch import handle_event, run_request
+from bot.trackers.base import PROGRESS, VERDICT
+from bot.trackers.github import GitHubTracker
 
 REPO = "acme/trainer"
 TOKEN = "ghp_" + "M1n2B3v4C5x6Z7l8K9j0" * 2

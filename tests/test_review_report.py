@@ -23,7 +23,6 @@ from bot.comments.note import render_note
 from bot.comments.results import render_results
 from bot.comments.verdict import render_verdict
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_REVERT_OF
-from bot.local_tracker import LocalTracker
 from bot.plan import Criterion, Plan, PlanItem, parse_plan
 from bot.progress import Progress, Row
 from bot.regressions import drop_regressions, slowdowns
@@ -46,7 +45,8 @@ from bot.review import (
 )
 from bot.security import scan_added_lines, scan_python
 from bot.status import ItemStatus
-from bot.tracker import COMMENT_LIMIT, NOTE, PROGRESS, RESULTS, VERDICT
+from bot.trackers.base import COMMENT_LIMIT, NOTE, PROGRESS, RESULTS, VERDICT
+from bot.trackers.local import LocalTracker
 from bot.workspace import Workspace, commit_message
 from optimizations.registry import registry
 

@@ -22,8 +22,14 @@ import pytest
 from test_github import RecordingRunner, post, wait_until
 
 from bot.redact import redact
-from bot.trigger import Dispatcher, command_from_event, configured_repository, handle_event, repository_of
-from bot.webhook import make_server
+from bot.service.dispatch import (
+    Dispatcher,
+    command_from_event,
+    configured_repository,
+    handle_event,
+    repository_of,
+)
+from bot.service.server import make_server
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "acme/trainer"
@@ -65,7 +71,7 @@ def signed(body: bytes) -> str:
 @pytest.fixture
 def server(api, tmp_path):
     """``make_server`` in a thread; the runner records what ran, the factory which trackers were made."""
-    from bot.github_tracker import GitHubTracker
+    from bot.trackers.github import GitHubTracker
 
     runner, made, failures = RecordingRunner(), [], []
 
@@ -393,7 +399,7 @@ def test_only_an_unindented_first_line_triggers(api, body):
 
 
 def test_the_bots_own_comments_never_run(api, tmp_path):
-    from bot.github_tracker import GitHubTracker
+    from bot.trackers.github import GitHubTracker
 
     tracker = GitHubTracker(REPO, TOKEN, base_url=api.url, seconds_between_writes=0)
     api.repos[REPO]["roles"]["perfbot"] = "admin"  # a machine user with write access, typed "User"
@@ -418,7 +424,7 @@ def test_the_bots_own_comments_never_run(api, tmp_path):
     ],
 )
 def test_comments_may_use_only_the_allowed_options(api, tmp_path, line):
-    from bot.github_tracker import GitHubTracker
+    from bot.trackers.github import GitHubTracker
 
     tracker = GitHubTracker(REPO, TOKEN, base_url=api.url, seconds_between_writes=0)
     runner = RecordingRunner()
@@ -431,7 +437,7 @@ def test_comments_may_use_only_the_allowed_options(api, tmp_path, line):
 
 
 def test_the_benchmark_settings_may_come_from_a_comment(api, tmp_path):
-    from bot.github_tracker import GitHubTracker
+    from bot.trackers.github import GitHubTracker
 
     tracker = GitHubTracker(REPO, TOKEN, base_url=api.url, seconds_between_writes=0)
     runner = RecordingRunner()

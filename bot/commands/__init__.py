@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bot.errors import BadInput
-from bot.tracker import Tracker
+from bot.trackers.base import Tracker
 
 # name → (module under bot.commands, one-line help). The order is the order of `bot --help`.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -9,10 +9,10 @@ from bot.apply import TierRun
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options, tier_number
 from bot.conventions import issue_key
-from bot.local_tracker import LocalTracker
 from bot.sources import plan_file_of, plan_from_issue, tracker_for
 from bot.terminal import print_progress, progress_bar
-from bot.tracker import PROGRESS
+from bot.trackers.base import PROGRESS
+from bot.trackers.local import LocalTracker
 from bot.workspace import Workspace
 
 

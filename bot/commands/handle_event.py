@@ -7,7 +7,7 @@ import os
 
 from bot.commands import FromComment
 from bot.errors import BadInput
-from bot.trigger import handle_event, run_request
+from bot.service.dispatch import handle_event, run_request
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from bot.plan import Plan
 from bot.progress import Progress, find_progress, find_run
 from bot.review import review_range
 from bot.sources import DEFAULT_PLAN, plan_file_of, plan_from_issue, tracker_for
-from bot.tracker import VERDICT, Tracker
+from bot.trackers.base import VERDICT, Tracker
 from bot.workspace import Workspace
 
 

@@ -8,8 +8,8 @@ import os
 
 from bot.commands import FromComment
 from bot.errors import BadInput
-from bot.trigger import configured_repository, run_request
-from bot.webhook import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve
+from bot.service.dispatch import configured_repository, run_request
+from bot.service.server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,11 +9,11 @@ from benchmarks.results import Results
 from bot.benchmarking import results_path
 from bot.commands import FromComment
 from bot.errors import BadInput
-from bot.local_tracker import LocalTracker
 from bot.progress import find_run
 from bot.sources import tracker_for
 from bot.terminal import print_progress
-from bot.tracker import PROGRESS
+from bot.trackers.base import PROGRESS
+from bot.trackers.local import LocalTracker
 from bot.workspace import Workspace
 
 

@@ -14,7 +14,7 @@ from bot.plan import Plan
 from bot.progress import Progress
 from bot.redact import redact
 from bot.render import markdown_cell
-from bot.tracker import COMMENT_LIMIT
+from bot.trackers.base import COMMENT_LIMIT
 
 FOLD_ROWS = 12
 # Headroom under GitHub's limit, which is counted here in UTF-8 bytes (never fewer than characters).

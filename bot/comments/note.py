@@ -18,7 +18,7 @@ from bot.regressions import DropOutcome
 from bot.render import render
 from bot.review import MAJOR, MET, Verdict
 from bot.status import ItemStatus
-from bot.tracker import NOTE
+from bot.trackers.base import NOTE
 
 
 def render_note(

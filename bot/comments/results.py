@@ -17,7 +17,7 @@ from bot.redact import redact
 from bot.regressions import DropOutcome
 from bot.render import render
 from bot.status import ItemStatus
-from bot.tracker import RESULTS
+from bot.trackers.base import RESULTS
 
 LOG_TAIL_LINES = 20
 _METRIC_NAMES = {"tokens_per_s": "tokens/s", "samples_per_s": "samples/s"}

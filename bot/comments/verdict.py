@@ -10,7 +10,7 @@ from bot.plan import Plan
 from bot.progress import Progress
 from bot.render import render
 from bot.review import MET, NOT_MET, Verdict
-from bot.tracker import VERDICT
+from bot.trackers.base import VERDICT
 
 _CRITERION_MARKS = {MET: "✅", NOT_MET: "❌"}
 _CLAIM_MARKS = {HELD: "✅", BELOW: "◐", REGRESSED: "❌", NOT_BORNE_OUT: "❌"}

@@ -1,7 +1,7 @@
 """The issue tracker the bot reads plans from and writes its comments to.
 
-Two backends implement :class:`Tracker`: ``bot.local_tracker.LocalTracker`` (files under ``.bot/``) and
-``bot.github_tracker.GitHubTracker`` (PyGithub). The bot owns exactly one comment per marker kind and edits it
+Two backends implement :class:`Tracker`: ``bot.trackers.local.LocalTracker`` (files under ``.bot/``) and
+``bot.trackers.github.GitHubTracker`` (PyGithub). The bot owns exactly one comment per marker kind and edits it
 in place; every marker is a hidden first line.
 """
 

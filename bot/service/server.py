@@ -5,7 +5,7 @@ later.
 signature), 411/400/413 to a missing, malformed or too large ``Content-Length``, 400 to a signed body that is
 not a well-formed event, 200 ``ignored`` to an event that is not a new ``/bot`` comment on the configured
 repository or whose comment was already handled, and 202 ``accepted`` to the rest, which a background worker
-then checks (:meth:`bot.trigger.Dispatcher.intake`) and runs, ``parallel_runs`` at a time; the issue lock keeps
+then checks (:meth:`bot.service.dispatch.Dispatcher.intake`) and runs, ``parallel_runs`` at a time; the issue lock keeps
 it to one run per issue.
 
 Replays are recognised by what the signature covers, the comment (``repository.id``, ``comment.id``,
@@ -36,8 +36,7 @@ from pathlib import Path
 
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, redact, register_secret
-from bot.tracker import Tracker
-from bot.trigger import (
+from bot.service.dispatch import (
     Accepted,
     CommentCommand,
     Dispatcher,
@@ -46,6 +45,7 @@ from bot.trigger import (
     command_from_event,
     default_state_dir,
 )
+from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def make_server(
     """A :class:`WebhookServer` for ``repository`` wired to a :class:`Dispatcher`; trackers default to
     ``GitHubTracker.from_env``; ``limits`` are :class:`WebhookServer`'s keywords."""
     if tracker_factory is None:
-        from bot.github_tracker import GitHubTracker
+        from bot.trackers.github import GitHubTracker
 
         tracker_factory = GitHubTracker.from_env
     state = Path(state_dir) if state_dir is not None else default_state_dir()

@@ -33,7 +33,7 @@ from bot.errors import BadInput, BotError
 from bot.progress import Progress, find_progress
 from bot.publish import check_out_branch, check_out_fetched, return_to
 from bot.redact import redact
-from bot.tracker import Tracker
+from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -503,7 +503,7 @@ def handle_event(
         log.warning("ignored a comment on %s: this bot serves %s", command.repo, repository)
         return 0
     if tracker is None:
-        from bot.github_tracker import GitHubTracker
+        from bot.trackers.github import GitHubTracker
 
         tracker = GitHubTracker.from_env(repository, env)
     dispatcher = Dispatcher(runner, state_dir if state_dir is not None else default_state_dir(env))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bot.conventions import state_dir
 from bot.errors import BadInput
-from bot.tracker import MARKERS, Comment, Issue
+from bot.trackers.base import MARKERS, Comment, Issue
 
 LOCAL_USER = "perfbot"
 
@@ -29,7 +29,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 class LocalTracker:
-    """A :class:`bot.tracker.Tracker` backed by files in ``<repo>/.bot``."""
+    """A :class:`bot.trackers.base.Tracker` backed by files in ``<repo>/.bot``."""
 
     def __init__(self, repo_root: str | Path, user: str = LOCAL_USER):
         self.root = state_dir(Path(repo_root))

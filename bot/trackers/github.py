@@ -1,4 +1,4 @@
-"""The GitHub backend of :class:`bot.tracker.Tracker`, on PyGithub.
+"""The GitHub backend of :class:`bot.trackers.base.Tracker`, on PyGithub.
 
 Retries: PyGithub's own :class:`github.GithubRetry` (an urllib3 ``Retry``) retries the idempotent methods
 (GET, PATCH, PUT, DELETE) on 5xx, 429 and rate-limit 403 responses and on connection errors, honouring
@@ -31,7 +31,7 @@ from urllib3.response import BaseHTTPResponse
 
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, redact, register_secret
-from bot.tracker import COMMENT_LIMIT, Comment, Issue
+from bot.trackers.base import COMMENT_LIMIT, Comment, Issue
 
 log = logging.getLogger(__name__)
 
