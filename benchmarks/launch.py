@@ -272,6 +272,7 @@ def build_record(
     record.update(measured)
     if meter.planted_slowdown:
         record["planted_slowdown"] = meter.planted_slowdown
+        record["planted_waited"] = round(meter.planted_waited, 4)
     record["env"] = env
     record["command"] = list(command)
     return record

@@ -35,7 +35,8 @@ step would; ``tokens``, ``samples`` and ``step_time_s`` keep the totals and the 
 A meter made with ``planted_slowdown`` (the self-check of ``bot calibrate``; see :mod:`benchmarks.launch`) waits
 that fraction of every step's duration when the step closes, so the next step lasts that much longer: a known
 regression in an otherwise unchanged program. It waits busy (a sleep would add the CPU's wake-up to the delay);
-on CUDA it synchronises the device first, to time the step.
+on CUDA it synchronises the device first, to time the step. The record keeps the fraction it actually waited
+(``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked.
 
 ``host_load_others`` is the share of the host's CPUs that other processes kept busy while the measured steps ran
 (:mod:`benchmarks.host`): a benchmark sharing its machine measures the other tenants too, and the statistics leave
@@ -274,6 +275,8 @@ class Meter:
     def __init__(self, planted_slowdown: float = 0.0, load_from_step: int = 0) -> None:
         self.planted_slowdown = planted_slowdown
         self._plant_since = 0.0
+        self._planted_waited = 0.0  # seconds the plant waited, and the step time it was a fraction of
+        self._planted_of = 0.0
         self._load_from_step = load_from_step
         self._load_start: host.Reading | None = None
         self._steps: list[_Step] = []
@@ -502,7 +505,15 @@ class Meter:
         until = now + self.planted_slowdown * (now - self._plant_since)
         while time.perf_counter() < until:  # busy: a sleeping CPU would add its wake-up to the delay
             pass
+        self._planted_of += now - self._plant_since
         self._plant_since = time.perf_counter()
+        self._planted_waited += self._plant_since - now
+
+    @property
+    def planted_waited(self) -> float:
+        """The fraction of the step time the plant actually waited: more than asked for when the host preempted
+        the wait at its deadline."""
+        return self._planted_waited / self._planted_of if self._planted_of else 0.0
 
     # -- results ------------------------------------------------------------------------------------------------
 

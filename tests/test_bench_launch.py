@@ -226,6 +226,8 @@ def test_a_plant_file_slows_every_step_by_its_fraction(tmp_path: Path) -> None:
     assert metrics["planted_slowdown"] == 0.5
     # each measured step sleeps 20 ms and then waits half of the step before it: never under 30 ms
     assert metrics["step_time_s"]["median"] >= 0.030
+    # and it says how much it actually waited: at least what was asked, more only where the host preempted it
+    assert 0.5 <= metrics["planted_waited"] < 1.5
     (tmp_path / PLANT_FILE).write_text('{"slowdown": "lots"}')
     completed, _ = launch(tmp_path, SLEEPY_PROGRAM, "3", warmup=1)
     assert completed.returncode == 2 and "'slowdown' must be a fraction" in completed.stderr

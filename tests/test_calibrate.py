@@ -61,7 +61,6 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     assert summary["false_wins"] == 0 and summary["false_alarms"] == 0
     [planted] = summary["planted"]
     assert (planted["slowdown"], planted["detected"], planted["miss_rate"]) == (0.3, 2, 0.0)
-    assert -0.29 < planted["measured_change"] < -0.17  # steps 30% longer: about -23% samples/s
     assert code == 0
     # the repository is untouched; each trial's results and the summary are kept, the scratch clone is not
     assert git.Repo(root).head.commit.hexsha == head and not git.Repo(root).is_dirty()
@@ -74,11 +73,17 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
         "perf(calibrate): no-op (+10% tokens/s)",
         "perf(calibrate): planted 30% per-step slowdown (+10% tokens/s)",
     ]
-    planted_runs = [r for r in trial["runs"] if r["commit"] == trial["commits"][2]["sha"] and r["metrics"]]
-    assert planted_runs and all(r["metrics"]["planted_slowdown"] == 0.3 for r in planted_runs)
     assert trial["calibration"]["loop"]["steps"] >= 20 and trial["stopping"]["loop"]["reason"]
-    # the second trial measures the window the first one calibrated, without calibration runs of its own
     second = json.loads((run / "trial-01.json").read_text())
+    planted_runs = _planted_runs(trial)
+    assert planted_runs and all(r["metrics"]["planted_slowdown"] == 0.3 for r in planted_runs)
+    # Steps 30% longer is about -23% samples/s. On a loaded host a busy wait preempted at its deadline waits
+    # longer than asked, so the change is judged against what the plants of both trials actually waited.
+    waited = sorted(r["metrics"]["planted_waited"] for t in (trial, second) for r in _planted_runs(t))
+    assert waited[0] >= 0.3
+    expected = -waited[len(waited) // 2] / (1 + waited[len(waited) // 2])
+    assert abs(planted["measured_change"] - expected) < 0.06, (planted["measured_change"], waited)
+    # the second trial measures the window the first one calibrated, without calibration runs of its own
     first_found, second_found = trial["calibration"]["loop"], second["calibration"]["loop"]
     assert first_found["runs"] >= 1 and "runs" not in second_found
     assert (second_found["steps"], second_found["min_time_s"]) == (first_found["steps"], 0)
@@ -86,3 +91,8 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     # a later call adds to the same folder's figure; with no trials it summarizes the ones there
     assert main(["calibrate", "--repo", str(root), "--trials", "0", "--out", str(run), "--json"]) == code
     assert json.loads(capsys.readouterr().out) | {"results": None} == summary | {"results": None}
+
+
+def _planted_runs(trial: dict) -> list[dict]:
+    """The measured runs of a trial's planted commit (its third)."""
+    return [r for r in trial["runs"] if r["commit"] == trial["commits"][2]["sha"] and r["metrics"]]
