@@ -178,6 +178,7 @@ class TierRun:
         progress.behavioural = [
             f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural
         ]
+        progress.skipped = [unparsed.reason for unparsed in self.skipped]
 
         def publish(headline: str) -> None:
             progress.headline = headline

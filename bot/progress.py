@@ -45,6 +45,7 @@ class Progress:
     head: str = ""
     rows: list[Row] = field(default_factory=list)
     behavioural: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # files left out: they do not parse, and why
     bench: dict = field(default_factory=dict)
 
     @property

@@ -238,6 +238,10 @@ def test_files_that_do_not_parse_are_skipped_named_and_counted(target):
     applied = run_bot("apply", "--tier", "1", "--repo", str(root))
     assert applied.returncode == 0 and "bot: skipped legacy.py:1: cannot parse" in applied.stderr
     assert set(repo.head.commit.stats.files) == {"train.py"}
+    # the progress comment names them too, for whoever reads the run on the issue
+    [progress] = (root / ".bot" / "issues").glob("*/progress.md")
+    listed = progress.read_text().split("**Files skipped", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert [line.split(":")[0] for line in listed] == ["- legacy.py", "- templated.py"]
 
 
 def test_a_negative_tier_is_refused(target):
