@@ -72,6 +72,7 @@ HELP_OPTIONS = frozenset({"--help", "-h"})
 CHECKOUT_COMMANDS = ("apply", "bench", "review")
 
 _parse_lock = threading.Lock()
+_build_lock = threading.Lock()
 # Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
 # that had the same pid (a container restarted, its server is pid 1 again).
 _held: set[Path] = set()
@@ -301,9 +302,10 @@ class Dispatcher:
 
     @property
     def parser(self) -> argparse.ArgumentParser:
-        """The parser commands are read with (built on first use: it loads every command)."""
-        if self._parser is None:
-            self._parser = build_parser()
+        """The parser commands are read with (built on first use, once: it loads every command, seconds)."""
+        with _build_lock:
+            if self._parser is None:
+                self._parser = build_parser()
         return self._parser
 
     def handle(self, command: CommentCommand, tracker: Tracker) -> int:
@@ -311,10 +313,13 @@ class Dispatcher:
         accepted = self.intake(command, tracker)
         return self.run(accepted) if accepted else 0
 
-    def intake(self, command: CommentCommand, tracker: Tracker) -> Accepted | None:
+    def intake(
+        self, command: CommentCommand, tracker: Tracker, repository_id: int | None = None
+    ) -> Accepted | None:
         """The quick part: the repository, the author, permission, parsing, answers to help/status, the issue
-        lock. None when done."""
-        expected = getattr(tracker, "repository_id", None)
+        lock. None when done. ``repository_id`` is the configured repository's, when known (else the tracker's).
+        """
+        expected = repository_id if repository_id is not None else getattr(tracker, "repository_id", None)
         if expected is not None and command.repo_id != expected:
             log.warning(
                 "ignored a comment on repository id %s: %s is %s", command.repo_id, command.repo, expected

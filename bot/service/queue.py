@@ -187,7 +187,8 @@ class Workers:
         ]
 
     def start(self) -> None:
-        """Start the checking threads."""
+        """Start the checking threads, and load the command parser meanwhile (the first check needs it)."""
+        threading.Thread(target=lambda: self.dispatcher.parser, name="bot-parser", daemon=True).start()
         for thread in self._checkers:
             thread.start()
 
@@ -236,13 +237,13 @@ class Workers:
     def _check(self, command: CommentCommand) -> None:
         try:
             tracker = self.tracker_factory(command.repo)
-            accepted = self.dispatcher.intake(command, tracker)
+            accepted = self.dispatcher.intake(command, tracker, self.repository_id)
+            if self.repository_id is None:
+                self.repository_id = getattr(tracker, "repository_id", None)
         except Exception:
             state = self.deliveries.retry(command.key)
             log.exception("could not check %s on %s#%s (%s)", command.key, command.repo, command.issue, state)
             return
-        if self.repository_id is None:
-            self.repository_id = getattr(tracker, "repository_id", None)
         if accepted is None:
             self.deliveries.mark(command.key, State.DONE)
         elif self.stopping.is_set():
