@@ -19,10 +19,21 @@ from statistics import median
 
 import pytest
 from test_github import post, wait_until
-from test_webhook_attacks import ISSUE, REPO, ROOT, SECRET, api, bot_serve, event, usage  # noqa: F401 (api: a fixture)
+from test_webhook_attacks import ISSUE, REPO, ROLES, ROOT, SECRET, TOKEN, bot_serve, event, usage
 
 PERMISSION = rf"/repos/{REPO}/collaborators/{{}}/permission"
 USAGE = "Comment `/bot <command> [options]`"
+
+
+@pytest.fixture
+def api(github_server):
+    """The local GitHub API with the bot, a write user (wes), a read-only one (rob) and the served issue."""
+    github_server.add_user(TOKEN, "perfbot")
+    for login in ROLES:
+        github_server.add_user(f"token-of-{login}", login)
+    github_server.add_repo(REPO, roles=ROLES)
+    github_server.add_issue(REPO, ISSUE, "plan", "| # | Change |\n|---|---|\n| A | workers |")
+    return github_server
 
 
 def deliver(address, api, author: str, line: str, **changes) -> tuple[int, int]:
