@@ -203,8 +203,6 @@ def test_serve_survives_300_slow_clients(api, tmp_path):
         process,
         address,
     ):
-        rss_before, threads_before = usage(process.pid)
-
         trickle = socket.create_connection(address, timeout=5)  # one byte at a time: never idle long
         trickle.sendall(b"POST /webhook HTTP/1.1\r\n")
         started, cut = time.monotonic(), None
@@ -215,6 +213,7 @@ def test_serve_survives_300_slow_clients(api, tmp_path):
         cut = time.monotonic() - started
         trickle.close()
         assert cut < timeout + 2
+        rss_before, threads_before = usage(process.pid)  # the workers' threads have all started by now
 
         slow = []
         for _ in range(300):

@@ -8,7 +8,8 @@ event's ``repository.id`` must be the configured repository's, and the commenter
 collaborator permission API) write, maintain or admin. ``help`` and ``status`` are answered here; every other
 command goes to the injected runner while a lock file holds the issue, so a second command meanwhile is
 answered with a link instead. Every command ends with a final reaction (🚀 done, 😕 refused, busy or failed);
-refusals are replied to at most once per sender and issue in a few minutes (:mod:`bot.service.replies`).
+a sender without permission, or whose issue is busy, is answered in words at most once per issue in a few
+minutes (:mod:`bot.service.replies`).
 """
 
 from __future__ import annotations
@@ -341,12 +342,9 @@ class Dispatcher:
             return None
         _react(tracker, command.comment_id, "eyes")
         parsed = self._parse(command.line)
-        if parsed.answer is not None:
-            if parsed.failed:
-                self._refuse(tracker, command, parsed.answer)
-            else:
-                tracker.reply(command.issue, parsed.answer)
-                _react(tracker, command.comment_id, "rocket")
+        if parsed.answer is not None:  # to someone who may run commands: always worth the words
+            tracker.reply(command.issue, parsed.answer)
+            _react(tracker, command.comment_id, "confused" if parsed.failed else "rocket")
             return None
         argv, name = parsed.argv, parsed.argv[0]
         if name == "help":
