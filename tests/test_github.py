@@ -381,6 +381,7 @@ def test_second_command_while_one_runs_gets_the_progress_link(api, tracker, tmp_
     assert "already in progress" in busy["body"] and f"#issuecomment-{progress['id']}" in busy["body"]
     assert second_runner.requests == []
     assert api.reactions_on(first.comment_id) == ["eyes", "rocket"]
+    assert api.reactions_on(second.comment_id) == ["eyes", "confused"]  # busy ends with a reaction too
 
 
 def test_stale_locks_are_taken_over(tmp_path):

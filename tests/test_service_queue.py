@@ -118,3 +118,14 @@ def test_one_refusal_per_sender_and_issue_in_a_window_remembered_across_restarts
     assert refusals.may_reply("acme/trainer", 6, "rob") and refusals.may_reply("acme/trainer", 5, "eve")
     assert not RefusalLog(tmp_path).may_reply("acme/trainer", 5, "rob")
     assert RefusalLog(tmp_path, window=0).may_reply("acme/trainer", 5, "rob")  # the window has passed
+
+
+def test_a_failed_run_is_reported_without_the_servers_paths(tmp_path):
+    tracker = LocalTracker(tmp_path / "repo")
+
+    def failing(request):
+        raise FileNotFoundError(f"[Errno 2] No such file or directory: '{tmp_path}/state/results.json'")
+
+    assert Dispatcher(failing, tmp_path / "state").handle(command(1, line="/bot bench"), tracker) == 1
+    [reply] = [comment.body for comment in tracker.comments(5)]
+    assert "failed: FileNotFoundError" in reply and "'<path>'" in reply and str(tmp_path) not in reply
