@@ -19,7 +19,7 @@ from statistics import median
 
 import pytest
 from test_github import post, wait_until
-from test_webhook_attacks import ISSUE, REPO, ROLES, ROOT, SECRET, TOKEN, bot_serve, event, usage
+from test_webhook_attacks import ISSUE, REPO, ROLES, ROOT, SECRET, TOKEN, bot_serve, event, settled, usage
 
 PERMISSION = rf"/repos/{REPO}/collaborators/{{}}/permission"
 USAGE = "Comment `/bot <command> [options]`"
@@ -60,6 +60,7 @@ def finished(api, comment_id: int) -> bool:
 def test_reconnecting_slow_clients_leave_room_for_signed_deliveries(api, tmp_path):
     clients, per_second, deliveries = 40, 12, 60  # the attack of #28: 0 of 60 got through the threaded server
     with bot_serve(tmp_path, api) as (process, address):  # the default 10 s to send a request
+        settled(tmp_path)
         rss_before, threads_before = usage(process.pid)
         stop, held, lock = threading.Event(), [], threading.Lock()
 

@@ -188,7 +188,7 @@ class Workers:
 
     def start(self) -> None:
         """Start the checking threads, and load the command parser meanwhile (the first check needs it)."""
-        threading.Thread(target=lambda: self.dispatcher.parser, name="bot-parser", daemon=True).start()
+        threading.Thread(target=self._load_parser, name="bot-parser", daemon=True).start()
         for thread in self._checkers:
             thread.start()
 
@@ -220,6 +220,11 @@ class Workers:
                 key, accepted = self._ready.get_nowait()
                 accepted.lock.release()
                 self.deliveries.mark(key, State.QUEUED)
+
+    def _load_parser(self) -> None:
+        started = time.monotonic()
+        self.dispatcher.parser  # noqa: B018 - built on first use
+        log.info("command parser loaded in %.1f s", time.monotonic() - started)
 
     def _run_command(self, request: CommandRequest) -> int:
         self.in_runner = True
