@@ -24,7 +24,7 @@ from bot.errors import BadInput
 from bot.init import WORKFLOW, init_repository
 from bot.redact import redact
 from bot.service.dispatch import Dispatcher, IssueLock, command_from_event, handle_event
-from bot.service.server import HandledLog, make_server, verify_signature
+from bot.service.server import make_server, verify_signature
 from bot.trackers.base import NOTE, PROGRESS, RESULTS
 from bot.trackers.github import ACTIONS_BOT_LOGIN, GitHubTracker
 
@@ -47,6 +47,7 @@ def api(github_server):
         github_server.add_user(f"token-of-{login}", login)
     github_server.add_user("token-of-eve", "eve")
     github_server.add_repo(REPO, roles=ROLES)
+    github_server.repos[REPO]["id"] = REPO_ID  # the id the events below carry
     github_server.add_issue(REPO, ISSUE, "Tier 1 perf plan", "| # | Change |\n|---|---|\n| A | workers |")
     return github_server
 
@@ -297,7 +298,7 @@ def test_user_without_write_permission_is_refused(api, tracker, tmp_path, user):
     reply = api.comments_on(REPO, ISSUE)[-1]
     assert reply["author"] == "perfbot" and f"@{user}" in reply["body"]
     assert "write, maintain or admin" in reply["body"]
-    assert api.reactions_on(command.comment_id) == []
+    assert api.reactions_on(command.comment_id) == ["confused"]  # the final reaction, and no 👀 before it
 
 
 def test_failed_run_reacts_confused_and_releases_the_lock(api, tracker, tmp_path):
@@ -380,6 +381,7 @@ def test_second_command_while_one_runs_gets_the_progress_link(api, tracker, tmp_
     assert "already in progress" in busy["body"] and f"#issuecomment-{progress['id']}" in busy["body"]
     assert second_runner.requests == []
     assert api.reactions_on(first.comment_id) == ["eyes", "rocket"]
+    assert api.reactions_on(second.comment_id) == ["eyes", "confused"]  # busy ends with a reaction too
 
 
 def test_stale_locks_are_taken_over(tmp_path):
@@ -445,18 +447,6 @@ def test_signature_matches_githubs_test_vector():
     assert not verify_signature("It's a Secret to Everybody", b"Hello, World!", None)
 
 
-def test_handled_log_is_bounded_and_persisted(tmp_path):
-    log = HandledLog(tmp_path / "handled.json", capacity=3)
-    assert [log.claim(k) for k in ("a", "b", "a")] == [True, True, False]  # pending counts as taken
-    log.release("b")
-    assert log.claim("b")
-    for key in ("a", "b", "c", "d"):
-        log.claim(key)
-        log.done(key)
-    reloaded = HandledLog(tmp_path / "handled.json", capacity=3)
-    assert [reloaded.claim(k) for k in ("b", "c", "d", "a")] == [False, False, False, True]
-
-
 SECRET = "webhook-secret-for-tests"
 
 
@@ -497,7 +487,7 @@ def webhook(api, tracker, tmp_path):
             tracker_factory=lambda repo: tracker,
             state_dir=tmp_path / "state",
         )
-        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         started.append((server, thread))
         return server

@@ -9,7 +9,7 @@ import os
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.service.dispatch import configured_repository, run_request
-from bot.service.server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, serve
+from bot.service.server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, check_secret, serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-connections",
         type=int,
         default=MAX_CONNECTIONS,
-        help="connections served at once; more are answered 503 (default: %(default)s)",
+        help="connections open at once; more are answered 503 (default: %(default)s)",
     )
     parser.add_argument(
         "--request-timeout",
@@ -35,11 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Serve until interrupted; the secret comes from ``$PERFBOT_WEBHOOK_SECRET``, the one repository served
-    from ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
-    secret = os.environ.get("PERFBOT_WEBHOOK_SECRET")
-    if not secret:
-        raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
+    """Serve until SIGTERM or Ctrl-C; the secret comes from ``$PERFBOT_WEBHOOK_SECRET`` (16 characters at
+    least), the one repository served from ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
+    secret = check_secret(os.environ.get("PERFBOT_WEBHOOK_SECRET"))
     repository = configured_repository()
     if repository is None:
         raise BadInput(

@@ -4,9 +4,12 @@ A comment whose first line is ``/bot <command> [options]``, unindented (an inden
 block), is parsed with the CLI's own parser, after checking that it uses only the options a comment may
 (:data:`COMMENT_OPTIONS`). Only a new comment (``issue_comment`` / ``created``) on an issue of the configured
 repository triggers; edits, pull-request comments and comments by bots or by the bot's own account do not. The
-commenter's repository permission (the collaborator permission API) must be write, maintain or admin.
-``help`` and ``status`` are answered here; every other command goes to the injected runner while a lock file
-holds the issue, so a second command meanwhile is answered with a link instead.
+event's ``repository.id`` must be the configured repository's, and the commenter's repository permission (the
+collaborator permission API) write, maintain or admin. ``help`` and ``status`` are answered here; every other
+command goes to the injected runner while a lock file holds the issue, so a second command meanwhile is
+answered with a link instead. Every command ends with a final reaction (🚀 done, 😕 refused, busy or failed);
+a sender without permission, or whose issue is busy, is answered in words at most once per issue in a few
+minutes (:mod:`bot.service.replies`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from bot.errors import BadInput, BotError
 from bot.progress import Progress, find_progress
 from bot.publish import check_out_branch, check_out_fetched, return_to
 from bot.redact import redact
+from bot.service.replies import RefusalLog, public, quoted
 from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ HELP_OPTIONS = frozenset({"--help", "-h"})
 CHECKOUT_COMMANDS = ("apply", "bench", "review")
 
 _parse_lock = threading.Lock()
+_build_lock = threading.Lock()
 # Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
 # that had the same pid (a container restarted, its server is pid 1 again).
 _held: set[Path] = set()
@@ -289,16 +294,19 @@ class Dispatcher:
         runner: Runner,
         state_dir: str | Path,
         parser: argparse.ArgumentParser | None = None,
+        refusals: RefusalLog | None = None,
     ) -> None:
         self.runner = runner
         self.state_dir = Path(state_dir)
+        self.refusals = refusals if refusals is not None else RefusalLog(self.state_dir)
         self._parser = parser
 
     @property
     def parser(self) -> argparse.ArgumentParser:
-        """The parser commands are read with (built on first use: it loads every command)."""
-        if self._parser is None:
-            self._parser = build_parser()
+        """The parser commands are read with (built on first use, once: it loads every command, seconds)."""
+        with _build_lock:
+            if self._parser is None:
+                self._parser = build_parser()
         return self._parser
 
     def handle(self, command: CommentCommand, tracker: Tracker) -> int:
@@ -306,25 +314,35 @@ class Dispatcher:
         accepted = self.intake(command, tracker)
         return self.run(accepted) if accepted else 0
 
-    def intake(self, command: CommentCommand, tracker: Tracker) -> Accepted | None:
-        """The quick part: the author, permission, parsing, answers to help/status, the issue lock. None when
-        done."""
+    def intake(
+        self, command: CommentCommand, tracker: Tracker, repository_id: int | None = None
+    ) -> Accepted | None:
+        """The quick part: the repository, the author, permission, parsing, answers to help/status, the issue
+        lock. None when done. ``repository_id`` is the configured repository's, when known (else the tracker's).
+        """
+        expected = repository_id if repository_id is not None else getattr(tracker, "repository_id", None)
+        if expected is not None and command.repo_id != expected:
+            log.warning(
+                "ignored a comment on repository id %s: %s is %s", command.repo_id, command.repo, expected
+            )
+            return None
         own = getattr(tracker, "bot_login", None)
         if own and command.author.lower() == own.lower():
             log.info("ignored the bot's own comment %s", command.comment_url)
             return None
         permission = tracker.permission(command.author)
         if permission not in MAY_RUN:
-            log.info("refused %s from %s (permission %s)", command.line, command.author, permission)
-            tracker.reply(
-                command.issue,
+            log.info("refused /bot from %s (permission %s)", command.author, permission)
+            self._refuse(
+                tracker,
+                command,
                 f"@{command.author} only people with write, maintain or admin permission on this repository "
-                f"can run `/bot` commands (yours: {permission}). Ask a maintainer to run it.",
+                f"can run `/bot` commands (yours: {quoted(permission)}). Ask a maintainer to run it.",
             )
             return None
         _react(tracker, command.comment_id, "eyes")
         parsed = self._parse(command.line)
-        if parsed.answer is not None:
+        if parsed.answer is not None:  # to someone who may run commands: always worth the words
             tracker.reply(command.issue, parsed.answer)
             _react(tracker, command.comment_id, "confused" if parsed.failed else "rocket")
             return None
@@ -341,7 +359,7 @@ class Dispatcher:
         if not lock.acquire(
             {"author": command.author, "comment_url": command.comment_url, "command": command.line}
         ):
-            tracker.reply(command.issue, self._busy(tracker, command, lock))
+            self._refuse(tracker, command, self._busy(tracker, command, lock))
             return None
         request = CommandRequest(
             command.repo,
@@ -366,7 +384,7 @@ class Dispatcher:
             with contextlib.suppress(Exception):
                 request.tracker.reply(
                     request.issue,
-                    f"`/bot {' '.join(request.argv)}` failed: {type(error).__name__}: {redact(error)}",
+                    f"`/bot {quoted(' '.join(request.argv))}` failed: {type(error).__name__}: {public(str(error))}",
                 )
             return 1
         finally:
@@ -383,16 +401,26 @@ class Dispatcher:
             f"```\n{self.parser.format_help().rstrip()}\n```"
         )
 
+    def _refuse(self, tracker: Tracker, command: CommentCommand, text: str) -> None:
+        """Reply ``text`` unless this sender had a refusal on this issue lately; react 😕 either way."""
+        if self.refusals.may_reply(command.repo, command.issue, command.author):
+            tracker.reply(command.issue, text)
+        else:
+            log.info("refused %s on #%s again: reacting only", command.author, command.issue)
+        _react(tracker, command.comment_id, "confused")
+
     def _parse(self, line: str) -> Parsed:
         """The arguments after ``/bot`` and their parse, or the answer to give instead of running."""
         try:
             argv = tuple(shlex.split(line[len(PREFIX) :]))
         except ValueError as error:
-            return Parsed((), answer=f"Could not read `{line}`: {error}.")
+            return Parsed((), answer=f"Could not read `{quoted(line)}`: {error}.")
         argv = argv or ("help",)
         if argv[0] not in COMMENT_COMMANDS:
             names = ", ".join(f"`{name}`" for name in COMMENT_COMMANDS)
-            return Parsed(argv, answer=f"`/bot {argv[0]}` cannot run from a comment. Commands here: {names}.")
+            return Parsed(
+                argv, answer=f"`/bot {quoted(argv[0])}` cannot run from a comment. Commands here: {names}."
+            )
         allowed = COMMENT_OPTIONS[argv[0]] | HELP_OPTIONS
         refused = [
             token
@@ -404,7 +432,7 @@ class Dispatcher:
             return Parsed(
                 argv,
                 answer=(
-                    f"`{refused[0]}` is for the command line: from a comment the plan is this issue, the "
+                    f"`{quoted(refused[0])}` is for the command line: from a comment the plan is this issue, the "
                     "repository is the one the bot runs in, and benchmarks run where the bot runs. "
                     f"Options of `/bot {argv[0]}` here: {options}."
                 ),
@@ -419,7 +447,10 @@ class Dispatcher:
             try:
                 return Parsed(argv, self.parser.parse_args(list(argv)))
             except BotError as error:
-                text = f"`/bot {' '.join(argv)}` is not a valid command:\n\n```\n{redact(error)}\n```"
+                text = (
+                    f"`/bot {quoted(' '.join(argv))}` is not a valid command:\n\n"
+                    f"```\n{public(quoted(str(error), limit=300))}\n```"
+                )
                 return Parsed(argv, answer=text)
 
     def _status(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
@@ -427,7 +458,7 @@ class Dispatcher:
         holder = lock.holder()
         if holder is not None:
             where = progress.url if progress else holder.get("comment_url", "")
-            running = f"`{holder.get('command', '/bot')}` by @{holder.get('author', '?')}"
+            running = f"`{quoted(str(holder.get('command', '/bot')))}` by @{holder.get('author', '?')}"
             return f"A run is in progress ({running}): {where}"
         if progress is not None:
             return f"No run in progress. Latest progress: {progress.url}"

@@ -1,50 +1,49 @@
-"""``bot serve``: the webhook server. Verifies GitHub's signature, drops replays, answers at once, works
-later.
+"""``bot serve``: the webhook server. Verifies GitHub's signature, drops replays, queues the delivery durably,
+answers at once, works later.
 
-``POST /webhook`` answers 401 to an unsigned or mis-signed request (before reading a body that carries no
+An asynchronous HTTP server (aiohttp's low-level server on one event loop thread), so idle and slow
+connections cost a little memory each, never a thread, and signed deliveries get through while slow clients
+wait. ``POST /webhook`` answers 401 to an unsigned or mis-signed request (before reading a body that carries no
 signature), 411/400/413 to a missing, malformed or too large ``Content-Length``, 400 to a signed body that is
 not a well-formed event, 200 ``ignored`` to an event that is not a new ``/bot`` comment on the configured
-repository or whose comment was already handled, and 202 ``accepted`` to the rest, which a background worker
-then checks (:meth:`bot.service.dispatch.Dispatcher.intake`) and runs, ``parallel_runs`` at a time; the issue lock keeps
-it to one run per issue.
+repository (its name, and its id once known) or whose comment was already accepted, and 202 ``accepted`` to the
+rest, once it is committed to the :class:`~bot.service.queue.DeliveryQueue` that :class:`~bot.service.queue.
+Workers` work off.
 
 Replays are recognised by what the signature covers, the comment (``repository.id``, ``comment.id``,
 ``action``), never by the unsigned ``X-GitHub-Delivery`` header: the same signed body under a new delivery id
-is ignored, while GitHub's redelivery of an event that was not handled yet runs.
+is ignored, while GitHub's redelivery of an event whose checks failed runs.
 
-Every connection has ``request_timeout`` seconds, in all, to send its request, and at most
-``max_connections`` are served at once; the ones beyond are answered 503 and closed without a thread.
+Every connection has ``request_timeout`` seconds, in all, from when it opens to send its request (for the
+headers, aiohttp's keep-alive timer, which starts with the connection and is not moved by data); beyond
+``max_connections`` open at once, a new one is answered 503 and closed. SIGTERM (or Ctrl-C) stops taking
+connections and work, interrupts a run in progress (it records where it stopped, and the next start resumes it
+from the queue) and exits within :data:`STOP_DEADLINE_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
-import queue
+import signal
 import socket
-import sys
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from pathlib import Path
 
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
 from bot.errors import BadInput
-from bot.redact import install_log_redaction, redact, register_secret
-from bot.service.dispatch import (
-    Accepted,
-    CommentCommand,
-    Dispatcher,
-    MalformedEvent,
-    Runner,
-    command_from_event,
-    default_state_dir,
-)
+from bot.redact import install_log_redaction, register_secret
+from bot.service.dispatch import Dispatcher, MalformedEvent, Runner, command_from_event, default_state_dir
+from bot.service.queue import CHECKERS, DeliveryQueue, TrackerFactory, Workers
 from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
@@ -52,13 +51,12 @@ log = logging.getLogger(__name__)
 WEBHOOK_PATH = "/webhook"
 # An issue_comment payload holds two bodies of at most 65,536 characters and some metadata: far below this.
 MAX_BODY_BYTES = 2 * 1024 * 1024
-MAX_HEADER_BYTES = 64 * 1024
-MAX_CONNECTIONS = 32
+MAX_CONNECTIONS = 1000
 REQUEST_TIMEOUT_S = 10.0  # GitHub sends a delivery at once, and gives up on it after 10 s
+MIN_SECRET_CHARS = 16
+STOP_DEADLINE_S = 9.0
 SIGNATURE_PREFIX = "sha256="
-_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-
-TrackerFactory = Callable[[str], Tracker]
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> bool:
@@ -70,201 +68,81 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> bo
     return hmac.compare_digest(expected.encode(), header.encode())
 
 
-class HandledLog:
-    """Which comments were handled, keyed ``<repository id>/<comment id>/<action>`` (all covered by the
-    signature); the last ``capacity`` keys are kept in a small JSON file so a restart remembers them.
-
-    A key is claimed when its delivery is accepted and recorded once the worker has handled it; a claim
-    whose handling failed is released, so a redelivery of that event runs.
-    """
-
-    def __init__(self, path: str | Path, capacity: int = 10_000) -> None:
-        self.path = Path(path)
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        try:
-            self._keys: list[str] = json.loads(self.path.read_text())[-capacity:]
-        except FileNotFoundError:
-            self._keys = []
-        self._handled = set(self._keys)
-        self._pending: set[str] = set()
-
-    def claim(self, key: str) -> bool:
-        """Take ``key`` for handling; False when it was handled already or is being handled."""
-        with self._lock:
-            if key in self._handled or key in self._pending:
-                return False
-            self._pending.add(key)
-            return True
-
-    def done(self, key: str) -> None:
-        """Record ``key`` as handled, on disk too."""
-        with self._lock:
-            self._pending.discard(key)
-            if key in self._handled:
-                return
-            self._keys.append(key)
-            self._handled.add(key)
-            if len(self._keys) > self.capacity:
-                self._handled.discard(self._keys.pop(0))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = self.path.with_suffix(".tmp")
-            scratch.write_text(json.dumps(self._keys))
-            os.replace(scratch, self.path)
-
-    def release(self, key: str) -> None:
-        """Give ``key`` up unhandled: a later delivery of the same event may run."""
-        with self._lock:
-            self._pending.discard(key)
+def check_secret(secret: str | None) -> str:
+    """``secret`` when it is long enough to sign webhooks with; else :class:`BadInput` saying what to do."""
+    if not secret:
+        raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise BadInput(
+            f"PERFBOT_WEBHOOK_SECRET has {len(secret)} characters; use at least {MIN_SECRET_CHARS} "
+            "(e.g. `openssl rand -hex 32`) and set the same on the webhook"
+        )
+    return secret
 
 
-class Worker:
-    """Checks accepted events one by one, then runs them on ``parallel_runs`` threads."""
+class _Connections(web.Server):
+    """aiohttp's low-level server, counting connections: one beyond ``max_connections`` is answered 503 and
+    closed at once."""
 
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        tracker_factory: TrackerFactory,
-        handled: HandledLog,
-        parallel_runs: int = 1,
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.tracker_factory = tracker_factory
-        self.handled = handled
-        self._incoming: queue.Queue[CommentCommand | None] = queue.Queue()
-        self._runs: queue.Queue[Accepted | None] = queue.Queue()
-        self._threads = [threading.Thread(target=self._intake_loop, name="bot-intake", daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._run_loop, name=f"bot-run-{n}", daemon=True)
-            for n in range(parallel_runs)
-        ]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, command: CommentCommand) -> None:
-        self._incoming.put(command)
-
-    def stop(self) -> None:
-        """Finish what was accepted, then stop the threads."""
-        self._incoming.put(None)
-        for thread in self._threads:
-            thread.join()
-
-    def _intake_loop(self) -> None:
-        while (command := self._incoming.get()) is not None:
-            try:
-                accepted = self.dispatcher.intake(command, self.tracker_factory(command.repo))
-            except Exception:
-                log.exception("could not take %s on %s#%s", command.line, command.repo, command.issue)
-                self.handled.release(command.key)
-                continue
-            try:
-                self.handled.done(command.key)
-            except OSError:
-                log.exception("could not record comment %s as handled", command.key)
-            if accepted is not None:
-                self._runs.put(accepted)
-        for _ in self._threads[1:]:
-            self._runs.put(None)
-
-    def _run_loop(self) -> None:
-        while (accepted := self._runs.get()) is not None:
-            self.dispatcher.run(accepted)
-
-
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that serves at most ``max_connections`` connections at once."""
-
-    daemon_threads = True
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+    def __init__(self, handler, *, max_connections: int, **kwargs) -> None:
+        super().__init__(handler, **kwargs)
         self.max_connections = max_connections
-        self._active: set[socket.socket] = set()
-        self._active_lock = threading.Lock()
-        super().__init__(address, handler)
+        self.opened: dict[RequestHandler, float] = {}
 
-    def verify_request(self, request: socket.socket, client_address: tuple[str, int]) -> bool:
-        """Take the connection when there is room; else answer 503 (without a thread) and close it."""
-        with self._active_lock:
-            if len(self._active) < self.max_connections:
-                self._active.add(request)
-                return True
-        log.warning("%s: %s connections open already, answered 503", client_address[0], self.max_connections)
-        with contextlib.suppress(OSError):
-            request.setblocking(False)
-            request.send(_BUSY)
-        return False
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self.opened[handler] = time.monotonic()
+        if len(self.opened) > self.max_connections:
+            log.warning("%s connections open already: answered 503", self.max_connections)
+            transport.write(_BUSY)
+            transport.close()
 
-    def shutdown_request(self, request: socket.socket) -> None:
-        with self._active_lock:
-            self._active.discard(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: socket.socket, client_address: tuple[str, int]) -> None:
-        """A client that went away mid-request is routine here: one log line, no traceback on stderr."""
-        log.info("%s: connection ended: %s", client_address[0], redact(sys.exc_info()[1]))
-
-
-class _DeadlineReader(io.RawIOBase):
-    """A socket's input that ends at ``deadline`` (raising TimeoutError) or after ``budget`` bytes (EOF)."""
-
-    def __init__(self, sock: socket.socket, deadline: float, budget: int) -> None:
-        self._sock, self._deadline, self._budget = sock, deadline, budget
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the request took too long")
-        if self._budget <= 0:
-            return 0
-        self._sock.settimeout(remaining)
-        with memoryview(buffer) as view:
-            count = self._sock.recv_into(view[: min(len(view), self._budget)])
-        self._budget -= count
-        return count
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.opened.pop(handler, None)
+        super().connection_lost(handler, exc)
 
 
 class WebhookServer:
-    """The HTTP side of ``bot serve`` on ``host:port`` (0 picks a free port), for one ``repository``."""
+    """The HTTP side of ``bot serve`` on ``host:port`` (0 picks a free port), for one ``repository``; the
+    socket is bound at once, so :attr:`address` is known before :meth:`serve_forever`."""
 
     def __init__(
         self,
         host: str,
         port: int,
         secret: str,
-        worker: Worker,
+        workers: Workers,
         repository: str,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_connections: int = MAX_CONNECTIONS,
         request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> None:
-        if not secret:
-            raise BadInput("no webhook secret: set PERFBOT_WEBHOOK_SECRET to the secret configured on GitHub")
+        check_secret(secret)
         if not repository:
             raise BadInput("no repository: set PERFBOT_REPOSITORY=owner/name (or serve from a clone of it)")
         register_secret(secret)
         install_log_redaction()
-        self.worker = worker
+        self.workers = workers
         self.repository = repository
         self.max_body_bytes = max_body_bytes
+        self.max_connections = max_connections
         self.request_timeout = request_timeout
         self._secret = secret
-        self.httpd = _BoundedHTTPServer((host, port), _handler_for(self), max_connections)
+        self._socket = socket.create_server((host, port), backlog=1024)
+        self._connections: _Connections | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._http: threading.Thread | None = None
+        self._started = threading.Event()
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.httpd.server_address[:2]
+        host, port = self._socket.getsockname()[:2]
         return str(host), int(port)
 
-    def receive(self, headers: dict[str, str], body: bytes) -> tuple[int, str]:
-        """Decide about one delivery: (HTTP status, short answer)."""
+    async def receive(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """Decide about one delivery whose body has arrived: (HTTP status, short answer)."""
         if not verify_signature(self._secret, body, headers.get("x-hub-signature-256")):
             return 401, "invalid or missing X-Hub-Signature-256"
         event = headers.get("x-github-event", "")
@@ -282,27 +160,109 @@ class WebhookServer:
             return 400, f"malformed event: {error}"
         if command is None:
             return 200, "ignored: not a new /bot comment on an issue"
-        if command.repo.lower() != self.repository.lower():
-            log.warning("ignored a comment on %s: this server serves %s", command.repo, self.repository)
+        known = self.workers.repository_id
+        if command.repo.lower() != self.repository.lower() or known not in (None, command.repo_id):
+            log.warning("ignored a comment on %s (id %s)", command.repo, command.repo_id)
             return 200, f"ignored: this server serves {self.repository}"
-        if not self.worker.handled.claim(command.key):
+        added = await asyncio.get_running_loop().run_in_executor(None, self.workers.deliveries.add, command)
+        if not added:
             return 200, "ignored: this comment was already handled"
-        log.info("accepted %s from %s on %s#%s", command.line, command.author, command.repo, command.issue)
-        self.worker.submit(command)
+        log.info(
+            "accepted comment %s from %s on %s#%s", command.key, command.author, command.repo, command.issue
+        )
         return 202, "accepted"
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
-        """Serve until :meth:`shutdown`; then finish the accepted work."""
-        self.worker.start()
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.path != WEBHOOK_PATH:
+            return _answer(404, "not found")
+        if request.method != "POST":
+            return _answer(405, "POST the delivery")
+        if not request.headers.get("X-Hub-Signature-256"):
+            return _answer(401, "invalid or missing X-Hub-Signature-256")
+        declared = request.headers.get("Content-Length")
+        if request.headers.get("Transfer-Encoding") or declared is None:
+            return _answer(411, "send the body with a Content-Length")
+        declared = declared.strip()
+        if not (declared.isascii() and declared.isdigit() and len(declared) <= 12):
+            return _answer(400, "Content-Length is not a byte count")
+        if int(declared) > self.max_body_bytes:
+            return _answer(413, "payload too large")
+        assert self._connections is not None
+        opened = self._connections.opened.get(request.protocol, time.monotonic())
+        remaining = max(opened + self.request_timeout - time.monotonic(), 0.001)
         try:
-            self.httpd.serve_forever(poll_interval)
+            body = await asyncio.wait_for(request.content.readexactly(int(declared)), remaining)
+        except asyncio.IncompleteReadError:
+            return _answer(400, "the body is shorter than its Content-Length")
+        except TimeoutError:
+            return _answer(408, "the request took too long")
+        try:
+            status, text = await self.receive(request.headers, body)
+        except Exception as error:
+            log.exception("webhook delivery failed")
+            status, text = 500, f"error: {type(error).__name__}"
+        return _answer(status, text)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        if self.workers.stopping.is_set():  # shut down before the loop was there to tell
+            self._stopped.set()
+        self._connections = server = _Connections(
+            self._handle,
+            max_connections=self.max_connections,
+            keepalive_timeout=self.request_timeout,  # starts with the connection: the deadline for headers
+            lingering_time=0,
+            access_log=None,
+        )
+        runner = web.ServerRunner(server, shutdown_timeout=1.0, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, self._socket).start()
+        self._started.set()
+        try:
+            await self._stopped.wait()
         finally:
-            self.httpd.server_close()
-            self.worker.stop()
+            await runner.cleanup()
+
+    def serve_forever(self) -> None:
+        """Serve (HTTP on its own thread) and run the accepted commands on this thread, until :meth:`shutdown`
+        or an interrupt."""
+        self._http = threading.Thread(target=asyncio.run, args=(self._serve(),), name="bot-http", daemon=True)
+        self._http.start()
+        self._started.wait(30)
+        self.workers.start()
+        try:
+            self.workers.run_forever()
+        finally:
+            self.shutdown()
+            self._http.join(5)
 
     def shutdown(self) -> None:
-        """Stop serving (from another thread); accepted work still finishes."""
-        self.httpd.shutdown()
+        """Stop taking connections and work (from any thread); a run in progress finishes."""
+        self.workers.stop()
+        if self._loop is not None and self._stopped is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed already
+                self._loop.call_soon_threadsafe(self._stopped.set)
+
+
+def _answer(status: int, text: str) -> web.Response:
+    response = web.Response(status=status, text=text + "\n", headers={"Connection": "close"})
+    response.force_close()
+    return response
+
+
+def github_trackers() -> TrackerFactory:
+    """:meth:`GitHubTracker.from_env` for each check, asking the API who the bot is only the first time."""
+    from bot.trackers.github import GitHubTracker
+
+    learnt: dict[str, str] = {}
+
+    def tracker_for(repository: str) -> Tracker:
+        tracker = GitHubTracker.from_env(repository, {**os.environ, **learnt})
+        learnt.setdefault("PERFBOT_LOGIN", tracker.bot_login)
+        return tracker
+
+    return tracker_for
 
 
 def make_server(
@@ -314,76 +274,41 @@ def make_server(
     repository: str,
     tracker_factory: TrackerFactory | None = None,
     state_dir: str | Path | None = None,
-    parallel_runs: int = 1,
+    checkers: int = CHECKERS,
+    retry_delay: float | None = None,
     **limits: float,
 ) -> WebhookServer:
-    """A :class:`WebhookServer` for ``repository`` wired to a :class:`Dispatcher`; trackers default to
-    ``GitHubTracker.from_env``; ``limits`` are :class:`WebhookServer`'s keywords."""
-    if tracker_factory is None:
-        from bot.trackers.github import GitHubTracker
-
-        tracker_factory = GitHubTracker.from_env
+    """A :class:`WebhookServer` for ``repository`` with its queue in ``state_dir`` (default:
+    :func:`default_state_dir`) and its :class:`Workers`; trackers default to :func:`github_trackers`;
+    ``limits`` are :class:`WebhookServer`'s keywords."""
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    handled = HandledLog(state / "handled.json")
-    worker = Worker(Dispatcher(runner, state), tracker_factory, handled, parallel_runs)
-    return WebhookServer(host, port, secret, worker, repository, **limits)
+    deliveries = DeliveryQueue(state) if retry_delay is None else DeliveryQueue(state, retry_delay)
+    workers = Workers(deliveries, Dispatcher(runner, state), tracker_factory or github_trackers(), checkers)
+    return WebhookServer(host, port, secret, workers, repository, **limits)
 
 
 def serve(host: str, port: int, secret: str, runner: Runner, **options: object) -> None:
-    """Run the webhook server until interrupted; ``options`` as for :func:`make_server`."""
+    """Run the webhook server until SIGTERM or Ctrl-C; ``options`` as for :func:`make_server`."""
     server = make_server(host, port, secret, runner, **options)
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("stopping on signal %s", signum)
+        server.shutdown()
+        deadline = threading.Timer(STOP_DEADLINE_S, _exit_late)
+        deadline.daemon = True
+        deadline.start()
+        if server.workers.in_runner:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     log.info("listening on http://%s:%s%s for %s", *server.address, WEBHOOK_PATH, server.repository)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        log.info("stopping")
+    server.serve_forever()
+    log.info("stopped; %s", server.workers.deliveries.states())
 
 
-def _handler_for(server: WebhookServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        timeout = server.request_timeout  # per read and write; the reader also keeps a deadline in all
-
-        def setup(self) -> None:
-            super().setup()
-            self.rfile.close()
-            deadline = time.monotonic() + server.request_timeout
-            budget = MAX_HEADER_BYTES + server.max_body_bytes
-            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline, budget))
-
-        def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != WEBHOOK_PATH:
-                return self._answer(404, "not found")
-            if not self.headers.get("X-Hub-Signature-256"):
-                return self._answer(401, "invalid or missing X-Hub-Signature-256")
-            if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length") is None:
-                return self._answer(411, "send the body with a Content-Length")
-            declared = self.headers["Content-Length"].strip()
-            if not (declared.isascii() and declared.isdigit() and len(declared) <= 12):
-                return self._answer(400, "Content-Length is not a byte count")
-            if int(declared) > server.max_body_bytes:
-                return self._answer(413, "payload too large")
-            body = self.rfile.read(int(declared))
-            if len(body) != int(declared):
-                return self._answer(400, "the body is shorter than its Content-Length")
-            headers = {key.lower(): value for key, value in self.headers.items()}
-            try:
-                status, text = server.receive(headers, body)
-            except Exception as error:
-                log.exception("webhook delivery failed")
-                status, text = 500, f"error: {type(error).__name__}"
-            self._answer(status, text)
-
-        def _answer(self, status: int, text: str) -> None:
-            data = (redact(text) + "\n").encode()
-            self.close_connection = True
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-            log.info("%s %s", self.address_string(), format % args)
-
-    return Handler
+def _exit_late() -> None:
+    """The run did not stop in time: exit anyway; the queue still holds it, and the next start resumes it."""
+    log.error("the run did not stop within %s s; exiting, the next start resumes it", STOP_DEADLINE_S)
+    logging.shutdown()
+    os._exit(1)

@@ -188,6 +188,11 @@ class GitHubTracker:
     # --- beyond the protocol: branches and pull requests --------------------------------------------------
 
     @property
+    def repository_id(self) -> int:
+        """The repository's numeric id, which a webhook event's ``repository.id`` must match."""
+        return self._repo.id
+
+    @property
     def default_branch(self) -> str:
         """The repository's default branch (the bot never pushes to it)."""
         return self._repo.default_branch
