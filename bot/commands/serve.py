@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
+from bot import credentials
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.service.dispatch import configured_repository, run_request
@@ -35,11 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Serve until interrupted; the secret comes from ``$PERFBOT_WEBHOOK_SECRET``, the one repository served
-    from ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
-    secret = os.environ.get("PERFBOT_WEBHOOK_SECRET")
+    """Serve until interrupted; the secret comes from ``$PERFBOT_WEBHOOK_SECRET`` (or its ``_FILE``/``_COMMAND``
+    form: :mod:`bot.credentials`), the one repository served from ``$PERFBOT_REPOSITORY`` or the checkout's
+    ``origin``."""
+    secret = credentials.get(credentials.WEBHOOK_SECRET)
     if not secret:
-        raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
+        raise BadInput(
+            "set PERFBOT_WEBHOOK_SECRET (or PERFBOT_WEBHOOK_SECRET_FILE, PERFBOT_WEBHOOK_SECRET_COMMAND) to the "
+            "webhook's secret; unsigned deliveries are refused"
+        )
     repository = configured_repository()
     if repository is None:
         raise BadInput(
