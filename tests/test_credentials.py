@@ -60,6 +60,7 @@ def every_form(value: str) -> set[str]:
     return encodings(value) | {base64.b64encode(raw).decode(), raw.hex()}
 
 
+@pytest.mark.slow  # a real bot serve runs the bench (about 9 s)
 def test_a_benchmarked_program_finds_no_credential_of_the_bot(github_server, bare_remote, tmp_path):
     out = tmp_path / "snooped.txt"
     checkout = tmp_path / "checkout"

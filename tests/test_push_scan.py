@@ -74,6 +74,7 @@ def leaky(github_server, bare_remote, tmp_path):
     return github_server, repo, bare_remote, tmp_path
 
 
+@pytest.mark.slow  # a real bot serve runs the apply (about 9 s)
 def test_apply_pushes_nothing_that_holds_a_credential(leaky):
     api, repo, remote, tmp_path = leaky
     env = {
