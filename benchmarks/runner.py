@@ -41,8 +41,10 @@ QUIET_WAIT_S = 30.0
 # The directory holding the `benchmarks` package, put on PYTHONPATH of every job.
 PERFBOT_ROOT = Path(__file__).resolve().parent.parent
 # The bot's credentials, and what git would use them with: never handed to the benchmarked repository's code.
+# The file and helper forms (``PERFBOT_TOKEN_FILE``, ``..._COMMAND``) point at them: left out too.
 BOT_CREDENTIALS = frozenset(
-    {
+    f"{name}{form}"
+    for name in (
         "PERFBOT_TOKEN",
         "PERFBOT_GIT_TOKEN",
         "PERFBOT_WEBHOOK_SECRET",
@@ -50,7 +52,8 @@ BOT_CREDENTIALS = frozenset(
         "GH_TOKEN",
         "ACTIONS_RUNTIME_TOKEN",
         "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
-    }
+    )
+    for form in ("", "_FILE", "_COMMAND")
 )
 
 

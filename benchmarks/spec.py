@@ -26,6 +26,8 @@ gpus = 1
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +47,18 @@ DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_WARMUP_STEPS = 2
 
 WORKLOADS_KEY = "tool.bot.workloads"
+# A size is a name (``tiny``, ``gpu``, ``0.5b``): it fills one argument of a command, never starts an option.
+SIZE_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_size(size: str) -> str:
+    """``size`` when it is a name :data:`SIZE_SHAPE` allows; else ValueError saying what a size may be."""
+    if not isinstance(size, str) or not SIZE_SHAPE.fullmatch(size):
+        raise ValueError(
+            f"a size is a name of letters, digits, '_', '.' and '-' that starts with a letter or digit "
+            f"(tiny, gpu, 0.5b), got {size!r}"
+        )
+    return size
 
 
 class BenchSpecError(ValueError):
@@ -74,11 +88,17 @@ class Workload:
     min_time_s: float | None = None  # None: the device's default (calibrated on the first run)
 
     def render(self, size: str, seed: int) -> str:
-        """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in (other braces are left alone)."""
+        """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in as data: checked (a size by
+        :func:`check_size`, steps and seed integers) and shell-quoted, so each is one argument whatever it
+        holds (other braces are left alone)."""
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int):
+            raise ValueError(f"steps must be an integer, got {self.steps!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"a seed must be an integer, got {seed!r}")
         return (
-            self.command.replace("{size}", size)
-            .replace("{steps}", str(self.steps))
-            .replace("{seed}", str(seed))
+            self.command.replace("{size}", shlex.quote(check_size(size)))
+            .replace("{steps}", shlex.quote(str(self.steps)))
+            .replace("{seed}", shlex.quote(str(seed)))
         )
 
 
@@ -108,6 +128,10 @@ class BenchSpec:
                 path, "tool.bot", "missing (no file or no table); run `bot init` to add bench settings"
             )
         size = _typed(table, "size", str, DEFAULT_SIZE, path, "tool.bot")
+        try:
+            check_size(size)
+        except ValueError as error:
+            raise BenchSpecError(path, "tool.bot.size", str(error)) from error
         seed = _typed(table, "seed", int, DEFAULT_SEED, path, "tool.bot")
         warmup_rounds = _typed(table, "warmup_rounds", int, 0, path, "tool.bot")
         if warmup_rounds < 0:
@@ -178,6 +202,11 @@ class BenchSpec:
                 _check_counts(workload, where, f"{WORKLOADS_KEY}.{name}")
         if time_budget_s is not None and time_budget_s <= 0:
             raise BenchSpecError(where, "tool.bot.time_budget_s", f"must be positive, got {time_budget_s:g}")
+        if size is not None:
+            try:
+                check_size(size)
+            except ValueError as error:
+                raise BenchSpecError(where, "tool.bot.size", f"--size: {error}") from error
         return replace(
             self,
             workloads=selected,

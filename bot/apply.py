@@ -13,6 +13,7 @@ from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
+from bot.redact import redact
 from bot.scope import Scope, Unparsed
 from bot.status import ItemStatus, tally
 from bot.tidy import tidy
@@ -206,7 +207,13 @@ class TierRun:
             stage = "after the commits"
             publish("Commits done" + (", benchmarking" if self.bench else ""))
             if pushing:
-                push_branch(workspace, tracker.push_url(), tracker.default_branch, tracker.git_environment())
+                push_branch(
+                    workspace,
+                    tracker.push_url(),
+                    tracker.default_branch,
+                    tracker.git_environment(),
+                    since=baseline,
+                )
             if self.bench is not None:
                 stage = "while benchmarking"
                 bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
@@ -282,17 +289,20 @@ class TierRun:
             row.status = ItemStatus.NOT_APPLICABLE
             row.note = missed + (describe_refusals(change.refused) or "no site in this repository")
             return None
-        message = commit_message(
-            optimization.scope,
-            optimization.title,
-            _expected(self.plan, row, optimization, self.shapes),
-            _commit_body(self.plan, row, optimization, change.sites, missed),
-            {
-                TRAILER_OPTIMIZATION: row.optimization,
-                TRAILER_ITEM: ", ".join(row.keys),
-                TRAILER_ISSUE: str(issue),
-                TRAILER_TIER: str(self.tier),
-            },
+        # Plan text goes into the message: a credential in it is masked here, so no commit ever holds it.
+        message = redact(
+            commit_message(
+                optimization.scope,
+                optimization.title,
+                _expected(self.plan, row, optimization, self.shapes),
+                _commit_body(self.plan, row, optimization, change.sites, missed),
+                {
+                    TRAILER_OPTIMIZATION: row.optimization,
+                    TRAILER_ITEM: ", ".join(row.keys),
+                    TRAILER_ISSUE: str(issue),
+                    TRAILER_TIER: str(self.tier),
+                },
+            )
         )
         try:
             row.commit = workspace.commit(change.files, message)

@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from bot import credentials
 from bot.commands import build_parser, run, selected_command
 from bot.errors import BotError, MissingExtra, extra_providing
 from bot.redact import install_log_redaction
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        credentials.secure()  # before anything else runs: nothing the bot starts later can read them
         with _terminate_as_interrupt():
             selected = selected_command(argv)
             parser = build_parser(filled=[selected] if selected else [])

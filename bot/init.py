@@ -2,7 +2,11 @@
 
 The workflow installs perfbot pinned: to a git commit or an archive's sha256, given with ``--install`` or
 read from how this perfbot was installed (PEP 610 ``direct_url.json``). A bare ``pip install perfbot`` would
-run, on the GPU runner, whatever an index serves under that name.
+run, on the GPU runner, whatever an index serves under that name. Its dependencies come from a lock written
+beside the workflow (:mod:`bot.lock`: each one pinned with its wheel's sha256, installed with
+``--require-hashes``), and perfbot itself is then installed without dependencies and without build isolation.
+The gate job refuses a public repository unless the workflow's ``PERFBOT_ALLOW_PUBLIC_REPOSITORY`` is edited
+to ``"true"``.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from pathlib import Path
 
 from bot.conventions import pyproject_document
 from bot.errors import BadInput
+from bot.lock import dependency_lock
 from bot.render import render
 
 WORKFLOW = Path(".github/workflows/perfbot.yml")
+LOCK = Path(".github/perfbot-requirements.txt")
 PYPROJECT = Path("pyproject.toml")
 RUNNER_LABELS = ("self-hosted", "gpu")
 DISTRIBUTION = "perfbot"
 PUBLIC_REPOSITORY_WARNING = (
-    "warning: the workflow runs on a self-hosted runner; never use it on a public repository: anyone can "
-    "comment there, and a self-hosted runner keeps its machine, files and network between jobs"
+    "warning: the workflow runs on a self-hosted runner; its gate refuses a public repository (anyone can "
+    "comment there, and a self-hosted runner keeps its machine, files and network between jobs) unless you set "
+    'PERFBOT_ALLOW_PUBLIC_REPOSITORY to "true" in it'
 )
 # A requirement pinned to a commit or to an archive's hash, with nothing that could end the workflow's quotes.
 _PINNED = (
@@ -65,10 +72,13 @@ def init_repository(
     runner_labels: Sequence[str] = RUNNER_LABELS,
     timeout_minutes: int = 360,
     force: bool = False,
+    lock: str | None = None,
 ) -> InitResult:
-    """Write the workflow (kept when present, unless ``force``) and append ``[tool.bot]`` when it is missing.
+    """Write the workflow and the dependency lock (each kept when present, unless ``force``) and append
+    ``[tool.bot]`` when it is missing.
 
-    ``install``: the pinned requirement the workflow installs perfbot from (default: :func:`installed_from`).
+    ``install``: the pinned requirement the workflow installs perfbot from (default: :func:`installed_from`);
+    ``lock``: the lock's text (default: :func:`bot.lock.dependency_lock`, which downloads and hashes wheels).
     """
     root = Path(path)
     if not root.is_dir():
@@ -79,14 +89,17 @@ def init_repository(
 
     workflow = root / WORKFLOW
     text = render(
-        "workflow.yml.j2", runner_labels=list(runner_labels), install=install, timeout_minutes=timeout_minutes
+        "workflow.yml.j2",
+        runner_labels=list(runner_labels),
+        install=install,
+        lock=LOCK.as_posix(),
+        timeout_minutes=timeout_minutes,
     )
-    if workflow.exists() and (not force or workflow.read_text(encoding="utf-8") == text):
-        result.kept.append(workflow)
-    else:
-        workflow.parent.mkdir(parents=True, exist_ok=True)
-        workflow.write_text(text, encoding="utf-8")
-        result.written.append(workflow)
+    _write(workflow, text, force, result)
+    if lock is None and (force or not (root / LOCK).exists()):
+        lock = dependency_lock()
+    if lock is not None:
+        _write(root / LOCK, lock, force, result)
 
     pyproject = root / PYPROJECT
     if has_settings:
@@ -97,6 +110,16 @@ def init_repository(
         pyproject.write_text(existing + separator + TOOL_BOT_SKELETON, encoding="utf-8")
         result.written.append(pyproject)
     return result
+
+
+def _write(path: Path, text: str, force: bool, result: InitResult) -> None:
+    """Write ``path`` unless it exists (and ``force`` is off, or it already holds ``text``)."""
+    if path.exists() and (not force or path.read_text(encoding="utf-8") == text):
+        result.kept.append(path)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    result.written.append(path)
 
 
 def installed_from(distribution: str = DISTRIBUTION) -> str | None:

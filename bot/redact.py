@@ -1,17 +1,21 @@
 """Keeping secrets out of everything the bot writes: comments, log lines, exception text.
 
 Every token or webhook secret the bot is handed is registered with :func:`register_secret`; :func:`redact`
-replaces registered secrets, anything the secret scanner (:mod:`bot.security`) recognises as a credential, and
-credentials embedded in URLs, in time linear in the text's length (it runs on every log line).
+replaces registered secrets (as they are, and in the encodings a program that got hold of one would print it
+in: base64 at any alignment, standard or URL-safe, hex in either case, URL-encoded), anything the secret
+scanner (:mod:`bot.security`) recognises as a credential, and credentials embedded in URLs, in time linear in
+the text's length (it runs on every log line).
 :func:`install_log_redaction` makes every log record pass through :func:`redact` before any handler sees it.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import threading
 import traceback
+import urllib.parse
 
 from bot.security import find_secrets
 
@@ -23,6 +27,7 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]{1,512}@")
 # Shorter values would mask ordinary words.
 _MIN_SECRET_LENGTH = 6
 
+# Every form of every registered secret that is masked, longest first once sorted.
 _secrets: set[str] = set()
 _lock = threading.Lock()
 _installed = False
@@ -34,7 +39,32 @@ def register_secret(value: str | bytes | None) -> None:
         value = value.decode("utf-8", "replace")
     if value and len(value) >= _MIN_SECRET_LENGTH:
         with _lock:
-            _secrets.add(value)
+            _secrets.update(encodings(value))
+
+
+def encodings(secret: str) -> set[str]:
+    """``secret`` and the forms it takes when encoded: URL-encoded, hex (lower and upper case), and base64
+    (standard and URL-safe) of any text that contains it. Base64 encodes three bytes as four characters, so a
+    secret inside a longer text (``x-access-token:<token>`` in a Basic auth header) comes out in one of three
+    ways, by its offset; each way's characters that depend only on the secret are kept (the first and last
+    group, shared with its neighbours, are left out), when long enough not to mask ordinary text."""
+    raw = secret.encode()
+    forms = {secret, urllib.parse.quote(secret, safe=""), raw.hex(), raw.hex().upper()}
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode().rstrip("=")
+        start = 0 if offset == 0 else 4
+        whole = (offset + len(raw)) // 3 * 4  # the characters of complete groups
+        core = encoded[start:whole]
+        if len(core) >= 2 * _MIN_SECRET_LENGTH:
+            forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return {form for form in forms if len(form) >= _MIN_SECRET_LENGTH}
+
+
+def holds_registered_secret(text: str) -> bool:
+    """True when ``text`` holds a secret the bot was handed, in any of its :func:`encodings`."""
+    with _lock:
+        secrets = list(_secrets)
+    return any(secret in text for secret in secrets)
 
 
 def redact(text: object) -> str:

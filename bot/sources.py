@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from bot import credentials
 from bot.errors import BadInput
 from bot.plan import Plan, PlanError, parse_plan, unknown_optimizations
 from bot.trackers.base import Tracker
@@ -21,10 +22,10 @@ MAX_PLAN_CHARS = 1_000_000
 
 
 def tracker_for(root: Path, env: Mapping[str, str] | None = None) -> Tracker:
-    """GitHub (``PERFBOT_TOKEN``/``GITHUB_TOKEN``, ``GITHUB_REPOSITORY``, ``GITHUB_API_URL``,
+    """GitHub (a token: see :mod:`bot.credentials`; ``GITHUB_REPOSITORY``, ``GITHUB_API_URL``,
     ``PERFBOT_LOGIN``) when a token and repository are configured, else the local tracker under ``.bot/``."""
     env = os.environ if env is None else env
-    token = env.get("PERFBOT_TOKEN") or env.get("GITHUB_TOKEN")
+    token = credentials.get(credentials.TOKEN, env)
     repository = env.get("GITHUB_REPOSITORY")
     if token and repository:
         from bot.trackers.github import GitHubTracker  # PyGithub is slow to import; most runs are local

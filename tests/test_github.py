@@ -21,7 +21,7 @@ from github import GithubException
 from benchmarks.spec import BenchSpec
 from bot.conventions import tool_settings
 from bot.errors import BadInput
-from bot.init import WORKFLOW, init_repository
+from bot.init import LOCK, WORKFLOW, init_repository
 from bot.redact import redact
 from bot.service.dispatch import Dispatcher, IssueLock, command_from_event, handle_event
 from bot.service.server import make_server, verify_signature
@@ -551,10 +551,20 @@ def test_webhook_refuses_read_only_users_in_the_background(api, webhook):
 # --- bot init --------------------------------------------------------------------------------------------
 
 
+LOCK_TEXT = (
+    "gitpython==3.1.44 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+)  # bot.lock's own tests make real ones
+
+
 def test_init_writes_workflow_and_tool_bot(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "trainer"\n')
-    result = init_repository(tmp_path, install=PINNED)
-    assert sorted(p.name for p in result.written) == ["perfbot.yml", "pyproject.toml"]
+    result = init_repository(tmp_path, install=PINNED, lock=LOCK_TEXT)
+    assert sorted(p.name for p in result.written) == [
+        "perfbot-requirements.txt",
+        "perfbot.yml",
+        "pyproject.toml",
+    ]
+    assert (tmp_path / LOCK).read_text() == LOCK_TEXT
 
     workflow = yaml.safe_load((tmp_path / WORKFLOW).read_text())
     assert workflow[True] == {"issue_comment": {"types": ["created"]}}  # YAML 1.1 reads the key `on` as True
@@ -578,18 +588,22 @@ def test_init_keeps_what_is_there(tmp_path):
     pyproject.write_text('[tool.bot]\nsize = "gpu"\n')
     (tmp_path / WORKFLOW).parent.mkdir(parents=True)
     (tmp_path / WORKFLOW).write_text("name: mine\n")
+    (tmp_path / LOCK).write_text("mine==1 --hash=sha256:00\n")
 
-    result = init_repository(tmp_path, install=PINNED)
-    assert result.written == [] and len(result.kept) == 2
+    result = init_repository(tmp_path, install=PINNED, lock=LOCK_TEXT)
+    assert result.written == [] and len(result.kept) == 3
     assert pyproject.read_text() == '[tool.bot]\nsize = "gpu"\n'
     assert (tmp_path / WORKFLOW).read_text() == "name: mine\n"
-    assert init_repository(tmp_path, install=PINNED, force=True).written == [tmp_path / WORKFLOW]
+    assert init_repository(tmp_path, install=PINNED, force=True, lock=LOCK_TEXT).written == [
+        tmp_path / WORKFLOW,
+        tmp_path / LOCK,
+    ]
 
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    init_repository(fresh, install=PINNED)
+    init_repository(fresh, install=PINNED, lock=LOCK_TEXT)
     assert "[tool.bot]" in (fresh / "pyproject.toml").read_text()
     pyproject.write_text("[tool.bot\n")
     with pytest.raises(BadInput, match="not valid TOML"):
-        init_repository(tmp_path, install=PINNED)
+        init_repository(tmp_path, install=PINNED, lock=LOCK_TEXT)
     assert os.path.exists(tmp_path / WORKFLOW)

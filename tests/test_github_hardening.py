@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from bot.cli import main as bot_main
 from bot.comments.results import failed_runs
 from bot.errors import BadInput
 from bot.history import bot_commits
-from bot.init import PUBLIC_REPOSITORY_WARNING, WORKFLOW, init_repository
+from bot.init import LOCK, PUBLIC_REPOSITORY_WARNING, WORKFLOW, init_repository
 from bot.progress import Progress
 from bot.redact import redact
 from bot.security import scan_added_lines
@@ -265,6 +266,7 @@ def _raised(call, *args) -> BaseException | None:
 # --- 8. the workflow `bot init` writes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the real lock: pip downloads and hashes perfbot's ~26 dependency wheels (about 10 s)
 def test_workflow_gates_on_permission_and_keeps_the_token_to_the_bot_step(tmp_path, capsys):
     assert bot_main(["init", str(tmp_path), "--install", PINNED]) == 0
     assert PUBLIC_REPOSITORY_WARNING in capsys.readouterr().err
@@ -273,21 +275,31 @@ def test_workflow_gates_on_permission_and_keeps_the_token_to_the_bot_step(tmp_pa
     workflow = yaml.safe_load(text)
     assert "concurrency" not in workflow  # GitHub would cancel a waiting run when a third comment comes
     assert workflow["permissions"] == {}
+    assert workflow["env"] == {"PERFBOT_ALLOW_PUBLIC_REPOSITORY": "false"}
 
     gate, job = workflow["jobs"]["gate"], workflow["jobs"]["perfbot"]
     assert gate["runs-on"] == "ubuntu-latest"
-    assert "collaborators/$COMMENTER/permission" in gate["steps"][0]["run"]
-    assert "admin|write)" in gate["steps"][0]["run"]
+    public, permission = gate["steps"]
+    assert public["env"] == {"PRIVATE": "${{ github.event.repository.private }}"}
+    assert "exit 1" in public["run"] and "PERFBOT_ALLOW_PUBLIC_REPOSITORY" in public["run"]
+    assert "collaborators/$COMMENTER/permission" in permission["run"]
+    assert "admin|write)" in permission["run"]
     assert job["needs"] == "gate" and job["if"] == "needs.gate.outputs.allowed == 'true'"
 
     checkout, install, run = job["steps"]
     action, _, ref = checkout["uses"].partition("@")
     assert action == "actions/checkout" and len(ref) == 40 and int(ref, 16) >= 0
     assert checkout["with"]["persist-credentials"] is False
-    assert install["run"] == f"python -m pip install '{PINNED}'"
+    assert install["run"].splitlines() == [
+        f"python -m pip install --require-hashes --no-deps --only-binary=:all: -r {LOCK.as_posix()}",
+        f"python -m pip install --no-deps --no-build-isolation '{PINNED}'",
+    ]
+    lock = (tmp_path / LOCK).read_text()
+    for name in ("gitpython", "pygithub", "libcst", "jinja2", "scipy", "setuptools", "urllib3"):
+        assert re.search(rf"^{name}==[^ ]+ \\\n    --hash=sha256:[0-9a-f]{{64}}", lock, re.MULTILINE), name
     assert "env" not in checkout and "env" not in install
     assert run["env"] == {"PERFBOT_TOKEN": "${{ secrets.PERFBOT_TOKEN || github.token }}"}
-    assert "token" not in json.dumps(gate["steps"][0]["env"]).replace("github.token", "")
+    assert "token" not in json.dumps(gate["steps"][1]["env"]).replace("github.token", "")
 
 
 @pytest.mark.parametrize(

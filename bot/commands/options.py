@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.spec import check_size
 from bot.benchmarking import BenchOptions
 from bot.errors import BadInput
 
@@ -17,6 +18,14 @@ def tier_number(text: str) -> int:
     if tier < 0:
         raise argparse.ArgumentTypeError(f"a tier is a number, 0 or more (got {text!r})")
     return tier
+
+
+def workload_size(text: str) -> str:
+    """``--size``: a name (:func:`benchmarks.spec.check_size`), filled into a workload command as one argument."""
+    try:
+        return check_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +44,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload", action="append", metavar="NAME", help="only these workloads (repeatable)"
     )
-    parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
+    parser.add_argument(
+        "--size",
+        type=workload_size,
+        help="workload size from [tool.bot] (e.g. tiny, gpu): a name, one argument",
+    )
     parser.add_argument(
         "--steps", type=int, help="at least this many steps per run (calibration may add more)"
     )

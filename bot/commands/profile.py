@@ -8,6 +8,7 @@ import json
 from benchmarks.profiling import format_profile
 from bot.benchmarking import BenchOptions, bench_spec
 from bot.commands import FromComment
+from bot.commands.options import workload_size
 from bot.errors import BadInput, require
 from bot.profiling import profile_workload
 from bot.workspace import Workspace
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repo", default=".", help="target repository (default: .)")
     parser.add_argument("--workload", metavar="NAME", help="the workload to profile (default: the only one)")
-    parser.add_argument("--size", help="workload size from [tool.bot] (e.g. tiny, gpu)")
+    parser.add_argument("--size", type=workload_size, help="workload size from [tool.bot] (e.g. tiny, gpu)")
     parser.add_argument("--steps", type=int, default=5, help="steady-state steps to record (default 5)")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
+from bot import credentials
 from bot.commands import FromComment
 from bot.errors import BadInput
 from bot.service.dispatch import configured_repository, run_request
@@ -35,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Serve until SIGTERM or Ctrl-C; the secret comes from ``$PERFBOT_WEBHOOK_SECRET`` (16 characters at
-    least), the one repository served from ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
-    secret = check_secret(os.environ.get("PERFBOT_WEBHOOK_SECRET"))
+    """Serve until SIGTERM or Ctrl-C; the secret comes from ``$PERFBOT_WEBHOOK_SECRET`` (or its ``_FILE``/
+    ``_COMMAND`` form: :mod:`bot.credentials`; 16 characters at least), the one repository served from
+    ``$PERFBOT_REPOSITORY`` or the checkout's ``origin``."""
+    secret = check_secret(credentials.get(credentials.WEBHOOK_SECRET))
     repository = configured_repository()
     if repository is None:
         raise BadInput(

@@ -71,7 +71,10 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> bo
 def check_secret(secret: str | None) -> str:
     """``secret`` when it is long enough to sign webhooks with; else :class:`BadInput` saying what to do."""
     if not secret:
-        raise BadInput("set PERFBOT_WEBHOOK_SECRET to the webhook's secret; unsigned deliveries are refused")
+        raise BadInput(
+            "set PERFBOT_WEBHOOK_SECRET (or PERFBOT_WEBHOOK_SECRET_FILE, PERFBOT_WEBHOOK_SECRET_COMMAND) to the "
+            "webhook's secret; unsigned deliveries are refused"
+        )
     if len(secret) < MIN_SECRET_CHARS:
         raise BadInput(
             f"PERFBOT_WEBHOOK_SECRET has {len(secret)} characters; use at least {MIN_SECRET_CHARS} "

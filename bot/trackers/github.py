@@ -29,6 +29,7 @@ from github import Auth, Github, GithubException, GithubRetry, RateLimitExceeded
 from github.IssueComment import IssueComment
 from urllib3.response import BaseHTTPResponse
 
+from bot import credentials
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, redact, register_secret
 from bot.trackers.base import COMMENT_LIMIT, Comment, Issue
@@ -112,12 +113,15 @@ class GitHubTracker:
 
     @classmethod
     def from_env(cls, repo_full_name: str, env: Mapping[str, str] | None = None) -> GitHubTracker:
-        """A tracker from the environment: ``PERFBOT_TOKEN`` or ``GITHUB_TOKEN``, ``GITHUB_API_URL``
-        (set by Actions, right for GitHub Enterprise too) and ``PERFBOT_LOGIN`` (the bot's account)."""
+        """A tracker from the environment: the token (:mod:`bot.credentials`: ``PERFBOT_TOKEN`` or
+        ``GITHUB_TOKEN``, or their ``_FILE``/``_COMMAND`` forms), ``GITHUB_API_URL`` (set by Actions, right for
+        GitHub Enterprise too) and ``PERFBOT_LOGIN`` (the bot's account)."""
         env = os.environ if env is None else env
-        token = env.get("PERFBOT_TOKEN") or env.get("GITHUB_TOKEN")
+        token = credentials.get(credentials.TOKEN, env)
         if not token:
-            raise BadInput("no GitHub token: set PERFBOT_TOKEN (or GITHUB_TOKEN) in the environment")
+            raise BadInput(
+                "no GitHub token: set PERFBOT_TOKEN (or GITHUB_TOKEN, PERFBOT_TOKEN_FILE, PERFBOT_TOKEN_COMMAND)"
+            )
         if not repo_full_name:
             raise BadInput("no repository: the event names none and GITHUB_REPOSITORY is not set")
         return cls(
