@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import git
 import pytest
+from bot_process import bot_serve, comment_event, deliver, wait_until
 from git_repos import commit_all
 
 from benchmarks.spec import BenchSpec, BenchSpecError, Workload
@@ -54,8 +56,6 @@ def test_steps_and_seed_must_be_integers():
 
 
 def test_the_cli_refuses_an_injected_size_in_one_line(tmp_path):
-    import git
-
     repo = git.Repo.init(tmp_path, initial_branch="main")
     (tmp_path / "train.py").write_text("print('trained')\n")
     commit_all(repo, "a program")
@@ -86,3 +86,42 @@ def test_a_comment_with_an_injected_size_is_answered_and_nothing_runs(tmp_path):
     dispatcher.handle(ok, tracker)
     [request] = ran
     assert (request.args.size, request.args.steps) == ("tiny", 3)
+
+
+TOKEN = "ghp_" + "Ar9sAsDaTa" * 4
+SECRET = "a-webhook-secret-for-argument-tests"
+PYPROJECT = """\
+[tool.bot.workloads.train]
+command = "python train.py --size {size} --steps {steps}"
+steps = 2
+"""
+
+
+@pytest.mark.slow  # a real bot serve answers (about 6 s)
+def test_a_real_bot_serve_refuses_an_injected_size_and_runs_nothing(github_server, bare_remote, tmp_path):
+    checkout = tmp_path / "checkout"
+    repo = git.Repo.init(checkout, initial_branch="main")
+    (checkout / "train.py").write_text("open('ran.txt', 'w').write('a benchmark ran')\n")
+    (checkout / "pyproject.toml").write_text(PYPROJECT)
+    commit_all(repo, "a program")
+    repo.git.push(str(bare_remote), "main")
+    github_server.add_user(TOKEN, "perfbot")
+    github_server.add_repo("acme/args", roles={"wes": "write"}, clone_url=str(bare_remote))
+    github_server.add_issue("acme/args", 3, "Bench it", "")
+    env = {
+        "PERFBOT_TOKEN": TOKEN,
+        "PERFBOT_WEBHOOK_SECRET": SECRET,
+        "PERFBOT_REPOSITORY": "acme/args",
+        "GITHUB_API_URL": github_server.url,
+    }
+    with bot_serve(checkout, tmp_path / "state", env, tmp_path / "serve.log") as (_, address):
+        event = comment_event(github_server, "acme/args", 3, "wes", f"/bot bench --size '{INJECTED}'")
+        assert deliver(address, SECRET, event) == 202
+        comment_id = event["comment"]["id"]
+        assert wait_until(lambda: "confused" in github_server.reactions_on(comment_id), 60), (
+            tmp_path / "serve.log"
+        ).read_text()
+    replies = [c["body"] for c in github_server.comments_on("acme/args", 3) if c["id"] != comment_id]
+    assert len(replies) == 1 and "argument --size: a size is a name" in replies[0]
+    assert "--injected-arg" not in (tmp_path / "serve.log").read_text().split("listening on", 1)[1]
+    assert not (checkout / "ran.txt").exists() and not (checkout / ".bot" / "results").exists()
