@@ -2,12 +2,16 @@
 
 A site names its line, and nothing else needs a position. libcst's provider records a start and end line and
 column for every node, both with and without the whitespace around it, which costs about one and a half parses
-of the file; :class:`StartLines` generates the code once and keeps only the start line: the syntactic start
-where libcst records one (after a statement's leading comments), else where the node's code begins.
+of the file; :class:`StartLines` keeps only the start line: the syntactic start where libcst records one (after
+a statement's leading comments), else where the node's code begins. It generates the code of the top-level
+statements that hold a node asked about, not of the whole module: Python's own parser gives where each top-level
+statement starts (its first token, where libcst's syntactic start is too), and the statement's code counts the
+lines from there.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -66,19 +70,66 @@ class _LineCountingState(CodegenState):
 
 
 class StartLines:
-    """The start line of every node of one parsed module."""
+    """The start line of every node of one parsed module, generated a top-level statement at a time."""
 
     def __init__(self, parsed: ParsedFile):
-        module = parsed.module
-        state = _LineCountingState(
-            default_indent=module.default_indent, default_newline=module.default_newline
-        )
-        module._codegen(state)
-        self._starts = state.starts
+        self._parsed = parsed
+        self._starts: dict[cst.CSTNode, int] = {}
+        self._statement_lines: dict[cst.CSTNode, int] | None = None
 
     def __getitem__(self, node: cst.CSTNode) -> int:
         """``node``'s start line; ``KeyError`` for a node of another tree."""
-        return self._starts[node]
+        found = self._starts.get(node)
+        if found is None:
+            self._generate(self._top_level_statement(node))
+            found = self._starts[node]
+        return found
+
+    def _top_level_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement of the module's body that holds ``node``; None for the module, its header and footer
+        lines, whitespace (the walk records no parent of it) and a node of another tree."""
+        module, parents = self._parsed.module, self._parsed.walk().parents
+        while node is not module:
+            parent = parents.get(node)
+            if parent is None:
+                return None
+            if parent is module:
+                return node if node in self._lines_of_statements() else None
+            node = parent
+        return None
+
+    def _generate(self, statement: cst.CSTNode | None) -> None:
+        """Count the lines of ``statement``'s code from where Python's parser starts it; the whole module's
+        where there is no such statement or Python's parser reads the module otherwise."""
+        module = self._parsed.module
+        state = _LineCountingState(default_indent=module.default_indent, default_newline=module.default_newline)
+        lines = self._lines_of_statements()
+        if statement is None or statement not in lines:
+            module._codegen(state)
+            self._starts.update(state.starts)
+            return
+        statement._codegen(state)
+        offset = lines[statement] - state.starts[statement]
+        self._starts.update((node, line + offset) for node, line in state.starts.items())
+
+    def _lines_of_statements(self) -> dict[cst.CSTNode, int]:
+        """Where each statement of the module's body starts, by Python's parser: a simple statement line holds
+        as many of its statements as it has parts (``a = 1; b = 2``), a compound statement one. Empty when the
+        two parsers disagree on the count (then every line comes from the whole module's code)."""
+        if self._statement_lines is None:
+            body = self._parsed.module.body
+            try:
+                parsed = ast.parse(self._parsed.source).body
+            except (SyntaxError, ValueError):
+                parsed = []
+            lines, index = {}, 0
+            for statement in body:
+                if index >= len(parsed):
+                    break
+                lines[statement] = parsed[index].lineno
+                index += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+            self._statement_lines = lines if index == len(parsed) and len(lines) == len(body) else {}
+        return self._statement_lines
 
 
 def start_line(parsed: ParsedFile, node: cst.CSTNode) -> int:
