@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bot.conventions import tool_settings
 from bot.errors import BadInput
+from optimizations.program.collector import collector_paused
 from optimizations.program.repository import RepoContext, SourceCache, TransformError, check_parses
 from optimizations.registry import registry
 
@@ -58,19 +59,17 @@ def preflight(root: Path, exclude: tuple[str, ...], sources: SourceCache | None 
     ctx = RepoContext(root, exclude, sources=sources)
     optimizations = registry().values()
     skipped = []
-    for path in ctx.python_files():
-        try:
-            source = ctx.read(path)
-            if any(optimization.might_apply(source) for optimization in optimizations):
-                ctx.sources.parse(path, source)
-            else:
-                check_parses(source, path)
-        except TransformError as exc:
-            skipped.append(Unparsed(path, str(exc)))
-        except UnicodeDecodeError as exc:
-            skipped.append(
-                Unparsed(
-                    path, f"{path}: not UTF-8 text (byte {exc.start}); exclude it with [tool.bot] exclude"
-                )
-            )
+    with collector_paused():
+        for path in ctx.python_files():
+            try:
+                source = ctx.read(path)
+                if any(optimization.might_apply(source) for optimization in optimizations):
+                    ctx.sources.parse(path, source)
+                else:
+                    check_parses(source, path)
+            except TransformError as exc:
+                skipped.append(Unparsed(path, str(exc)))
+            except UnicodeDecodeError as exc:
+                reason = f"{path}: not UTF-8 text (byte {exc.start}); exclude it with [tool.bot] exclude"
+                skipped.append(Unparsed(path, reason))
     return skipped

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
+from optimizations.program.collector import collector_paused
 from optimizations.program.repository import (
     Change,
     FileResult,
@@ -164,22 +165,24 @@ class Optimization:
     def transform_source(
         self, source: str, path: str, ctx: RepoContext, *, sites_only: bool = False
     ) -> FileResult:
-        """Rewrite one file; report every site looked at. Must be idempotent. ``sites_only``: only the sites
-        are wanted (a scan), so the last codemod's tree is not turned back into code (the result's ``source``
-        is then the text before that codemod)."""
+        """Rewrite one file; report every site looked at. Must be idempotent. Each codemod edits the text the
+        one before it left, and runs only where that one found a site to change; every site is found in the
+        file as it is, so its line is the file's own. ``sites_only``: only the sites are wanted (a scan), so
+        no tree is turned back into code (the result's ``source`` is the text given)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
         result = FileResult(source)
         for position, codemod in enumerate(self.codemods):
             if position and not any(site.applicable for site in result.sites):
                 break
-            last = position == len(self.codemods) - 1
-            command = codemod(CodemodContext(filename=path), self, ctx)
-            edited = command.transform_parsed(
-                ctx.sources.parse(path, result.source), sites_only=sites_only and last
+            finder = codemod(CodemodContext(filename=path), self, ctx)
+            edited = finder.transform_parsed(
+                ctx.sources.parse(path, source), sites_only=sites_only or position > 0
             )
-            code = result.source if sites_only and last else edited.code
-            result = FileResult(code, result.sites + command.sites)
+            if position and not sites_only:  # the edit builds on the one before it
+                editor = codemod(CodemodContext(filename=path), self, ctx)
+                edited = editor.transform_parsed(ctx.sources.parse(path, result.source))
+            result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
         return result
 
     def dry_run(
@@ -202,16 +205,17 @@ class Optimization:
         files: dict[str, str] = {}
         sites: list[Site] = []
         paths = ctx.python_files()
-        for done, path in enumerate(paths, start=1):
-            source = ctx.read(path)
-            if self.might_apply(source):
-                result = self.transform_source(source, path, ctx, sites_only=sites_only)
-                sites.extend(result.sites)
-                if result.source != source and not sites_only:
-                    check_compiles(result.source, path)
-                    files[path] = result.source
-            if on_step is not None:
-                on_step(done, len(paths), path)
+        with collector_paused():
+            for done, path in enumerate(paths, start=1):
+                source = ctx.read(path)
+                if self.might_apply(source):
+                    result = self.transform_source(source, path, ctx, sites_only=sites_only)
+                    sites.extend(result.sites)
+                    if result.source != source and not sites_only:
+                        check_compiles(result.source, path)
+                        files[path] = result.source
+                if on_step is not None:
+                    on_step(done, len(paths), path)
         for path, text in ctx.edits.items():
             if text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text

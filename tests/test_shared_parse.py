@@ -80,9 +80,9 @@ def test_a_scan_parses_each_text_once_and_binds_its_names_once_without_libcst_sc
     original_file, original_names = repository_module.ParsedFile, ScopedNames.__init__
     original_scope = ScopeProvider.__init__
 
-    def counting_file(path, source):
+    def counting_file(path, source, cache):
         parsed[(path, source)] += 1
-        return original_file(path, source)
+        return original_file(path, source, cache)
 
     def counting_names(self, *args, **kwargs):
         names.append(self)
@@ -106,9 +106,9 @@ def test_a_scan_never_parses_a_file_that_mentions_nothing_an_optimization_needs(
     parsed = []
     original = repository_module.ParsedFile
 
-    def counting_file(path, source):
+    def counting_file(path, source, cache):
         parsed.append(path)
-        return original(path, source)
+        return original(path, source, cache)
 
     monkeypatch.setattr(repository_module, "ParsedFile", counting_file)
     findings = scan(tmp_path)

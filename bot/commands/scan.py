@@ -12,6 +12,7 @@ from bot.errors import BadInput
 from bot.scan import render_plan, scan
 from bot.scope import Scope
 from bot.terminal import progress_bar
+from optimizations.program.collector import collector_paused
 from optimizations.program.repository import SourceCache
 
 
@@ -27,13 +28,15 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if not root.is_dir():
         raise BadInput(f"{args.path} is not a directory; pass the root of the training repository")
     sources = SourceCache()
-    with progress_bar("scanning") as on_step:
-        scope = Scope.of(root, sources)
-        findings = scan(root, on_step, sources, scope)
+    with collector_paused():  # a scan is analysis from start to end
+        with progress_bar("scanning") as on_step:
+            scope = Scope.of(root, sources)
+            findings = scan(root, on_step, sources, scope)
+        plan = render_plan(root, findings, sources, scope) if args.plan else None
     for unparsed in scope.skipped:
         print(f"bot: {unparsed.describe()}", file=sys.stderr)
-    if args.plan:
-        print(render_plan(root, findings, sources, scope), end="")
+    if plan is not None:
+        print(plan, end="")
         return 0
     if args.json:
         data = {f.optimization.id: [s.__dict__ for s in f.sites] for f in findings}

@@ -11,7 +11,6 @@ lines from there.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -102,7 +101,9 @@ class StartLines:
         """Count the lines of ``statement``'s code from where Python's parser starts it; the whole module's
         where there is no such statement or Python's parser reads the module otherwise."""
         module = self._parsed.module
-        state = _LineCountingState(default_indent=module.default_indent, default_newline=module.default_newline)
+        state = _LineCountingState(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
         lines = self._lines_of_statements()
         if statement is None or statement not in lines:
             module._codegen(state)
@@ -118,10 +119,8 @@ class StartLines:
         two parsers disagree on the count (then every line comes from the whole module's code)."""
         if self._statement_lines is None:
             body = self._parsed.module.body
-            try:
-                parsed = ast.parse(self._parsed.source).body
-            except (SyntaxError, ValueError):
-                parsed = []
+            syntax = self._parsed.syntax()
+            parsed = syntax.body if syntax is not None else []
             lines, index = {}, 0
             for statement in body:
                 if index >= len(parsed):

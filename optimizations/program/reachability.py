@@ -53,7 +53,6 @@ class Program:
         self.entry_points = sorted(self._entry_points() if command is None else self._started_by(command, ""))
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
-        self._trees: dict[str, ast.Module | None] = {}
         if self.entry_points:
             self._follow()
 
@@ -136,7 +135,8 @@ class Program:
         if ".py" not in text and "-m " not in text:
             return set()
         base = posixpath.dirname(path)
-        return {found for line in text.splitlines() for found in self._started_by(line, base)}
+        commands = (line for line in text.splitlines() if ".py" in line or "-m" in line)
+        return {found for line in commands for found in self._started_by(line, base)}
 
     def _started_by(self, line: str, base: str) -> set[str]:
         """The Python files and ``-m`` modules one command line runs (paths relative to ``base``); none for
@@ -233,13 +233,8 @@ class Program:
             return None
 
     def _tree(self, path: str) -> ast.Module | None:
-        if path not in self._trees:
-            text = self._text(path)
-            try:
-                self._trees[path] = None if text is None else ast.parse(text, path)
-            except (SyntaxError, ValueError):
-                self._trees[path] = None
-        return self._trees[path]
+        text = self._text(path)
+        return None if text is None else self.repo.sources.syntax(path, text)
 
     def _decorated(self, path: str) -> set[str]:
         tree = self._tree(path)

@@ -8,6 +8,7 @@ a file and to the repository.
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import posixpath
 import subprocess
@@ -102,11 +103,12 @@ class Change(SiteKinds):
 class ParsedFile:
     """One version of a file, parsed once, with a metadata wrapper that keeps every provider it resolves."""
 
-    def __init__(self, path: str, source: str):
+    def __init__(self, path: str, source: str, cache: SourceCache | None = None):
         import libcst as cst
 
         self.path = path
         self.source = source
+        self._cache = cache
         self.module = parse_module(source, path)
         # A fresh parse shares no nodes, so the wrapper need not copy it: metadata is keyed by these nodes.
         self.wrapper = cst.MetadataWrapper(self.module, unsafe_skip_copy=True)
@@ -118,6 +120,11 @@ class ParsedFile:
         if analysis not in self._derived:
             self._derived[analysis] = analysis(self)
         return self._derived[analysis]
+
+    def syntax(self) -> ast.Module | None:
+        """The file as Python's own parser reads it (None where it does not), shared with the run's other
+        readers of the same text."""
+        return (self._cache or SourceCache()).syntax(self.path, self.source)
 
     def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
@@ -147,6 +154,7 @@ class SourceCache:
 
     def __init__(self) -> None:
         self._parsed: dict[str, list[ParsedFile]] = {}
+        self._syntax: dict[str, tuple[str, ast.Module | None]] = {}
         # The repository's file listings by root and glob patterns: listed once per run, not per optimization.
         self.listings: dict[tuple[Path, tuple[str, ...]], list[str]] = {}
 
@@ -155,11 +163,23 @@ class SourceCache:
         versions = self._parsed.setdefault(path, [])
         found = next((parsed for parsed in versions if parsed.source == source), None)
         if found is None:
-            found = ParsedFile(path, source)
+            found = ParsedFile(path, source, self)
         else:
             versions.remove(found)
         versions[:] = [*versions[1 - self.KEEP :], found]
         return found
+
+    def syntax(self, path: str, source: str) -> ast.Module | None:
+        """``source``, the text of ``path``, as Python's own parser reads it (None where it does not); the
+        last text of each path is kept."""
+        kept = self._syntax.get(path)
+        if kept is None or kept[0] != source:
+            try:
+                tree = ast.parse(source, path)
+            except (SyntaxError, ValueError):
+                tree = None
+            kept = self._syntax[path] = (source, tree)
+        return kept[1]
 
 
 class RepoContext:
