@@ -148,7 +148,8 @@ def test_a_read_only_flood_loses_nothing_and_holds_up_no_one(api, tmp_path):
     )
     assert stopped < 10
     assert len(replies) == 1  # one refusal; every other comment got a 😕 only
-    assert "@\u2060wes" not in replies[0] and "xxxxxxxx" not in replies[0]  # nothing of the comment echoed
+    assert "@wes" not in replies[0] and "xxxxxxxx" not in replies[0]  # no live mention, no long text echoed
+    assert "@\u2060wes" not in replies[0]  # nor the neutralised mention: nothing of the comment is quoted
 
 
 @pytest.mark.slow
