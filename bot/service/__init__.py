@@ -1,2 +1,3 @@
-"""``bot serve`` and ``bot handle-event``: the webhook server (``server``) and what turns a ``/bot`` comment into
-a checked, locked run (``dispatch``)."""
+"""``bot serve`` and ``bot handle-event``: the webhook server (``server``), the durable delivery queue and the
+workers that check and run what it holds (``queue``), what turns a ``/bot`` comment into a checked, locked run
+(``dispatch``), and what a reply may say (``replies``)."""
