@@ -14,9 +14,8 @@ token as the benchmark's :func:`benchmarks.metrics.model_flops_per_token` counts
 ``torch.profiler`` trace of 5 more steps, how many kernels each step launched
 (:func:`benchmarks.profiling.summarize`) and the device time per step of its kernels grouped by what they compute
 (:func:`kernel_ms`: matmuls, attention, the cross-entropy over the vocabulary, the optimizer, the rest), which
-says what holds each mode's step. The device is as busy as that kernel time over the timed step's. (Not
-``summarize``'s busy fraction, which counts the kernels that start inside the host's step spans: a step with no
-sync lets the host run ahead of the device, and that undercounts.)
+says what holds each mode's step. The device is as busy as that kernel time over the timed (unprofiled) step's:
+recording every operator slows the host, so a host-bound mode reads less busy under the profiler than it runs.
 """
 
 from __future__ import annotations

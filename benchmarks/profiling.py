@@ -114,12 +114,16 @@ def _median(values: Sequence[float]) -> float:
 def summarize(trace: Mapping[str, Any], data_wait_share: float | None = None) -> Profile:
     """Read a Chrome trace (``torch.profiler``'s export) of the recorded steps into a :class:`Profile`.
 
-    Steps are the ``ProfilerStep#N`` annotations; kernels (category ``kernel``) inside them are the device's
-    work; runtime calls named in :data:`LAUNCH_CALLS` count launches; CPU operators give the host time.
+    Steps are the host's ``ProfilerStep#N`` annotations (the profiler also draws each one on the device's
+    timeline, as a ``gpu_user_annotation``: counted too, every step would count twice); kernels (category
+    ``kernel``) inside them are the device's work; runtime calls named in :data:`LAUNCH_CALLS` count launches;
+    CPU operators give the host time.
     """
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     steps = [
-        (e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"
     ]
     if not steps:
         raise ValueError("the trace holds no ProfilerStep annotations: no training step was recorded")

@@ -63,6 +63,25 @@ def test_busy_fraction_merges_overlapping_kernels_and_tops_ops_by_device_time():
     assert profile.top_ops[0].device_ms == pytest.approx(1.2)
 
 
+def test_the_device_timelines_copy_of_each_step_is_not_a_step_of_its_own():
+    # the profiler draws every ProfilerStep on the device's timeline too, spanning that step's kernels
+    recorded = trace(1000, [(GEMM, 100, 800)], launches=4)
+    recorded["traceEvents"] += [
+        {
+            "ph": "X",
+            "name": f"ProfilerStep#{n}",
+            "cat": "gpu_user_annotation",
+            "ts": n * 1000 + 100,
+            "dur": 800,
+        }
+        for n in range(2)
+    ]
+    profile = summarize(recorded, 0.0)
+    assert profile.steps == 2 and profile.launches_per_step == 4
+    assert profile.step_ms == pytest.approx(1.0) and profile.device_busy_fraction == pytest.approx(0.8)
+    assert profile.bound == "device"
+
+
 def test_a_cpu_run_has_no_busy_fraction_and_is_host_or_input_bound():
     cpu = summarize(trace(1000), 0.05)
     assert cpu.device_busy_fraction is None and cpu.bound == "host"
