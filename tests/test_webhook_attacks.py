@@ -11,14 +11,12 @@ import logging
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bot_process import bot_serve as serve_process
 from test_github import RecordingRunner, post, wait_until
 
 from bot.redact import redact
@@ -103,38 +101,16 @@ def server(api, tmp_path):
 # --- 1. unauthenticated exhaustion, against a real `bot serve` ----------------------------------------------
 
 
-@contextlib.contextmanager
-def bot_serve(tmp_path: Path, api, *options: str) -> Iterator[tuple[subprocess.Popen, tuple[str, int]]]:
-    """``bot serve --port 0`` in its own process, until the block ends."""
+def bot_serve(tmp_path: Path, api, *options: str):
+    """``bot serve --port 0 [options]`` in its own process for the attacked repository, until the block ends."""
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "PERFBOT_WEBHOOK_SECRET": SECRET,
         "PERFBOT_REPOSITORY": REPO,
         "PERFBOT_TOKEN": TOKEN,
         "GITHUB_API_URL": api.url,
-        "PERFBOT_STATE_DIR": str(tmp_path / "state"),
     }
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "serve", "--port", "0", *options],
-            cwd=tmp_path,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        assert wait_until(lambda: "listening on" in log_path.read_text(errors="replace"), timeout=30)
-        found = re.search(r"listening on http://([\d.]+):(\d+)/", log_path.read_text())
-        yield process, (found[1], int(found[2]))
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    return serve_process(tmp_path, tmp_path / "state", env, tmp_path / "serve.log", *options)
 
 
 def settled(tmp_path: Path) -> None:
