@@ -31,12 +31,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.host_time import HostSampler, HostTime, format_host_time
+
 INPUT_SHARE = 0.25
 COMMUNICATION_SHARE = 0.25
 HOST_BUSY = 0.60
 MEMORY_SHARE = 0.50
 BOUNDS = ("input", "communication", "host", "memory", "device")
 TOP_OPS = 15
+TOP_RUNTIME = 8
 
 # Kernel-name fragments of work that moves bytes rather than doing arithmetic on them.
 MEMORY_KERNELS = (
@@ -85,6 +88,7 @@ class Profile:
     memory_share: float | None
     bound: str = ""
     top_ops: list[Op] = field(default_factory=list)
+    runtime_ms: dict[str, float] = field(default_factory=dict)  # host ms per step in CUDA API calls, by call
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,6 +141,10 @@ def summarize(trace: Mapping[str, Any], data_wait_share: float | None = None) ->
         e for e in events if e.get("cat") == "cuda_runtime" and e.get("name") in LAUNCH_CALLS and inside(e)
     ]
     cpu_ops = [e for e in events if e.get("cat") == "cpu_op" and inside(e)]
+    runtime: dict[str, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") in ("cuda_runtime", "cuda_driver") and inside(event):
+            runtime[event["name"]] += event["dur"] / 1000 / len(steps)
     wall_ms = sum(end - start for start, end in steps) / 1000
     step_ms = _median([(end - start) / 1000 for start, end in steps])
 
@@ -163,6 +171,9 @@ def summarize(trace: Mapping[str, Any], data_wait_share: float | None = None) ->
         communication_share=communication,
         memory_share=memory,
         top_ops=_top_ops(cpu_ops, kernels),
+        runtime_ms={
+            name: round(ms, 3) for name, ms in sorted(runtime.items(), key=lambda kv: -kv[1])[:TOP_RUNTIME]
+        },
     )
     profile.bound = classify(profile)
     return profile
@@ -224,6 +235,9 @@ def format_profile(profile: Profile) -> str:
     lines += [
         f"  {op.device_ms:9.2f} {op.host_ms:9.2f} {op.calls:6d}  {op.name[:100]}" for op in profile.top_ops
     ]
+    if profile.runtime_ms:
+        lines.append("host ms per step in CUDA API calls:")
+        lines += [f"  {ms:9.2f}  {name}" for name, ms in profile.runtime_ms.items()]
     return "\n".join(lines)
 
 
@@ -262,14 +276,58 @@ def profile_program(command: Sequence[str], out: Path, skip: int, steps: int) ->
             hook.remove()
     record = build_record(meter, skip, status, error, command)
     if not trace.exists():
-        raise RuntimeError(
-            f"no trace was written: the run ended ({record['status']}) before {skip + 1 + steps} optimizer steps; "
-            "give it more steps or fewer --skip/--steps"
-        )
+        raise RuntimeError(_too_short(record, skip + 1 + steps))
     data_wait = ((record.get("phases") or {}).get("data_wait") or {}).get("share")
     result = summarize(json.loads(trace.read_text()), data_wait)
     (out / "profile.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def _too_short(record: Mapping[str, Any], needed: int) -> str:
+    return (
+        f"no trace was written: the run ended ({record['status']}) before {needed} optimizer steps; "
+        "give it more steps or fewer --skip/--steps"
+    )
+
+
+def host_time_program(
+    command: Sequence[str], out: Path, skip: int, steps: int
+) -> tuple[HostTime, float | None]:
+    """Run the program with the meter and the host sampler (:mod:`benchmarks.host_time`) over ``steps`` steps
+    after ``skip``; write ``host_time.json`` to ``out``. Returns the report and the meter's median step time
+    (ms) over the same run, to compare the sampled host time with."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from benchmarks.launch import build_record, parse_command, run_program
+    from benchmarks.metrics import Meter
+
+    program = parse_command(command)
+    out.mkdir(parents=True, exist_ok=True)
+    meter = Meter()
+    sampler = HostSampler()
+    done = 0
+
+    def advance(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal done
+        done += 1
+        sampler.end_step()
+        sampler.record(skip <= done < skip + steps)
+
+    hook = register_optimizer_step_post_hook(advance)
+    sampler.start()
+    try:
+        status, error, _ = run_program(program, meter)
+    finally:
+        hook.remove()
+        sampler.stop()
+    record = build_record(meter, skip, status, error, command)
+    if done < skip + steps:
+        raise RuntimeError(_too_short(record, skip + steps).replace("no trace was written", "too few steps"))
+    report = sampler.report()
+    step_s = (record.get("step_time_s") or {}).get("median")
+    metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
+    (out / "host_time.json").write_text(json.dumps(report.to_dict() | metered, indent=1))
+    return report, None if step_s is None else step_s * 1000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -284,16 +342,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="perfbot-profile", help="folder for trace.json and profile.json")
     parser.add_argument("--skip", type=int, default=3, help="steps left out before recording (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="steps recorded (default 5)")
+    parser.add_argument(
+        "--host-time",
+        action="store_true",
+        help="sample the host's Python stack instead of running torch.profiler: host time per step by source",
+    )
     options = parser.parse_args(argv[:split])
     if options.skip < 0 or options.steps < 1:
         parser.error("--skip must be >= 0 and --steps >= 1")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    command, out = argv[split + 1 :], Path(options.out)
     try:
-        result = profile_program(argv[split + 1 :], Path(options.out), options.skip, options.steps)
+        if options.host_time:
+            host, step_ms = host_time_program(command, out, options.skip, options.steps)
+            print(format_host_time(host, step_ms), file=sys.stderr)
+        else:
+            print(format_profile(profile_program(command, out, options.skip, options.steps)), file=sys.stderr)
     except (ValueError, RuntimeError) as error:
         print(f"benchmarks.profiling: {error}", file=sys.stderr)
         return 1
-    print(format_profile(result), file=sys.stderr)
     return 0
 
 

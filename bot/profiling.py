@@ -15,6 +15,7 @@ from typing import Any
 
 import git
 
+from benchmarks.host_time import HostTime
 from benchmarks.profiling import Op, Profile
 from benchmarks.runner import PERFBOT_ROOT, worktrees
 from benchmarks.spec import BenchSpec
@@ -32,6 +33,35 @@ def profile_workload(
 ) -> tuple[Profile, Path]:
     """Profile ``workload`` (the only one when None) at ``revision``: its warm-up steps skipped, ``steps``
     recorded. Returns the summary and the folder holding ``trace.json`` and ``profile.json``."""
+    out = _run_profiling(workspace, spec, revision, workload, steps, [], "profile.json")
+    data = json.loads((out / "profile.json").read_text())
+    data["top_ops"] = [Op(**op) for op in data["top_ops"]]
+    return Profile(**data), out
+
+
+def host_time_workload(
+    workspace: Workspace, spec: BenchSpec, revision: str, workload: str | None, steps: int
+) -> tuple[HostTime, float | None]:
+    """The host time per step of ``workload`` at ``revision`` by source (:mod:`benchmarks.host_time`), over
+    ``steps`` steps after its warm-up; returns it and the run's metered step time in ms."""
+    out = _run_profiling(workspace, spec, revision, workload, steps, ["--host-time"], "host_time.json")
+    data = json.loads((out / "host_time.json").read_text())
+    step_s = data.pop("meter_step_s", None)
+    data.pop("meter_tokens_per_s", None)
+    return HostTime.from_dict(data), None if step_s is None else step_s * 1000
+
+
+def _run_profiling(
+    workspace: Workspace,
+    spec: BenchSpec,
+    revision: str,
+    workload: str | None,
+    steps: int,
+    options: list[str],
+    written: str,
+) -> Path:
+    """Run ``python -m benchmarks.profiling [options]`` on ``workload`` at ``revision`` in its own worktree;
+    returns the folder it wrote ``written`` to."""
     if workload is None:
         if len(spec.workloads) != 1:
             raise BadInput(f"name a workload with --workload: {', '.join(spec.workloads)}")
@@ -50,6 +80,7 @@ def profile_workload(
         sys.executable,
         "-m",
         "benchmarks.profiling",
+        *options,
         "--out",
         str(out),
         "--skip",
@@ -78,12 +109,10 @@ def profile_workload(
             raise ProfileFailed(
                 f"the profiled {workload} run passed its {chosen.timeout_s:.0f} s timeout"
             ) from error
-    if done.returncode != 0 or not (out / "profile.json").exists():
+    if done.returncode != 0 or not (out / written).exists():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise ProfileFailed(f"the profiled {workload} run failed (exit {done.returncode}):\n{tail}")
-    data = json.loads((out / "profile.json").read_text())
-    data["top_ops"] = [Op(**op) for op in data["top_ops"]]
-    return Profile(**data), out
+    return out
 
 
 def profile_commits(

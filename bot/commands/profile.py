@@ -1,16 +1,18 @@
-"""``bot profile [REV] --workload NAME``: what bounds a workload's training steps at one commit."""
+"""``bot profile [REV] --workload NAME [--host-time]``: what bounds a workload's training steps at one commit,
+or where its host time goes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from benchmarks.host_time import format_host_time
 from benchmarks.profiling import format_profile
 from bot.benchmarking import BenchOptions, bench_spec
 from bot.commands import FromComment
 from bot.commands.options import workload_size
 from bot.errors import BadInput, require
-from bot.profiling import profile_workload
+from bot.profiling import host_time_workload, profile_workload
 from bot.workspace import Workspace
 
 
@@ -23,15 +25,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", metavar="NAME", help="the workload to profile (default: the only one)")
     parser.add_argument("--size", type=workload_size, help="workload size from [tool.bot] (e.g. tiny, gpu)")
     parser.add_argument("--steps", type=int, default=5, help="steady-state steps to record (default 5)")
+    parser.add_argument(
+        "--host-time",
+        action="store_true",
+        help="where the host's time per step goes, by source (Trainer, TRL, PEFT, compiled code, ...), from "
+        "sampling its Python stack, not torch.profiler",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
-    """Profile; print the bound, device-busy fraction, launches per step and top ops; keep the trace."""
+    """Profile; print the bound, device-busy fraction, launches per step and top ops, and keep the trace; or,
+    with ``--host-time``, the host's time per step by source and line."""
     if args.steps < 1:
         raise BadInput(f"--steps must be at least 1 (got {args.steps})")
     require("torch", "bot profile")
     workspace = Workspace("." if comment else args.repo)
     spec = bench_spec(workspace.root, BenchOptions(size=args.size))
+    if args.host_time:
+        host, step_ms = host_time_workload(workspace, spec, args.rev, args.workload, args.steps)
+        if args.json:
+            print(json.dumps(host.to_dict() | {"step_ms_unsampled": step_ms}, indent=1))
+        else:
+            print(format_host_time(host, step_ms))
+        return 0
     profile, folder = profile_workload(workspace, spec, args.rev, args.workload, args.steps)
     if args.json:
         print(json.dumps(profile.to_dict() | {"trace": str(folder / "trace.json")}, indent=1))

@@ -1,0 +1,108 @@
+"""The host-time sampler (`benchmarks.host_time`): time is charged to the source of the code that ran, through
+generic plumbing to its caller, also in stretches of pure Python between calls that release the GIL; a
+straggling step is left out of the averages; `bot profile --host-time` reports a real CPU run by source."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+from git_repos import make_repo
+from test_profiling import LOOP, PYPROJECT
+
+from benchmarks.host_time import OTHER, HostSampler, format_host_time, source_of
+from bot.cli import main
+
+PEFT = "PEFT (LoRA layers, eager)"
+TRL = "TRL trainer (loss, metrics)"
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("/site-packages/peft/tuners/lora/layer.py", PEFT),
+        ("/site-packages/trl/trainer/sft_trainer.py", TRL),
+        ("/site-packages/transformers/trainer.py", "Trainer loop and bookkeeping"),
+        ("/tmp/torchinductor_root/ab/cabc.py", "compiled code (Inductor launchers)"),
+        ("<string>:guard", "torch.compile runtime (Dynamo, guards)"),
+        ("/site-packages/torch/nn/modules/module.py", None),
+        ("/home/me/train.py", OTHER),
+    ],
+)
+def test_each_file_belongs_to_its_source_and_plumbing_to_none(path, source):
+    assert source_of(path) == source
+
+
+def load(path: Path, text: str):
+    """Import ``text`` as a module whose code lives at ``path`` (its source is what the path says)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem + str(abs(hash(path))), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def sources(tmp_path):
+    """A fake PEFT layer that spins in pure Python through a torch ``nn.modules`` file (plumbing), and a fake
+    TRL call that releases the GIL (``time.sleep(0)``) between the layer's stretches."""
+    plumbing = load(
+        tmp_path / "torch" / "nn" / "modules" / "spin.py",
+        "import time\ndef spin(seconds):\n    end = time.perf_counter() + seconds\n"
+        "    while time.perf_counter() < end:\n        sum(range(50))\n",
+    )
+    layer = load(tmp_path / "peft" / "layer.py", "def forward(spin, seconds):\n    spin(seconds)\n")
+    trl = load(tmp_path / "trl" / "release.py", "import time\ndef release():\n    time.sleep(0)\n")
+    return plumbing.spin, layer.forward, trl.release
+
+
+def test_pure_python_between_gil_releases_is_charged_to_itself(sources):
+    spin, forward, release = sources
+    sampler = HostSampler(interval=0.002)
+    with sampler.recording():
+        end = time.perf_counter() + 0.4
+        while time.perf_counter() < end:
+            forward(spin, 0.0005)  # half a millisecond of Python in the layer, then a GIL release
+            release()
+    host = sampler.report()
+    assert host.steps == 1 and host.samples > 50
+    assert host.sources_ms[PEFT] > 0.8 * host.sampled_ms  # not charged to the call that released the GIL
+    assert host.top_lines[0].source == PEFT and "spin(seconds)" in host.top_lines[0].line
+
+
+def test_a_straggling_step_is_left_out_and_named(sources):
+    spin, forward, release = sources
+    sampler = HostSampler(interval=0.001)
+    sampler.start()
+    try:
+        for seconds in (0.03, 0.03, 0.12, 0.03):
+            sampler.record(True)
+            forward(spin, seconds)
+            release()
+            sampler.end_step()
+    finally:
+        sampler.stop()
+    host = sampler.report()
+    assert host.steps == 3 and 25 < host.step_ms < 45
+    [outlier] = host.outlier_steps
+    assert outlier.index == 2 and outlier.ms > 100 and outlier.top_source == PEFT
+    text = format_host_time(host, step_ms=32.0)
+    assert "the unsampled step took 32.0 ms" in text and "left out: recorded step 2" in text
+
+
+def test_bot_profile_host_time_reports_a_cpu_loop_by_source(tmp_path, capsys):
+    repo = make_repo(
+        tmp_path, {"loop.py": LOOP, "pyproject.toml": PYPROJECT.replace("steps = 4", "steps = 30")}
+    )
+    assert main(["--json", "profile", "--repo", str(tmp_path), "--steps", "20", "--host-time"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["steps"] + len(data["outlier_steps"]) == 20 and data["samples"] > 0
+    assert data["step_ms_unsampled"] > 0 and abs(sum(data["sources_ms"].values()) - data["sampled_ms"]) < 0.1
+    assert "optimizer step" in data["sources_ms"] or "backward: autograd engine" in data["sources_ms"]
+    assert not repo.is_dirty(untracked_files=True)
+    assert main(["profile", "--repo", str(tmp_path), "--steps", "3", "--host-time"]) == 0
+    assert "host time per step" in capsys.readouterr().out
