@@ -113,13 +113,13 @@ class Site:
 
 
 class HostSampler:
-    """Samples one thread's Python stack on a background thread while :meth:`recording` (see the module doc)."""
+    """Samples the main thread's Python stack from a background thread while recording (see the module doc)."""
 
-    def __init__(self, thread_id: int | None = None, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
         if interval <= 0:
             raise ValueError("the sampling interval must be positive")
         self.interval = interval
-        self._target = threading.main_thread().ident if thread_id is None else thread_id
+        self._target = threading.main_thread().ident
         self._steps: list[_StepTime] = []
         self._step = _StepTime()
         self._known: dict[str, str | None] = {}
@@ -185,6 +185,7 @@ class HostSampler:
             if self._recording:
                 self._sample(frames, now - last)
             last = now
+        self._halt.release()  # taken to stop; free for the next start
 
     def start(self) -> None:
         """Start the sampling thread (readings are kept only while recording)."""

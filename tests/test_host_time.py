@@ -70,7 +70,8 @@ def test_pure_python_between_gil_releases_is_charged_to_itself(sources):
             release()
     host = sampler.report()
     assert host.steps == 1 and host.samples > 50
-    assert host.sources_ms[PEFT] > 0.8 * host.sampled_ms  # not charged to the call that released the GIL
+    # most of it, where a reading waiting for the GIL would charge nearly all of it to the call that releases it
+    assert host.sources_ms[PEFT] > 0.6 * host.sampled_ms
     assert host.top_lines[0].source == PEFT and "spin(seconds)" in host.top_lines[0].line
 
 
@@ -87,6 +88,8 @@ def test_a_straggling_step_is_left_out_and_named(sources):
     finally:
         sampler.stop()
     host = sampler.report()
+    with sampler.recording():  # it starts again after a stop
+        forward(spin, 0.01)
     assert host.steps == 3 and 25 < host.step_ms < 45
     [outlier] = host.outlier_steps
     assert outlier.index == 2 and outlier.ms > 100 and outlier.top_source == PEFT

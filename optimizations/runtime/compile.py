@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -45,7 +45,7 @@ def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return longest
 
 
-def compile_repeated_layers(model: Model) -> Model:
+def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
     """Regional compilation: ``nn.Module.compile()`` on each of ``model``'s :func:`repeated_layers`, in place;
     returns ``model``.
 
@@ -55,11 +55,49 @@ def compile_repeated_layers(model: Model) -> Model:
     Anything but an ``nn.Module`` (a checkpoint name a trainer loads itself) is returned untouched, as is
     every model when ``PERFBOT_COMPILE=0``, when torch has no ``nn.Module.compile`` (before 2.2), or when no
     GPU is present (compiling for the CPU costs more start-up than it saves in a short run).
+
+    ``fixed_budget``: the TRL ``SFTConfig`` the model trains with. When its packing is padding-free, every
+    packed batch is padded to one token budget (:func:`fix_token_budget`), and with one shape per step the
+    whole decoder (the module holding the layers) is compiled as one region instead: one guard check and one
+    autograd wrapper a step instead of one per layer. A decoder compiled whole without a fixed shape recompiles
+    for new lengths, so any other config keeps the per-layer compilation.
     """
     if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
         return model
     if not torch.cuda.is_available():
         return model
-    for block in repeated_layers(model):
+    layers = repeated_layers(model)
+    decoder = _holder(model, layers)
+    if fixed_budget is not None and decoder is not None and fix_token_budget(fixed_budget):
+        decoder.compile()
+        return model
+    for block in layers:
         block.compile()
     return model
+
+
+def fix_token_budget(config: Any) -> bool:
+    """Pad every padding-free packed batch of a TRL ``SFTConfig`` to the same number of tokens: set its
+    ``pad_to_multiple_of`` to ``per_device_train_batch_size × max_length`` (the most a batch packs) where
+    it is unset. Each pad token becomes a one-token sequence of its own with label -100: no real token attends
+    to it and the loss, normalised by the real tokens, is unchanged. True when the config has that budget."""
+    strategy = getattr(config, "packing_strategy", None)
+    padding_free = getattr(config, "padding_free", False) or (
+        getattr(config, "packing", False) and strategy in ("bfd", "bfd_split")
+    )
+    batch = getattr(config, "per_device_train_batch_size", None)
+    length = getattr(config, "max_length", None)
+    if not padding_free or not batch or not length or not hasattr(config, "pad_to_multiple_of"):
+        return False
+    if config.pad_to_multiple_of is None:
+        config.pad_to_multiple_of = batch * length
+    return config.pad_to_multiple_of == batch * length
+
+
+def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module | None:
+    """The module whose ``nn.ModuleList`` child holds ``layers`` (a transformer's decoder), if any."""
+    for module in model.modules() if layers else ():
+        for child in module.children():
+            if isinstance(child, torch.nn.ModuleList) and len(child) and child[0] is layers[0]:
+                return module
+    return None

@@ -1,0 +1,103 @@
+"""The token budget (`optimizations.token_budget`, runtime `fix_token_budget` in `_perfbot_compile`): the config
+is padded to batch × max length only where packing is padding-free and nothing pads already, and padding a
+packed batch to that budget leaves TRL's loss and the LoRA adapter's gradients as they were (the update-fidelity
+check of this change, on CPU: the only difference is rounding)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from optimizations.runtime.compile import compile_repeated_layers, fix_token_budget
+
+torch = pytest.importorskip("torch")
+trl = pytest.importorskip("trl")
+
+
+def config(**fields):
+    base = {"packing": True, "packing_strategy": "bfd", "padding_free": False, "max_length": 16}
+    return SimpleNamespace(**{**base, "per_device_train_batch_size": 2, "pad_to_multiple_of": None, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "budget", "padded_to"),
+    [
+        ({}, True, 32),
+        ({"packing_strategy": "wrapped"}, False, None),  # rows are full already, and not padding-free
+        ({"packing": False}, False, None),  # padded batches: the budget would pad every row to it
+        ({"packing": False, "padding_free": True}, True, 32),
+        ({"pad_to_multiple_of": 8}, False, 8),  # the user's own padding is kept
+        ({"max_length": None}, False, None),
+    ],
+)
+def test_only_padding_free_packing_gets_the_budget(fields, budget, padded_to):
+    settings = config(**fields)
+    assert fix_token_budget(settings) is budget
+    assert settings.pad_to_multiple_of == padded_to
+
+
+def test_without_a_gpu_the_model_is_left_as_it_was():
+    model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]))
+    settings = config()
+    assert compile_repeated_layers(model, fixed_budget=settings) is model
+    assert settings.pad_to_multiple_of is None  # nothing is compiled, so nothing is padded
+
+
+def test_padding_to_the_budget_keeps_the_loss_and_the_adapter_gradients():
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    words = [f"w{i}" for i in range(60)]
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    dataset = Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
+    results = []
+    for budget in (False, True):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=len(vocab),
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+            )
+        )
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:  # non-zero B, so that the A gradients are not all zero
+                torch.nn.init.normal_(parameter, std=0.1)
+        args = trl.SFTConfig(
+            output_dir="unused",
+            packing=True,
+            packing_strategy="bfd",
+            max_length=20,  # rows of at most 18 tokens: no two fill the budget of 40
+            per_device_train_batch_size=2,
+            report_to="none",
+            use_cpu=True,
+        )
+        if budget:
+            assert fix_token_budget(args)
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        batch = next(iter(trainer.get_train_dataloader()))
+        assert (batch["input_ids"].shape[1] == 40) is budget
+        model.train()
+        loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((loss.detach(), grads, int((batch["labels"] != -100).sum())))
+    (loss, grads, tokens), (padded_loss, padded_grads, padded_tokens) = results
+    assert padded_tokens == tokens  # the pad tokens carry no label
+    torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == padded_grads.keys() and len(grads) == 8
+    for name, grad in grads.items():
+        assert grad.abs().sum() > 0
+        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-4, atol=1e-6)
