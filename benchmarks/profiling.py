@@ -1,6 +1,9 @@
 """Profiling a training program's steady-state steps: what bounds them, and what the device spends time on.
 
-    python -m benchmarks.profiling --out DIR [--skip N] [--steps N] -- python train.py [ARGS...]
+    python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time] -- python train.py [ARGS...]
+
+With ``--host-time`` the steps are sampled by :mod:`benchmarks.host_time` instead (``DIR/host_time.json``: the
+host's time per step by source and line), without the profiler, which slows a host-bound step's host.
 
 The program runs in-process under the launch wrapper's meter (for the step phases) and a ``torch.profiler``
 whose schedule advances at every optimizer step: ``--skip`` steps are left out (compilation, allocator
@@ -276,16 +279,16 @@ def profile_program(command: Sequence[str], out: Path, skip: int, steps: int) ->
             hook.remove()
     record = build_record(meter, skip, status, error, command)
     if not trace.exists():
-        raise RuntimeError(_too_short(record, skip + 1 + steps))
+        raise RuntimeError(_too_short(record, skip + 1 + steps, "no trace was written"))
     data_wait = ((record.get("phases") or {}).get("data_wait") or {}).get("share")
     result = summarize(json.loads(trace.read_text()), data_wait)
     (out / "profile.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
 
 
-def _too_short(record: Mapping[str, Any], needed: int) -> str:
+def _too_short(record: Mapping[str, Any], needed: int, what: str) -> str:
     return (
-        f"no trace was written: the run ended ({record['status']}) before {needed} optimizer steps; "
+        f"{what}: the run ended ({record['status']}) before {needed} optimizer steps; "
         "give it more steps or fewer --skip/--steps"
     )
 
@@ -322,7 +325,7 @@ def host_time_program(
         sampler.stop()
     record = build_record(meter, skip, status, error, command)
     if done < skip + steps:
-        raise RuntimeError(_too_short(record, skip + steps).replace("no trace was written", "too few steps"))
+        raise RuntimeError(_too_short(record, skip + steps, "too few steps were sampled"))
     report = sampler.report()
     step_s = (record.get("step_time_s") or {}).get("median")
     metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
@@ -336,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.profiling",
-        usage="python -m benchmarks.profiling --out DIR [--skip N] [--steps N] -- python TRAIN.py [ARGS...]",
+        usage="python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time] -- python TRAIN.py ...",
         description="Profile a training program's steady-state steps and say what bounds them.",
     )
     parser.add_argument("--out", default="perfbot-profile", help="folder for trace.json and profile.json")

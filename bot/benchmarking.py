@@ -18,7 +18,7 @@ from bot.errors import BadInput, require
 from bot.history import describe_commits
 from bot.notes import write_notes
 from bot.plan import Plan
-from bot.profiling import profile_commits
+from bot.profiling import busy_against_measured_steps, profile_commits
 from bot.progress import Progress, publish_progress
 from bot.reporting import publish_reports
 from bot.trackers.base import Tracker
@@ -229,6 +229,7 @@ def bench_revisions(
     if profile_steps:
         shas = [c.sha for c in results.commits]
         results.profiles = profile_commits(workspace, spec, shas, profile_steps, on_step)
+        busy_against_measured_steps(results.profiles, results.runs)
         results.save(path)
     if tracker is not None and issue is not None:
         publish_reports(

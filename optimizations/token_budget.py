@@ -85,7 +85,7 @@ class TokenBudget(Optimization):
         "static shapes",
         "decoder compiled whole",
     )
-    capabilities = ("compile model", "static shapes")
+    capabilities = ("static shapes",)
     codemods = (_FixBudget,)
     needs = (HELPER,)
 

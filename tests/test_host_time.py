@@ -49,14 +49,18 @@ def load(path: Path, text: str):
 @pytest.fixture
 def sources(tmp_path):
     """A fake PEFT layer that spins in pure Python through a torch ``nn.modules`` file (plumbing), and a fake
-    TRL call that releases the GIL (``time.sleep(0)``) between the layer's stretches."""
+    TRL call that releases the GIL between the layer's stretches."""
     plumbing = load(
         tmp_path / "torch" / "nn" / "modules" / "spin.py",
         "import time\ndef spin(seconds):\n    end = time.perf_counter() + seconds\n"
         "    while time.perf_counter() < end:\n        sum(range(50))\n",
     )
     layer = load(tmp_path / "peft" / "layer.py", "def forward(spin, seconds):\n    spin(seconds)\n")
-    trl = load(tmp_path / "trl" / "release.py", "import time\ndef release():\n    time.sleep(0)\n")
+    trl = load(
+        tmp_path / "trl" / "release.py",
+        # hashing a large buffer lets the GIL go without giving up the CPU, as a kernel launch does
+        "import hashlib\nDATA = bytes(1 << 16)\ndef release():\n    hashlib.sha256(DATA).digest()\n",
+    )
     return plumbing.spin, layer.forward, trl.release
 
 
@@ -109,3 +113,16 @@ def test_bot_profile_host_time_reports_a_cpu_loop_by_source(tmp_path, capsys):
     assert not repo.is_dirty(untracked_files=True)
     assert main(["profile", "--repo", str(tmp_path), "--steps", "3", "--host-time"]) == 0
     assert "host time per step" in capsys.readouterr().out
+
+
+def test_a_run_shorter_than_the_window_is_refused_in_words(tmp_path, monkeypatch, capsys):
+    from benchmarks.profiling import main as profiling_main
+
+    (tmp_path / "loop.py").write_text(LOOP)
+    monkeypatch.chdir(tmp_path)
+    command = ["--host-time", "--out", "out", "--skip", "5", "--steps", "10", "--", "python", "loop.py"]
+    assert profiling_main([*command, "--steps", "4"]) == 1
+    assert (
+        "too few steps were sampled: the run ended (ok) before 15 optimizer steps" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "out" / "host_time.json").exists()

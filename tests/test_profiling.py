@@ -178,3 +178,49 @@ def test_bench_profile_keeps_each_commits_bound_and_the_note_says_what_to_try_ne
         f"profiling loop @ {head[:7]}",
     ]
     assert [(done, total) for done, total, _ in steps] == [(1, 2), (2, 2), (0, 2), (1, 2)]
+
+
+def test_bench_reads_device_busy_against_its_unprofiled_steps():
+    """A host-bound GPU step slows under the profiler: 57 ms of kernels in a 210 ms profiled step read 27%
+    busy, but the measured runs took 91 ms a step, so the device was busy 63% of it and the bound is read
+    again from that."""
+    from benchmarks.runner import RunRecord
+    from bot.comments.results import profile_line
+    from bot.profiling import busy_against_measured_steps
+
+    entry = {
+        "steps": 5,
+        "step_ms": 210.0,
+        "device_busy_ms": 57.2,
+        "device_busy_fraction": 57.2 / 210.0,
+        "launches_per_step": 411.0,
+        "data_wait_share": 0.03,
+        "communication_share": 0.0,
+        "memory_share": 0.25,
+        "bound": "host",
+        "top_ops": [{"name": "flex_attention_backward", "calls": 5, "device_ms": 35.4, "host_ms": 0.0}],
+    }
+    cpu = {**entry, "device_busy_ms": None, "device_busy_fraction": None}
+    profiles = {"abc": {"sft": entry, "loop": cpu}, "def": {"sft": dict(entry)}}
+
+    def run(commit, step_s, status="ok", workload="sft"):
+        metrics = {"step_time_s": {"median": step_s}} if step_s else None
+        return RunRecord(commit, workload, 0, status, 30.0, "", metrics)
+
+    runs = [
+        run("abc", 0.090),
+        run("abc", 0.092),
+        run("abc", 0.5, status="crashed"),
+        run("abc", 0.01, workload="loop"),
+    ]
+    busy_against_measured_steps(profiles, runs)
+    assert entry["measured_step_ms"] == pytest.approx(91.0)
+    assert entry["device_busy_fraction"] == pytest.approx(57.2 / 91.0)
+    assert entry["device_busy_fraction_profiled"] == pytest.approx(57.2 / 210.0)
+    assert entry["bound"] == "device"  # 63% busy, a quarter of it memory-bound kernels
+    assert (
+        "measured_step_ms" not in profiles["def"]["sft"] and "measured_step_ms" not in cpu
+    )  # no runs, no device
+    assert "device busy 63% of the measured 91.0 ms step (27% of the 210.0 ms step under the profiler)" in (
+        profile_line(entry)
+    )

@@ -409,8 +409,19 @@ def profile_line(entry: dict) -> str:
     top = entry.get("top_ops") or []
     top_text = f"; top op {formatting.clip(top[0]['name'], 60)}" if top else ""
     return (
-        f"{entry['bound']}-bound, {busy_text} of a {entry['step_ms']:.1f} ms step, "
+        f"{entry['bound']}-bound, {busy_text} of {_step_text(entry)}, "
         f"{entry['launches_per_step']:.0f} launches/step{top_text}"
+    )
+
+
+def _step_text(entry: dict) -> str:
+    """The step a busy fraction is of: the measured (unprofiled) step where the bench had one."""
+    if "measured_step_ms" not in entry:
+        return f"a {entry['step_ms']:.1f} ms step"
+    profiled = entry["device_busy_fraction_profiled"]
+    return (
+        f"the measured {entry['measured_step_ms']:.1f} ms step ({profiled:.0%} of the "
+        f"{entry['step_ms']:.1f} ms step under the profiler)"
     )
 
 
@@ -440,7 +451,7 @@ def profiles_table(results: Results, commit_url: str | None) -> Table | None:
                 f"`{workload}`",
                 f"**{entry['bound']}**",
                 "n/a (no device)" if busy is None else f"{busy:.0%}",
-                f"{entry['step_ms']:.1f} ms",
+                f"{entry.get('measured_step_ms', entry['step_ms']):.1f} ms",
                 f"{entry['launches_per_step']:.0f}",
                 cell(formatting.clip(top[0]["name"], 60)) if top else "",
             )
