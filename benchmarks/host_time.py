@@ -7,9 +7,11 @@ and charges the wall time since its previous reading to that stack. Torch releas
 kernels or waits for the device, so a blocked ``.item()`` is charged to the line that called it. Pure Python
 code holds the GIL until the interpreter's switch interval (5 ms by default) makes it let go; the sampler
 shortens that interval while it runs, or a reading due during a stretch of Python would be taken at the next
-call that releases the GIL (a kernel launch) and charged to it. A stack is
-charged to the source of its innermost frame whose file belongs to a named source (:data:`SOURCES`); frames of
-generic plumbing (``torch.nn.Module.__call__``, ``functools``, ...) are passed through to their callers.
+call that releases the GIL (a kernel launch) and charged to it.
+
+A stack is charged to the source of its innermost frame whose file belongs to a named source (:data:`SOURCES`,
+``other Python`` for the rest); frames of generic plumbing (:data:`PLUMBING`: ``torch.nn.Module.__call__``,
+``functools``, ...) are passed through to their callers.
 
 While the main thread waits in the autograd engine (``backward()``), the backward pass runs on the engine's own
 thread; those readings are charged to that thread's stack, prefixed ``backward:``, when it is running Python
@@ -30,11 +32,12 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-# (fragment of a file path, source name), first match wins; a frame matching none is plumbing, passed through.
-# Code without a file (``<string>``) is named with its function: Dynamo's guards are ``<string>:guard``.
+# (fragment of a file path, source name), first match wins. Code without a file (``<string>``) is named with
+# its function: Dynamo's guards are ``<string>:guard``. Frames of perfbot's meter are its own (``source_of``).
 SOURCES: tuple[tuple[str, str], ...] = (
     ("<string>:guard", "torch.compile runtime (Dynamo, guards)"),
     ("/torchinductor_", "compiled code (Inductor launchers)"),
@@ -58,7 +61,6 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("/transformers/models/", "model code (eager)"),
     ("/transformers/integrations/", "model code (eager)"),
     ("/transformers/", "transformers (other)"),
-    ("/benchmarks/", "perfbot meter"),
     ("/tqdm/", "Trainer callbacks and logging"),
 )
 # Files whose frames are generic plumbing: the time is their caller's.
@@ -80,6 +82,8 @@ PLUMBING = (
     "/transformers/utils/import_utils.py",
 )
 OTHER = "other Python"
+METER = "perfbot meter"
+PERFBOT = Path(__file__).resolve().parent.as_posix() + "/"  # the benchmarks package: the meter and launcher
 BACKWARD = "backward: autograd engine"
 DEFAULT_INTERVAL = 0.002
 SWITCH_INTERVAL = 1e-5  # seconds: the GIL switch interval while sampling (Python's default is 5 ms)
@@ -90,6 +94,8 @@ TOP_LINES = 15
 def source_of(filename: str) -> str | None:
     """The source a frame of ``filename`` belongs to, or None when it is plumbing (charged to its caller)."""
     path = filename.replace("\\", "/")
+    if path.startswith(PERFBOT):
+        return METER
     if any(fragment in path for fragment in PLUMBING):
         return None
     for fragment, name in SOURCES:

@@ -30,6 +30,8 @@ TRL = "TRL trainer (loss, metrics)"
         ("<string>:guard", "torch.compile runtime (Dynamo, guards)"),
         ("/site-packages/torch/nn/modules/module.py", None),
         ("/home/me/train.py", OTHER),
+        ("/home/me/benchmarks/run.py", OTHER),  # a repository's own benchmarks are not perfbot's
+        (str(Path(__file__).resolve().parents[1] / "benchmarks" / "metrics.py"), "perfbot meter"),
     ],
 )
 def test_each_file_belongs_to_its_source_and_plumbing_to_none(path, source):
