@@ -35,6 +35,7 @@ DATABASE = "deliveries.sqlite3"
 CHECKERS = 8
 MAX_ATTEMPTS = 3
 RETRY_DELAY_S = 5.0  # doubled per attempt
+CHECK_JOIN_S = 30.0  # how long a stopping server waits for a permission check in progress
 
 TrackerFactory = Callable[[str], Tracker]
 
@@ -199,7 +200,8 @@ class Workers:
     def run_forever(self) -> None:
         """Run checked commands on this thread until :meth:`stop`. A run interrupted by ``KeyboardInterrupt``
         (SIGTERM, Ctrl-C) goes back to the queue and the next start resumes it; what was checked but not run
-        gives its issue lock back and is queued again."""
+        gives its issue lock back and is queued again. It returns once the checking threads have stopped, so
+        that nothing of this server changes a delivery afterwards."""
         try:
             while not self.stopping.is_set():
                 try:
@@ -216,6 +218,9 @@ class Workers:
                 self.deliveries.mark(key, State.DONE)
         finally:
             self.stopping.set()
+            for thread in self._checkers:  # a check in progress puts its delivery back before this returns
+                if thread.is_alive():
+                    thread.join(CHECK_JOIN_S)
             while not self._ready.empty():
                 key, accepted = self._ready.get_nowait()
                 accepted.lock.release()
