@@ -155,15 +155,9 @@ def sft_trainer(tmp_path, model, **kwargs):
     """A TRL SFTTrainer on CPU over a word-level tokenizer (saved beside a checkpoint ``model`` names)."""
     trl = pytest.importorskip("trl")
     from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from word_tokenizer import word_tokenizer
 
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(WORDS)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
+    tokenizer = word_tokenizer(WORDS)
     if isinstance(model, str):
         tokenizer.save_pretrained(model)
     args = trl.SFTConfig(

@@ -108,19 +108,14 @@ def test_trl_bfd_packing_batches_are_padding_free_without_attention_mask():
     torch = pytest.importorskip("torch")
     trl = pytest.importorskip("trl")
     from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from word_tokenizer import word_tokenizer
 
     words = [f"w{i}" for i in range(60)]
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(words)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
+    tokenizer = word_tokenizer(words)
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=len(vocab),
+        vocab_size=len(tokenizer),
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,

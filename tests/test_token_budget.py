@@ -47,23 +47,18 @@ def test_without_a_gpu_the_model_is_left_as_it_was():
 def test_padding_to_the_budget_keeps_the_loss_and_the_adapter_gradients():
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from word_tokenizer import word_tokenizer
 
     words = [f"w{i}" for i in range(60)]
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate(words)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
+    tokenizer = word_tokenizer(words)
     dataset = Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
     results = []
     for budget in (False, True):
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(
             Qwen2Config(
-                vocab_size=len(vocab),
+                vocab_size=len(tokenizer),
                 hidden_size=16,
                 intermediate_size=32,
                 num_hidden_layers=2,

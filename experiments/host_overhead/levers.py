@@ -19,19 +19,14 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 from __future__ import annotations
 
 import functools
-import os
-import runpy
-import sys
+
+from experiments.levers import chosen, run_script
 
 LEVERS = {"none", "bf16-adapters", "regional-compile", "cuda-graphs", "liger"}
 
 
 def main() -> None:
-    levers = {lever.strip() for lever in os.environ.get("PERFBOT_LEVER", "none").split(",") if lever.strip()}
-    unknown = levers - LEVERS
-    if unknown:
-        raise SystemExit(f"unknown PERFBOT_LEVER {sorted(unknown)}; choose from {sorted(LEVERS)}")
-    sys.path.insert(0, os.getcwd())
+    levers = chosen(LEVERS)
     import peft
     import trainer
 
@@ -53,8 +48,7 @@ def main() -> None:
             return wrapped
 
         trainer.apply_lora = apply_lora
-    sys.argv = ["train_sft.py", *sys.argv[1:]]
-    runpy.run_path("train_sft.py", run_name="__main__")
+    run_script("train_sft.py")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 from __future__ import annotations
 
 import os
-import runpy
-import sys
+
+from experiments.levers import chosen, run_script
 
 LEVERS = {
     "none",
@@ -54,26 +54,20 @@ def loss_only(self, model, inputs, return_outputs=False, num_items_in_batch=None
 
 
 def main() -> None:
-    levers = {lever.strip() for lever in os.environ.get("PERFBOT_LEVER", "none").split(",") if lever.strip()}
-    unknown = levers - LEVERS
-    if unknown:
-        raise SystemExit(f"unknown PERFBOT_LEVER {sorted(unknown)}; choose from {sorted(LEVERS)}")
-    sys.path.insert(0, os.getcwd())
+    levers = chosen(LEVERS)
     import trainer
 
     if "no-step-metrics" in levers:
         trainer.SFTTrainer.compute_loss = loss_only
-    config, changes = trainer.SFTConfig, {}
-    if "log-every-10" in levers:
-        changes["logging_steps"] = 10
-    if "pad-to-budget" in levers:
-        changes["pad_to_multiple_of"] = "budget"
-    if changes:
+    if levers & {"log-every-10", "pad-to-budget"}:
+        config = trainer.SFTConfig
 
         def sft_config(**kwargs):
-            if changes.get("pad_to_multiple_of") == "budget":
-                changes["pad_to_multiple_of"] = kwargs["per_device_train_batch_size"] * kwargs["max_length"]
-            return config(**{**kwargs, **changes})
+            if "log-every-10" in levers:
+                kwargs["logging_steps"] = 10
+            if "pad-to-budget" in levers:
+                kwargs["pad_to_multiple_of"] = kwargs["per_device_train_batch_size"] * kwargs["max_length"]
+            return config(**kwargs)
 
         trainer.SFTConfig = sft_config
     if "cuda-graphs" in levers:
@@ -101,9 +95,7 @@ def main() -> None:
         import torch
 
         torch.backends.cuda.preferred_blas_library("cublas")
-    script = f"train_{os.environ.get('PERFBOT_WORKLOAD', 'sft')}.py"
-    sys.argv = [script, *sys.argv[1:]]
-    runpy.run_path(script, run_name="__main__")
+    run_script(f"train_{os.environ.get('PERFBOT_WORKLOAD', 'sft')}.py")
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
     if not torch.cuda.is_available():
         return model
     layers = repeated_layers(model)
-    decoder = _holder(model, layers)
-    if fixed_budget is not None and decoder is not None and fix_token_budget(fixed_budget):
+    decoder = _holder(model, layers) if fixed_budget is not None else None
+    if decoder is not None and fix_token_budget(fixed_budget):
         decoder.compile()
         return model
     for block in layers:
