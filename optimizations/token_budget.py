@@ -11,14 +11,15 @@ host-bound LoRA SFT step (benchmarks/RESULTS.md). Any other config (no packing, 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after
 ``regional_compile`` (it needs its call). Refused: a trainer whose ``args`` is not a name (an inline config
-would be built twice), a trainer without ``args``.
+would be built twice), a trainer without ``args``, a trainer given its own ``data_collator`` (which the
+config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import add_keywords, code_of, keyword
+from optimizations.program.codemod import add_keywords, code_of, keyword, star_kwargs
 from optimizations.program.hf import trainer_class
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
@@ -39,13 +40,26 @@ class _FixBudget(TrainerFollowUp):
         if keyword(model, KEYWORD) is not None:
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
-        args = keyword(original_node, "args")
-        config = args.value if args is not None else None
-        if config is None and len(original_node.args) > 1 and original_node.args[1].keyword is None:
-            config = original_node.args[1].value
+        # SFTTrainer(model, args, data_collator, ...)
+        positional = [arg for arg in original_node.args if arg.keyword is None and not arg.star]
+        args = keyword(original_node, "args") or (positional[1] if len(positional) > 1 else None)
+        config = None if args is None else args.value
         if config is None:
             self.refused(
                 original_node, message, "the trainer is given no args= to read the batch and max length from"
+            )
+            return updated_node
+        # settings hidden in **kwargs may carry a collator too
+        collator = keyword(original_node, "data_collator") or star_kwargs(original_node)
+        if collator is None and len(positional) > 2:
+            collator = positional[2]
+        if collator is not None:
+            given = code_of(collator.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            self.refused(
+                original_node,
+                message,
+                f"the trainer may be given its own collator (`{given}`): the config's token budget does not "
+                "reach it, and a decoder compiled whole would recompile for each new batch length",
             )
             return updated_node
         if not isinstance(config, (cst.Name, cst.Attribute)):
@@ -146,6 +160,46 @@ def train(model, dataset):
 """,
             after=None,
             refusal="is built inline",
+        ),
+        Example(
+            "own_collator_is_refused",
+            before="""\
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, dataset, collator):
+    SFTTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset, data_collator=collator).train()
+""",
+            after=None,
+            refusal="given its own collator (`data_collator=collator`)",
+        ),
+        Example(
+            "positional_collator_is_refused",
+            before="""\
+import trl
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, dataset):
+    collate = trl.DataCollatorForLanguageModeling(pad_token_id=0)
+    trl.SFTTrainer(compile_repeated_layers(model), config, collate, dataset).train()
+""",
+            after=None,
+            refusal="given its own collator (`collate`)",
+        ),
+        Example(
+            "settings_hidden_in_kwargs_are_refused",
+            before="""\
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, **extra):
+    SFTTrainer(model=compile_repeated_layers(model), args=config, **extra).train()
+""",
+            after=None,
+            refusal="given its own collator (`**extra`)",
         ),
         Example(
             "dpo_trainer_is_left_alone",
