@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -49,10 +50,21 @@ def others_share(start: Reading | None, end: Reading | None) -> float | None:
     """The share of all the host's CPUs that processes outside the session used between two readings, in
     [0, 1]: the counters tick in hundredths of a second and a reading is not atomic, so over a short window
     the raw difference can fall outside that range."""
-    if start is None or end is None or end.wall <= start.wall:
+    return others_share_over([(start, end)])
+
+
+def others_share_over(spans: Sequence[tuple[Reading | None, Reading | None]]) -> float | None:
+    """:func:`others_share` over several spans of time together (the windows of a turn-taking run); None
+    when there are none, or one of them could not be read."""
+    others = wall = 0.0
+    for start, end in spans:
+        if start is None or end is None or end.wall <= start.wall:
+            return None
+        others += max(0.0, (end.busy - start.busy) - (end.session - start.session))
+        wall += end.wall - start.wall
+    if wall <= 0:
         return None
-    others = (end.busy - start.busy) - (end.session - start.session)
-    return min(1.0, max(0.0, others) / ((os.cpu_count() or 1) * (end.wall - start.wall)))
+    return min(1.0, others / ((os.cpu_count() or 1) * wall))
 
 
 def wait_until_quiet(below: float, limit_s: float, sample_s: float = 0.5) -> float:

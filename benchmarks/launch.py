@@ -59,6 +59,7 @@ from benchmarks.distributed import (
 from benchmarks.environment import collect_environment, peak_tflops
 from benchmarks.metrics import PHASES, Meter
 from benchmarks.status import RunStatus
+from benchmarks.turns import client_from_environment
 
 SCHEMA = "perfbot.run/v1"
 DEFAULT_OUT = "perfbot-metrics.json"
@@ -390,7 +391,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if launch is not None:
         return run_distributed(launch, options.out, options.warmup_steps, command)
-    meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps)
+    try:
+        turns = client_from_environment(options.warmup_steps)
+    except (OSError, KeyError, ValueError) as error:
+        print(f"benchmarks.launch: cannot take turns with the round's other runs: {error}", file=sys.stderr)
+        return 2
+    meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps, turns=turns)
     status, error, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, error, command)
     out = options.out

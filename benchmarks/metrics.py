@@ -30,13 +30,22 @@ It is part of the ``backward`` phase, not a phase of its own.
 
 Throughput (``tokens_per_s``, ``samples_per_s``) is the median over the measured steps of each step's count divided
 by its duration, so a straggling step (a collection pause, another tenant's burst) moves it no more than any other
-step would; ``tokens``, ``samples`` and ``step_time_s`` keep the totals and the spread.
+step would; ``tokens``, ``samples`` and ``step_time_s`` keep the totals and the spread, and ``per_step`` each
+measured step's duration and tokens (a program run with one seed feeds every commit the same batches, so step
+``i`` of two runs did the same work).
 
 A meter made with ``planted_slowdown`` (the self-check of ``bot calibrate``; see :mod:`benchmarks.launch`) waits
 that fraction of every step's duration when the step closes, so the next step lasts that much longer: a known
 regression in an otherwise unchanged program. It waits busy (a sleep would add the CPU's wake-up to the delay);
 on CUDA it synchronises the device first, to time the step. The record keeps the fraction it actually waited
 (``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked.
+
+A meter given a :class:`benchmarks.turns.TurnClient` is one run of a round whose runs take turns on one device
+(``bot bench --interleave``): it waits for its turn before its first step, hands the device on after its
+warm-up and after each measured window (synchronising the device and returning its cached memory first, so the
+runs of a round need one run's peak memory plus the others' weights and optimizer state, not three peaks), and
+measures nothing after its last window; ``turns`` in the record gives each window's throughput. The waits
+belong to no step.
 
 ``host_load_others`` is the share of the host's CPUs that other processes kept busy while the measured steps ran
 (:mod:`benchmarks.host`): a benchmark sharing its machine measures the other tenants too, and the statistics leave
@@ -83,6 +92,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from benchmarks import host
+from benchmarks.turns import TurnClient
 
 PHASES = ("data_wait", "forward", "backward", "optimizer")
 _DATA_WAIT, _FORWARD, _BACKWARD, _OPTIMIZER = range(4)
@@ -272,13 +282,17 @@ def _resolve_numbers(values: Sequence[int | float | torch.Tensor]) -> list[float
 class Meter:
     """Records training steps through global torch hooks; see the module docstring for what is measured."""
 
-    def __init__(self, planted_slowdown: float = 0.0, load_from_step: int = 0) -> None:
+    def __init__(
+        self, planted_slowdown: float = 0.0, load_from_step: int = 0, turns: TurnClient | None = None
+    ) -> None:
         self.planted_slowdown = planted_slowdown
+        self._turns = turns
         self._plant_since = 0.0
         self._planted_waited = 0.0  # seconds the plant waited, and the step time it was a fraction of
         self._planted_of = 0.0
         self._load_from_step = load_from_step
         self._load_start: host.Reading | None = None
+        self._load_spans: list[tuple[host.Reading | None, host.Reading | None]] = []
         self._steps: list[_Step] = []
         self._step = _Step()
         self._started = False
@@ -477,6 +491,9 @@ class Meter:
         if self._pad_token_id is None:
             pad = getattr(getattr(model, "config", None), "pad_token_id", None)
             self._pad_token_id = pad if isinstance(pad, int) else None
+        if self._turns is not None:
+            self._take_turn()
+            return
         self._last = _Mark(self._cuda)
         self._plant_since = self._last.host
         if self._load_from_step == 0:
@@ -488,14 +505,43 @@ class Meter:
         self._last = mark
         self._state = _STATE_AFTER.get(event, self._state)
 
-    def _close_step(self) -> None:
+    def _close_step(self, hand_over: bool = True) -> None:
+        """Close the current step; at a turn's end, ``hand_over`` the device and wait for the next turn."""
         self._steps.append(self._step)
         self._step = _Step()
         self._state = _IDLE
         if self.planted_slowdown > 0:
             self._plant_delay()
-        if len(self._steps) == self._load_from_step:
+        done = len(self._steps)
+        if self._turns is not None and hand_over and self._turns.plan.turn_ends_after(done):
+            self._take_turn()
+        elif self._turns is not None and self._turns.plan.done_after(done):
+            self._close_load_span()
+            self._paused = True  # the last window is measured: later steps are not, and the turn is kept
+        elif done == self._load_from_step:
             self._load_start = host.read()
+
+    def _take_turn(self) -> None:
+        """Hand the device to the next run of the round and wait for this run's next turn
+        (:mod:`benchmarks.turns`); the wait is part of no step and of no span of the host load. What the loop did
+        since the last boundary (a hand-written loop's logging before the forward that closed its step) stays
+        in the next step."""
+        if self._last is not None:
+            self._boundary(_PAUSE)
+        if self._cuda:
+            torch.cuda.synchronize(self._device)
+            torch.cuda.empty_cache()  # the cached blocks of this run's steps are room for the next run's
+        self._close_load_span()
+        self._turns.take()
+        if len(self._steps) >= self._load_from_step:
+            self._load_start = host.read()
+        self._last = _Mark(self._cuda)
+        self._plant_since = self._last.host
+
+    def _close_load_span(self) -> None:
+        if self._load_start is not None:
+            self._load_spans.append((self._load_start, host.read()))
+            self._load_start = None
 
     def _plant_delay(self) -> None:
         """Wait ``planted_slowdown`` times the time since the previous step closed (its own wait excluded)."""
@@ -525,8 +571,8 @@ class Meter:
         and including that step (null when it was not finite).
         """
         if self._started and not self._explicit and self._step.stepped:
-            self._close_step()
-        load_end = host.read()
+            self._close_step(hand_over=False)  # the run is over: no turn to wait for
+        self._close_load_span()
         steps = self._steps
         if self._cuda:
             torch.cuda.synchronize(self._device)
@@ -566,7 +612,11 @@ class Meter:
                 "share": sum(waits) / 1000.0 / seconds if seconds > 0 else None,
             }
         wall_s = 0.0
-        if measured:
+        if (
+            self._turns is not None
+        ):  # the windows' steps: the other runs' turns between them are not this run's
+            wall_s = seconds
+        elif measured:
             window = [segment for i in measured for segment in steps[i].segments]
             wall_s = _elapsed_ms(window[0][1], window[-1][2]) / 1000.0 if window else 0.0
         model_params = trainable_params = flops_per_token = None
@@ -595,13 +645,17 @@ class Meter:
             "step_time_s": {
                 key: (v / 1000.0 if v is not None else None) for key, v in summarize(step_ms).items()
             },
+            "per_step": {
+                "ms": [round(value, 3) for value in step_ms],
+                "tokens": [tokens[i] for i in measured],
+            },
             "phases": phases,
             "data_wait_host": {
                 f"{key}_ms": value for key, value in summarize([host_wait_ms[i] for i in measured]).items()
             },
             "allreduce_wait": allreduce_wait,
             "timing": "cuda_events" if self._cuda else "host_clock",
-            "host_load_others": host.others_share(self._load_start, load_end),
+            "host_load_others": host.others_share_over(self._load_spans),
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self._device) if self._cuda else None,
             "loss": loss_curve,
             "model_params": model_params,
@@ -613,7 +667,22 @@ class Meter:
             "achieved_tflops": achieved,
             "peak_tflops": peak_tflops,
             "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
+            "turns": self._turns_report(measured, tokens, step_ms),
         }
+
+    def _turns_report(
+        self, measured: range, tokens: list[float | None], step_ms: list[float]
+    ) -> dict[str, Any] | None:
+        """Per window of a turn-taking run, its throughput (the median rate of its steps); None otherwise."""
+        if self._turns is None:
+            return None
+        size = self._turns.plan.window_steps
+        counts = [tokens[i] for i in measured]
+        rates = [
+            median_rate(counts[start : start + size], step_ms[start : start + size])
+            for start in range(0, len(step_ms), size)
+        ]
+        return {"windows": len(rates), "window_steps": size, "tokens_per_s": rates}
 
     @staticmethod
     def _resolve_counts(steps: list[_Step]) -> tuple[list[float | None], list[float], list[float | None]]:

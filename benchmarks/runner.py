@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ import git
 from benchmarks import host
 from benchmarks.spec import BenchSpec, Workload
 from benchmarks.status import RunStatus
+from benchmarks.turns import TurnPlan, TurnTaker, client_environment, window_steps_for
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 LOG_TAIL_LINES = 40
@@ -230,7 +231,9 @@ def worktrees(repo: git.Repo, commits: Sequence[str], root: Path) -> Iterator[di
 
 
 class LocalRunner:
-    """Runs jobs as subprocesses on this machine: one job per visible GPU at a time, or one at a time on CPU.
+    """Runs jobs as subprocesses on this machine: one job per visible GPU at a time, or one at a time on CPU;
+    with ``interleave`` windows (2 or more), a round's runs of a one-GPU workload start together on one device
+    and take turns measuring that many windows each (:mod:`benchmarks.turns`).
 
     ``work_dir`` receives a fresh ``bench-*`` folder per :meth:`run` with the worktrees (removed afterwards)
     and each job's ``metrics.json`` and ``log.txt`` (kept). ``launch`` builds each job's argv; it defaults to
@@ -249,6 +252,7 @@ class LocalRunner:
         log_tail_lines: int = LOG_TAIL_LINES,
         quiet_below: float | None = None,
         quiet_wait_s: float = QUIET_WAIT_S,
+        interleave: int = 0,
     ):
         self.repo = repo if isinstance(repo, git.Repo) else git.Repo(repo, search_parent_directories=True)
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
@@ -256,6 +260,7 @@ class LocalRunner:
         self.launch = launch
         self.log_tail_lines = log_tail_lines
         self.quiet_below, self.quiet_wait_s = quiet_below, quiet_wait_s
+        self.interleave = interleave
         self._processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -283,33 +288,37 @@ class LocalRunner:
         runs_dir: Path,
         progress: ProgressCallback | None,
     ) -> list[RunRecord]:
-        """Start jobs in order whenever enough GPUs are free; report each as it finishes."""
+        """Start units of jobs in order whenever enough GPUs are free; report each job as its unit finishes."""
         records: list[RunRecord | None] = [None] * len(jobs)
-        finished: queue.Queue[tuple[int, RunRecord, list[str]]] = queue.Queue()
+        finished: queue.Queue[tuple[list[int], list[RunRecord], list[str]]] = queue.Queue()
         free = list(self.gpus)
         threads: list[threading.Thread] = []
-        next_job, done = 0, 0
+        units = self._units(jobs)
+        next_unit, running, done = 0, 0, 0
         try:
             while done < len(jobs):
-                while next_job < len(jobs) and self._fits(jobs[next_job], free, len(threads) - done):
-                    job = jobs[next_job]
-                    taken = free[: job.workload.gpus] if self.gpus else []
+                while next_unit < len(units) and self._fits(jobs[units[next_unit][0]], free, running):
+                    unit = units[next_unit]
+                    taken = free[: jobs[unit[0]].workload.gpus] if self.gpus else []
                     del free[: len(taken)]
 
-                    def work(index: int = next_job, job: BenchJob = job, gpus: list[str] = taken) -> None:
-                        record = self._run_job(job, checkouts[job.commit], runs_dir / job.key, gpus)
-                        finished.put((index, record, gpus))
+                    def work(unit: list[int] = unit, gpus: list[str] = taken) -> None:
+                        unit_records = self._run_unit([jobs[i] for i in unit], checkouts, runs_dir, gpus)
+                        finished.put((unit, unit_records, gpus))
 
                     thread = threading.Thread(target=work, daemon=True)
                     thread.start()
                     threads.append(thread)
-                    next_job += 1
-                index, record, released = finished.get()
+                    next_unit += 1
+                    running += 1
+                indices, unit_records, released = finished.get()
                 free.extend(released)
-                records[index] = record
-                done += 1
-                if progress is not None:
-                    progress(done, len(jobs), record)
+                running -= 1
+                for index, record in zip(indices, unit_records, strict=True):
+                    records[index] = record
+                    done += 1
+                    if progress is not None:
+                        progress(done, len(jobs), record)
         finally:
             if done < len(jobs):  # interrupted (a progress callback raised, Ctrl-C): stop what still runs
                 with self._lock:
@@ -322,23 +331,104 @@ class LocalRunner:
             self._stopping = False
         return [record for record in records if record is not None]
 
+    def _units(self, jobs: Sequence[BenchJob]) -> list[list[int]]:
+        """The jobs started together, as indices: with ``interleave``, the consecutive jobs of one round of a
+        one-GPU workload at different commits (the order :func:`round_jobs` gives); every other job alone."""
+        units: list[list[int]] = []
+        for index, job in enumerate(jobs):
+            unit = units[-1] if units else []
+            first = jobs[unit[0]] if unit else None
+            if (
+                self.interleave > 1
+                and first is not None
+                and not (job.calibration or first.calibration)
+                and job.workload.gpus <= 1
+                and (job.repeat, job.workload.name) == (first.repeat, first.workload.name)
+                and job.commit not in {jobs[i].commit for i in unit}
+            ):
+                unit.append(index)
+            else:
+                units.append([index])
+        return units
+
+    def _run_unit(
+        self, unit: list[BenchJob], checkouts: dict[str, Path], runs_dir: Path, gpus: list[str]
+    ) -> list[RunRecord]:
+        """Run one job, or a round's jobs together taking turns on the same device; never raises."""
+        if len(unit) == 1:
+            job = unit[0]
+            return [self._run_job(job, checkouts[job.commit], runs_dir / job.key, gpus)]
+        waited = self._wait_until_quiet()
+        records: list[RunRecord | None] = [None] * len(unit)
+        folder = tempfile.mkdtemp(prefix="perfbot-turns-")
+        try:
+            with TurnTaker(os.path.join(folder, "socket"), [job.key for job in unit]) as taker:
+
+                def run(index: int, job: BenchJob) -> None:
+                    warmup = job.workload.warmup_steps
+                    size = window_steps_for(job.workload.steps - warmup, self.interleave)
+                    plan = TurnPlan(warmup, self.interleave, size)
+                    job = replace(job, workload=replace(job.workload, steps=warmup + plan.measured_steps))
+                    try:
+                        records[index] = self._run_job(
+                            job,
+                            checkouts[job.commit],
+                            runs_dir / job.key,
+                            gpus,
+                            turns=client_environment(taker.path, job.key, plan),
+                            timeout_s=job.workload.timeout_s * len(unit),
+                            waited=waited,
+                        )
+                    finally:
+                        taker.ended(job.key)
+
+                threads = [
+                    threading.Thread(target=run, args=(index, job), daemon=True)
+                    for index, job in enumerate(unit)
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return [record for record in records if record is not None]
+
+    def _wait_until_quiet(self) -> float:
+        """Wait for a quieter host before a run on its own (see the class); the seconds waited."""
+        if self.quiet_below is not None and len(self.gpus) <= 1:
+            return host.wait_until_quiet(self.quiet_below, self.quiet_wait_s)
+        return 0.0
+
     def _fits(self, job: BenchJob, free: list[str], running: int) -> bool:
         if not self.gpus:
             return running == 0
         return len(free) >= job.workload.gpus
 
-    def _run_job(self, job: BenchJob, cwd: Path, job_dir: Path, gpus: list[str]) -> RunRecord:
-        """Run one job to completion or timeout; never raises."""
+    def _run_job(
+        self,
+        job: BenchJob,
+        cwd: Path,
+        job_dir: Path,
+        gpus: list[str],
+        *,
+        turns: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        waited: float | None = None,
+    ) -> RunRecord:
+        """Run one job to completion or timeout (``timeout_s``, default the workload's); ``turns`` is the
+        environment of a turn-taking run, whose unit waited ``waited`` seconds for a quiet host already.
+        Never raises."""
         job_dir.mkdir(parents=True, exist_ok=True)
         metrics_path, log_path = job_dir / "metrics.json", job_dir / "log.txt"
-        waited = 0.0
-        if self.quiet_below is not None and len(self.gpus) <= 1:
-            waited = host.wait_until_quiet(self.quiet_below, self.quiet_wait_s)
+        if waited is None:
+            waited = self._wait_until_quiet()
+        timeout_s = job.workload.timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         timed_out = False
         returncode: int | None = None
         try:
-            env = _job_environment(job, gpus)
+            env = _job_environment(job, gpus) | (turns or {})
             argv = self.launch(job, metrics_path)
             with open(log_path, "wb") as log, self._lock:
                 if self._stopping:
@@ -354,7 +444,7 @@ class LocalRunner:
                 )
                 self._processes[job.key] = process
             try:
-                returncode = process.wait(timeout=job.workload.timeout_s)
+                returncode = process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
@@ -369,7 +459,7 @@ class LocalRunner:
         metrics = _read_metrics(metrics_path)
         tail = _tail(log_path, self.log_tail_lines)
         if timed_out:
-            tail += f"\n[perfbot] timed out after {job.workload.timeout_s:g} s; process group killed"
+            tail += f"\n[perfbot] timed out after {timeout_s:g} s; process group killed"
         if waited >= 1.0:
             tail += f"\n[perfbot] waited {waited:.0f} s for other processes to quiet down before starting"
         status = _status(returncode, timed_out, metrics, tail)

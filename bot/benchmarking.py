@@ -42,6 +42,7 @@ class BenchOptions:
     runner: str = "local"
     address: str | None = None
     drop_regressions: bool = False
+    interleave: int = 0
 
 
 def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
@@ -96,7 +97,14 @@ def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
             raise BadInput("--address names a Ray cluster; use it with --runner ray")
         limit = bench_thresholds(options).max_host_load
         return LocalRunner(
-            workspace.repo, state_dir(workspace.root) / "bench", quiet_below=limit if limit < 1 else None
+            workspace.repo,
+            state_dir(workspace.root) / "bench",
+            quiet_below=limit if limit < 1 else None,
+            interleave=options.interleave,
+        )
+    if options.interleave > 1:
+        raise BadInput(
+            "--interleave runs a round's runs together on this machine; use it with --runner local"
         )
     from benchmarks.ray_runner import RayRunner, RayUnavailable, import_ray  # Ray is an optional extra
 

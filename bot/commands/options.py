@@ -30,7 +30,7 @@ def workload_size(text: str) -> str:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``,
-    ``--warmup-rounds``, ``--max-host-load`` and ``--drop-regressions``."""
+    ``--warmup-rounds``, ``--max-host-load``, ``--interleave`` and ``--drop-regressions``."""
     parser.add_argument(
         "--runner",
         choices=("local", "ray"),
@@ -79,6 +79,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "and wait for a quieter host before each run (default 0.10; 1 keeps every run, e.g. on a shared CI box)",
     )
     parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="WINDOWS",
+        help="start each round's runs together on one GPU and let them take turns, measuring this many windows "
+        "each in ABBA order: start-up overlaps and every commit is measured in every stretch of the round "
+        "(default 0: one run at a time; the GPU must hold one run's peak memory plus the others' weights and "
+        "optimizer state)",
+    )
+    parser.add_argument(
         "--drop-regressions",
         action="store_true",
         help="revert each commit that measured a significant slowdown (a new revert commit with the evidence; "
@@ -88,6 +98,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
     """The parsed benchmark options as typed values; a value out of range is bad input."""
+    if args.interleave < 0 or args.interleave == 1:
+        raise BadInput("--interleave takes 2 or more windows per run (0: one run at a time)")
     if args.max_host_load is not None and not 0 < args.max_host_load <= 1:
         raise BadInput(
             "--max-host-load is a share of the host's CPUs: above 0, at most 1 (1 keeps every run)"
@@ -105,4 +117,5 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         runner=args.runner,
         address=args.address,
         drop_regressions=args.drop_regressions,
+        interleave=args.interleave,
     )

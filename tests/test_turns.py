@@ -1,0 +1,179 @@
+"""Turn-taking runs (``bot bench --interleave``): the plan of a run's turns, the taker's ABBA order over real
+sockets, and a round of real training processes under the launch wrapper taking turns on one device."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from pathlib import Path
+
+import git
+import pytest
+
+from benchmarks.runner import LocalRunner, plan_jobs
+from benchmarks.spec import BenchSpec, Workload
+from benchmarks.turns import TurnClient, TurnPlan, TurnTaker, window_steps_for
+from bot.benchmarking import BenchOptions, make_runner
+from bot.commands.options import add_bench_arguments, bench_options
+from bot.errors import BadInput
+
+
+def test_a_plan_ends_turns_after_the_warmup_and_every_window_but_the_last():
+    plan = TurnPlan(warmup_steps=2, windows=3, window_steps=4)
+    assert [n for n in range(20) if plan.turn_ends_after(n)] == [2, 6, 10]
+    assert [n for n in range(20) if plan.done_after(n)][0] == 14
+    no_warmup = TurnPlan(warmup_steps=0, windows=2, window_steps=5)  # the first turn is the first window
+    assert [n for n in range(20) if no_warmup.turn_ends_after(n)] == [5]
+    assert window_steps_for(30, 4) == 8 and window_steps_for(32, 4) == 8 and window_steps_for(1, 4) == 1
+    with pytest.raises(ValueError):
+        TurnPlan(warmup_steps=0, windows=0, window_steps=1)
+
+
+class _Holder:
+    """Who holds the device: a run that finds it held by another has overlapped it."""
+
+    def __init__(self) -> None:
+        self.lock, self.current, self.overlaps = threading.Lock(), None, []
+
+    def enter(self, key: str) -> None:
+        with self.lock:
+            if self.current is not None:
+                self.overlaps.append((self.current, key))
+            self.current = key
+
+    def leave(self) -> None:
+        with self.lock:
+            self.current = None
+
+
+def _client(path: str, key: str, turns: int, holder: _Holder, log: list[str], ended) -> None:
+    client = TurnClient(path, key, TurnPlan(1, turns - 1, 1))
+    for _ in range(turns):
+        client.take()
+        holder.enter(key)
+        log.append(key)
+        holder.leave()
+    client.close()
+    ended(key)  # what the runner says once it has seen the process exit
+
+
+def test_the_taker_gives_one_turn_at_a_time_in_abba_order(tmp_path):
+    holder, log = _Holder(), []
+    with TurnTaker(str(tmp_path / "socket"), ["A", "B", "C"]) as taker:
+        threads = [
+            threading.Thread(target=_client, args=(taker.path, key, 5, holder, log, taker.ended))
+            for key in ("C", "A", "B")
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    # warm-up turns in the round's order, then windows forward and backward in turn
+    assert log == list("ABCCBAABCCBAABC")
+    assert holder.overlaps == []
+    assert not (tmp_path / "socket").exists()
+
+
+def test_a_run_that_never_connects_or_leaves_early_holds_nobody_up(tmp_path):
+    holder, log = _Holder(), []
+    with TurnTaker(str(tmp_path / "socket"), ["A", "B", "C"]) as taker:
+        taker.ended("B")  # crashed while loading: the runner saw its process exit
+        early = threading.Thread(target=_client, args=(taker.path, "A", 2, holder, log, taker.ended))
+        full = threading.Thread(target=_client, args=(taker.path, "C", 4, holder, log, taker.ended))
+        for thread in (early, full):
+            thread.start()
+        for thread in (early, full):
+            thread.join(timeout=30)
+        assert not full.is_alive()
+    assert log == ["A", "C", "C", "A", "C", "C"]
+
+
+LOOP = """\
+import argparse, os, time
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+args = parser.parse_args()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(64, 8)
+for step in range(args.steps):
+    loss = model(data).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    time.sleep({pause})
+    with open(os.environ["TURN_LOG"], "a") as log:
+        log.write(f"{label}{{step}}\\n")
+"""
+
+
+def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_path, monkeypatch):
+    root = tmp_path / "target"
+    repo = git.Repo.init(root)
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "Test")
+        config.set_value("user", "email", "test@example.com")
+    shas = []
+    for label, pause in (("A", 0.01), ("B", 0.1)):
+        (root / "train.py").write_text(LOOP.format(label=label, pause=pause))
+        repo.index.add(["train.py"])
+        shas.append(repo.index.commit(label).hexsha)
+    log = tmp_path / "turns.log"
+    monkeypatch.setenv("TURN_LOG", str(log))
+    workload = Workload(
+        name="loop", command="python train.py --steps {steps}", steps=8, warmup_steps=2, repeats=2
+    )
+    jobs = plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
+    runs = LocalRunner(root, tmp_path / "bench", gpus=[], interleave=3).run(jobs)
+
+    assert [run.status for run in runs] == ["ok"] * 4, [run.log_tail for run in runs]
+    # 6 measured steps in 3 windows of 2: the warm-ups in the round's order, then the windows ABBA; the
+    # second round runs the commits the other way round
+    first = "A0 A1 B0 B1 B2 B3 A2 A3 A4 A5 B4 B5 B6 B7 A6 A7"
+    second = "B0 B1 A0 A1 A2 A3 B2 B3 B4 B5 A4 A5 A6 A7 B6 B7"
+    assert log.read_text().split() == f"{first} {second}".split()
+    for run in runs:
+        turns = run.metrics["turns"]
+        assert (turns["windows"], turns["window_steps"], run.metrics["steps_measured"]) == (3, 2, 6)
+        assert len(turns["tokens_per_s"]) == 3
+        assert len(run.metrics["per_step"]["ms"]) == len(run.metrics["per_step"]["tokens"]) == 6
+    # the waits for the other run's turns are in no step: A's 6 measured steps take about 6 × 10 ms, while
+    # B's two windows between A's second and third took 4 × 100 ms
+    a_run = next(run for run in runs if run.commit == shas[0])
+    assert 0.01 <= a_run.metrics["step_time_s"]["median"] < 0.06
+    assert a_run.metrics["wall_s"] < 0.35
+
+
+def test_units_keep_calibration_and_multi_gpu_runs_alone(tmp_path):
+    repo = git.Repo.init(tmp_path)
+    workload = Workload(name="w", command="python t.py", steps=4, repeats=1)
+    wide = Workload(name="wide", command="python t.py", steps=4, repeats=1, gpus=2)
+    spec = BenchSpec(workloads={"w": workload, "wide": wide})
+    jobs = plan_jobs(spec, ["a" * 40, "b" * 40])
+    assert [
+        len(unit) for unit in LocalRunner(Path(repo.working_dir), gpus=["0", "1"], interleave=4)._units(jobs)
+    ] == [
+        2,
+        1,
+        1,
+    ]
+    assert [len(unit) for unit in LocalRunner(Path(repo.working_dir), gpus=["0", "1"])._units(jobs)] == [
+        1,
+        1,
+        1,
+        1,
+    ]
+
+
+def test_interleave_takes_two_windows_or_more_and_only_on_this_machine():
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    assert bench_options(parser.parse_args(["--interleave", "4"])).interleave == 4
+    assert bench_options(parser.parse_args([])).interleave == 0
+    for bad in ("1", "-2"):
+        with pytest.raises(BadInput, match="2 or more windows"):
+            bench_options(parser.parse_args(["--interleave", bad]))
+    with pytest.raises(BadInput, match="--runner local"):
+        make_runner(BenchOptions(runner="ray", interleave=4), workspace=None)
