@@ -1,0 +1,95 @@
+# Vendored by perfbot from optimizations/runtime/trainer_steps.py; edit it there, not here.
+# This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
+"""A ``transformers.Trainer``'s per-step bookkeeping, paid once instead of on every step.
+
+Every optimizer step the Trainer (and every TRL trainer built on it) does two walks over the whole model that
+change nothing in a training run:
+
+- ``floating_point_ops`` counts the model's parameters (``num_parameters(exclude_embeddings=True)``: a walk
+  over every module and parameter) for the ``total_flos`` it logs;
+- ``training_step`` calls ``model.train()``, which visits every module to set a flag that is already set.
+
+On a LoRA model of ~1,300 modules each walk takes milliseconds of a host-bound step.
+:func:`steady_bookkeeping` counts the parameters once per count asked for (a trainable-only count is still
+counted each time: freezing changes it), and lets ``train()`` return at once while every module is already
+in training mode; a model with a module that was put in eval mode, or one whose class brings its own
+``train()``, is walked as before. Nothing the model computes changes. The state lives on the model object
+and the methods are bound to it, so a deep copy of the model (a reference model) gets its own.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from typing import TypeVar
+
+import torch
+
+# Set to 0 (or false/no/off) to keep the Trainer's own per-step walks.
+SWITCH = "PERFBOT_STEADY_BOOKKEEPING"
+# train() of these classes only adds work when the mode changes, which the fast path never skips.
+MODE_CHANGE_ONLY = frozenset({"Module.train", "PreTrainedModel.train"})
+
+Trainer = TypeVar("Trainer")
+
+
+def _switched_off() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def steady_bookkeeping(trainer: Trainer) -> Trainer:
+    """Make the per-step parameter count and ``train()`` walk of ``trainer.model`` cheap (see the module);
+    returns ``trainer``. Anything without an ``nn.Module`` model, and every trainer when
+    ``PERFBOT_STEADY_BOOKKEEPING=0``, is returned untouched."""
+    model = getattr(trainer, "model", None)
+    if _switched_off() or not isinstance(model, torch.nn.Module):
+        return trainer
+    count_parameters_once(model)
+    train_mode_once(model)
+    return trainer
+
+
+def count_parameters_once(model: torch.nn.Module) -> None:
+    """``model.num_parameters(...)`` counted once per ``exclude_embeddings``; a count of trainable parameters
+    only is counted each time."""
+    count = getattr(model, "num_parameters", None)
+    if count is None or "_perfbot_count" in model.__dict__:
+        return
+    model.__dict__["_perfbot_count"] = count
+    model.__dict__["_perfbot_counted"] = {}
+    model.num_parameters = types.MethodType(_num_parameters, model)
+
+
+def _num_parameters(
+    self: torch.nn.Module, only_trainable: bool = False, exclude_embeddings: bool = False
+) -> int:
+    count = self.__dict__["_perfbot_count"]
+    if only_trainable:
+        return count(only_trainable=True, exclude_embeddings=exclude_embeddings)
+    counted = self.__dict__["_perfbot_counted"]
+    if exclude_embeddings not in counted:
+        counted[exclude_embeddings] = count(exclude_embeddings=exclude_embeddings)
+    return counted[exclude_embeddings]
+
+
+def train_mode_once(model: torch.nn.Module) -> None:
+    """``model.train()`` returns at once when every module is in training mode already; otherwise, and for
+    ``train(False)``, it walks the model as ``nn.Module.train`` does. Left alone when a module's class has a
+    ``train()`` of its own that may do more than set the flag."""
+    if "_perfbot_modules" in model.__dict__:
+        return
+    modules = list(model.modules())
+    if any(type(module).train.__qualname__ not in MODE_CHANGE_ONLY for module in modules):
+        return
+    model.__dict__["_perfbot_modules"] = modules
+    model.train = types.MethodType(_train, model)
+
+
+def _train(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    if mode is True and all(module.training for module in self.__dict__["_perfbot_modules"]):
+        return self
+    result = type(self).train(self, mode)
+    self.__dict__["_perfbot_modules"] = list(
+        self.modules()
+    )  # a mode change is the rare moment to see new modules
+    return result
