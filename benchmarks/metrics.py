@@ -612,10 +612,8 @@ class Meter:
                 "share": sum(waits) / 1000.0 / seconds if seconds > 0 else None,
             }
         wall_s = 0.0
-        if (
-            self._turns is not None
-        ):  # the windows' steps: the other runs' turns between them are not this run's
-            wall_s = seconds
+        if self._turns is not None:
+            wall_s = seconds  # the windows' steps: the other runs' turns between them are not this run's
         elif measured:
             window = [segment for i in measured for segment in steps[i].segments]
             wall_s = _elapsed_ms(window[0][1], window[-1][2]) / 1000.0 if window else 0.0

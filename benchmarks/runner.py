@@ -390,6 +390,15 @@ class LocalRunner:
                     thread.start()
                 for thread in threads:
                     thread.join()
+        except (
+            Exception
+        ):  # the round could not take turns (its socket, say): its runs are recorded as crashed
+            error = traceback.format_exc()
+            records = [
+                record
+                or RunRecord(job.commit, job.workload.name, job.repeat, RunStatus.CRASHED, 0.0, error, None)
+                for record, job in zip(records, unit, strict=True)
+            ]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return [record for record in records if record is not None]

@@ -132,14 +132,20 @@ class TurnTaker:
         self.path, self.keys = path, list(keys)
         self._events: queue.Queue[tuple[str, socket.socket | None]] = queue.Queue()
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(path)
+        try:
+            self._server.bind(path)
+        except OSError as error:
+            self._server.close()
+            raise OSError(
+                f"cannot open the socket the round's runs take turns through, {path} ({error}); a Unix socket's "
+                "path holds at most 107 bytes: set TMPDIR to a shorter folder"
+            ) from error
         self._server.listen(len(keys))
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
         self._scheduler = threading.Thread(target=self._schedule, daemon=True)
-        self.given: list[str] = []  # every turn given, in order
 
     def __enter__(self) -> TurnTaker:
-        self._threads[0].start()
+        self._acceptor.start()
         self._scheduler.start()
         return self
 
@@ -163,9 +169,7 @@ class TurnTaker:
                 connection, _ = self._server.accept()
             except OSError:  # the server was closed
                 return
-            thread = threading.Thread(target=self._read, args=(connection,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            threading.Thread(target=self._read, args=(connection,), daemon=True).start()
 
     def _read(self, connection: socket.socket) -> None:
         key = None
@@ -206,7 +210,6 @@ class TurnTaker:
                 except OSError:
                     absorb(key, None)
                     continue
-                self.given.append(key)
                 while holder == key:
                     absorb(*self._events.get())
             forward = not forward

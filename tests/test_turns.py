@@ -4,6 +4,7 @@ sockets, and a round of real training processes under the launch wrapper taking 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import threading
 from pathlib import Path
 
@@ -177,3 +178,19 @@ def test_interleave_takes_two_windows_or_more_and_only_on_this_machine():
             bench_options(parser.parse_args(["--interleave", bad]))
     with pytest.raises(BadInput, match="--runner local"):
         make_runner(BenchOptions(runner="ray", interleave=4), workspace=None)
+
+
+def test_a_round_that_cannot_take_turns_is_recorded_as_crashed(tmp_path, monkeypatch):
+    repo = git.Repo.init(tmp_path / "target")
+    (tmp_path / "target" / "train.py").write_text("print('never runs')\n")
+    repo.index.add(["train.py"])
+    shas = [repo.index.commit(label).hexsha for label in ("A", "B")]
+    deep = tmp_path / ("d" * 100)  # a Unix socket's path holds at most 107 bytes
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    workload = Workload(name="loop", command="python train.py", steps=4, warmup_steps=1, repeats=1)
+    runs = LocalRunner(tmp_path / "target", tmp_path / "bench", gpus=[], interleave=2).run(
+        plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
+    )
+    assert [(run.commit, run.status) for run in runs] == [(sha, "crashed") for sha in shas]
+    assert "set TMPDIR to a shorter folder" in runs[0].log_tail
