@@ -13,6 +13,8 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   runs its logging callbacks, every tenth step;
 - ``pad-to-budget``: every padding-free packed batch padded to the same token budget (``pad_to_multiple_of`` =
   batch size × max length), so every step has one shape: no per-step dynamic shapes in the compiled layers;
+- ``pad-to-max`` (DPO): every preference batch padded to the config's ``max_length`` (``pad_to_multiple_of`` =
+  ``max_length``), so every DPO step has one shape, at the cost of computing the padding;
 - ``cuda-graphs``: the decoder layers compiled with ``mode="reduce-overhead"`` (CUDA graphs), which needs one
   shape per step (``pad-to-budget``);
 - ``compile-decoder``: the whole decoder (the module holding the layers: embedding, layers, final norm)
@@ -34,6 +36,7 @@ LEVERS = {
     "no-step-metrics",
     "log-every-10",
     "pad-to-budget",
+    "pad-to-max",
     "cuda-graphs",
     "compile-decoder",
     "cublas",
@@ -70,6 +73,14 @@ def main() -> None:
             return config(**kwargs)
 
         trainer.SFTConfig = sft_config
+    if "pad-to-max" in levers:
+        dpo_config = trainer.DPOConfig
+
+        def padded_dpo_config(**kwargs):
+            kwargs["pad_to_multiple_of"] = kwargs["max_length"]
+            return dpo_config(**kwargs)
+
+        trainer.DPOConfig = padded_dpo_config
     if "cuda-graphs" in levers:
 
         def compile_layers(model):

@@ -33,12 +33,12 @@ for round in $(seq 1 "${ROUNDS:-1}"); do  # interleaved rounds: a drift of the m
         workload=${lever%%:*}  # a lever may be prefixed with its workload: dpo:compile-decoder
         [[ $workload == "$lever" ]] && workload=sft
         name=$workload-${lever#*:}
-        PERFBOT_WORKLOAD=$workload PERFBOT_LEVER=${lever#*:} account "${name//,/+}-$round" \
+        PERFBOT_WORKLOAD=$workload PERFBOT_LEVER=${lever#*:} account "${name//,/_}-$round" \
             python3 levers.py --size gpu --max-steps $((skip + steps + 2))
     done
 done
 for lever in $profiled; do
-    name=profile-${lever//,/+}
+    name=profile-${lever//,/_}
     PERFBOT_LEVER=$lever timeout 300 python3 -m benchmarks.profiling --out "$out/$name" --skip $skip --steps 5 \
         -- python3 levers.py --size gpu --max-steps $((skip + 8)) > "$out/$name.log" 2>&1 || echo "$name failed" >> "$out/summary.txt"
     pack
