@@ -10,7 +10,8 @@ host-bound LoRA SFT step (benchmarks/RESULTS.md). Any other config (no packing, 
 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after
-``regional_compile`` (it needs its call). Refused: a trainer whose ``args`` is not a name (an inline config
+``regional_compile`` (it needs its call). A trainer whose config is built in the file with ``packing`` unset or
+``False`` is not a site: there is no packed batch to pad. Refused: a trainer whose ``args`` is not a name (an inline config
 would be built twice), a trainer without ``args``, a trainer given its own ``data_collator`` (which the
 config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
 """
@@ -19,8 +20,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import add_keywords, code_of, keyword, star_kwargs
-from optimizations.program.hf import trainer_class
+from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value, star_kwargs
+from optimizations.program.hf import is_training_config, trainer_class
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.regional_compile import HELPER
@@ -70,9 +71,26 @@ class _FixBudget(TrainerFollowUp):
                 "trainer and the compilation share one config object",
             )
             return updated_node
+        if self._never_packs(config):
+            return updated_node  # no packed batch to pad: not a site
         self.changed(original_node, message)
         compiled = self.links.model_argument(updated_node)
         return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, config.deep_clone())]))
+
+    def _never_packs(self, config: cst.BaseExpression) -> bool:
+        """``config`` is a name every binding of which builds a TRL config that leaves ``packing`` unset (off by
+        default) or sets it to a literal ``False``, with nothing hidden in ``**kwargs``."""
+        scope = self.links.scope(config)
+        if not isinstance(config, cst.Name) or scope is None:
+            return False
+        values = [binding.value for binding in self.links.visible_bindings(config.value, scope)]
+        return bool(values) and all(
+            isinstance(value, cst.Call)
+            and is_training_config(self.names(value.func))
+            and star_kwargs(value) is None
+            and ((packing := keyword(value, "packing")) is None or literal_value(packing.value) is False)
+            for value in values
+        )
 
 
 class TokenBudget(Optimization):
@@ -104,6 +122,19 @@ class TokenBudget(Optimization):
     needs = (HELPER,)
 
     examples = (
+        Example(
+            "config_that_does_not_pack",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = SFTConfig(output_dir="out", max_length=1024, per_device_train_batch_size=8)
+    trainer = SFTTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+        ),
         Example(
             "regionally_compiled_lora_model_into_sft_trainer",
             before="""\
