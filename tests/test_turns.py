@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import git
@@ -53,6 +54,7 @@ def _client(path: str, key: str, turns: int, holder: _Holder, log: list[str], en
         client.take()
         holder.enter(key)
         log.append(key)
+        time.sleep(0.005)  # hold the turn a while: another run let in meanwhile would be seen
         holder.leave()
     client.close()
     ended(key)  # what the runner says once it has seen the process exit
