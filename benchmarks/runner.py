@@ -354,7 +354,8 @@ class LocalRunner:
     def _run_unit(
         self, unit: list[BenchJob], checkouts: dict[str, Path], runs_dir: Path, gpus: list[str]
     ) -> list[RunRecord]:
-        """Run one job, or a round's jobs together taking turns on the same device; never raises."""
+        """Run one job, or a round's jobs together taking turns on the same device (one that runs out of memory
+        there runs again alone); never raises."""
         if len(unit) == 1:
             job = unit[0]
             return [self._run_job(job, checkouts[job.commit], runs_dir / job.key, gpus)]
@@ -390,9 +391,8 @@ class LocalRunner:
                     thread.start()
                 for thread in threads:
                     thread.join()
-        except (
-            Exception
-        ):  # the round could not take turns (its socket, say): its runs are recorded as crashed
+        # the round could not take turns (its socket, say): its runs are recorded as crashed
+        except Exception:
             error = traceback.format_exc()
             records = [
                 record
@@ -401,7 +401,25 @@ class LocalRunner:
             ]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        return [record for record in records if record is not None]
+        return [
+            self._alone_after_oom(job, record, checkouts, runs_dir, gpus)
+            if record is not None and record.status == RunStatus.OOM
+            else record
+            for job, record in zip(unit, records, strict=True)
+            if record is not None
+        ]
+
+    def _alone_after_oom(
+        self, job: BenchJob, shared: RunRecord, checkouts: dict[str, Path], runs_dir: Path, gpus: list[str]
+    ) -> RunRecord:
+        """A run that ran out of memory beside its round's other runs, run again alone: the memory it lacked
+        may have been theirs. Its record is the lone run's, saying so."""
+        alone = self._run_job(job, checkouts[job.commit], runs_dir / f"{job.key}-alone", gpus)
+        alone.log_tail = (
+            f"{alone.log_tail}\n[perfbot] ran out of GPU memory while its round's other runs held theirs "
+            f"(log: {runs_dir / job.key / 'log.txt'}); this record is its run alone"
+        ).strip("\n")
+        return alone
 
     def _wait_until_quiet(self) -> float:
         """Wait for a quieter host before a run on its own (see the class); the seconds waited."""

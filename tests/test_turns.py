@@ -196,3 +196,28 @@ def test_a_round_that_cannot_take_turns_is_recorded_as_crashed(tmp_path, monkeyp
     )
     assert [(run.commit, run.status) for run in runs] == [(sha, "crashed") for sha in shas]
     assert "set TMPDIR to a shorter folder" in runs[0].log_tail
+
+
+SHARED_OOM = """\
+import os, sys
+if {oom} and os.environ.get("PERFBOT_TURN_SOCKET"):
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB.", flush=True)
+    sys.exit(1)
+print("trained", flush=True)
+"""
+
+
+def test_a_run_out_of_memory_beside_its_round_runs_again_alone(tmp_path):
+    repo = git.Repo.init(tmp_path / "target")
+    shas = []
+    for label, oom in (("A", False), ("B", True)):
+        (tmp_path / "target" / "train.py").write_text(SHARED_OOM.format(oom=oom))
+        repo.index.add(["train.py"])
+        shas.append(repo.index.commit(label).hexsha)
+    workload = Workload(name="loop", command="python train.py", steps=4, warmup_steps=1, repeats=1)
+    runs = LocalRunner(tmp_path / "target", tmp_path / "bench", gpus=[], interleave=2).run(
+        plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
+    )
+    assert [(run.commit, run.status) for run in runs] == [(sha, "ok") for sha in shas]
+    assert "ran out of GPU memory while its round's other runs held theirs" in runs[1].log_tail
+    assert "out of memory" not in runs[0].log_tail

@@ -86,7 +86,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="start each round's runs together on one GPU and let them take turns, measuring this many windows "
         "each in ABBA order: start-up overlaps and every commit is measured in every stretch of the round "
         "(default 0: one run at a time; the GPU must hold one run's peak memory plus the others' weights and "
-        "optimizer state)",
+        "optimizer state; a run out of memory there runs again alone)",
     )
     parser.add_argument(
         "--drop-regressions",
