@@ -11,9 +11,9 @@ host-bound LoRA SFT step (benchmarks/RESULTS.md). Any other config (no packing, 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after
 ``regional_compile`` (it needs its call). A trainer whose config is built in the file with ``packing`` unset or
-``False`` is not a site: there is no packed batch to pad. Refused: a trainer whose ``args`` is not a name (an inline config
-would be built twice), a trainer without ``args``, a trainer given its own ``data_collator`` (which the
-config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
+``False`` is not a site: there is no packed batch to pad. Refused: a trainer whose ``args`` is not a name (an
+inline config would be built twice), a trainer without ``args``, a trainer given its own ``data_collator``
+(which the config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
 """
 
 from __future__ import annotations
