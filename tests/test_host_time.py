@@ -104,8 +104,14 @@ def test_a_straggling_step_is_left_out_and_named(sources):
 
 
 def test_bot_profile_host_time_reports_a_cpu_loop_by_source(tmp_path, capsys):
+    # steps of ~10 ms, so the 2 ms sampler sees each source several times even on a loaded machine
+    loop = (
+        LOOP.replace("(32, 64)", "(256, 1024)")
+        .replace("(64, 1)", "(1024, 1)")
+        .replace("(16, 32)", "(256, 256)")
+    )
     repo = make_repo(
-        tmp_path, {"loop.py": LOOP, "pyproject.toml": PYPROJECT.replace("steps = 4", "steps = 30")}
+        tmp_path, {"loop.py": loop, "pyproject.toml": PYPROJECT.replace("steps = 4", "steps = 30")}
     )
     assert main(["--json", "profile", "--repo", str(tmp_path), "--steps", "20", "--host-time"]) == 0
     data = json.loads(capsys.readouterr().out)
