@@ -587,10 +587,11 @@ class Meter:
         measured = range(min(warmup_steps, len(steps)), len(steps))
         step_ms = [sum(phase_ms[i]) for i in measured]
         seconds = sum(step_ms) / 1000.0
-        saw_tokens = any(tokens[i] is not None for i in measured)
-        measured_tokens = round(sum(tokens[i] or 0.0 for i in measured))
+        step_tokens = [tokens[i] for i in measured]
+        saw_tokens = any(count is not None for count in step_tokens)
+        measured_tokens = round(sum(count or 0.0 for count in step_tokens))
         measured_samples = round(sum(samples[i] for i in measured))
-        tokens_per_s = median_rate([tokens[i] for i in measured], step_ms) if saw_tokens else None
+        tokens_per_s = median_rate(step_tokens, step_ms) if saw_tokens else None
         phases = {}
         for phase_index, name in enumerate(PHASES):
             values = [phase_ms[i][phase_index] for i in measured]
@@ -645,7 +646,7 @@ class Meter:
             },
             "per_step": {
                 "ms": [round(value, 3) for value in step_ms],
-                "tokens": [tokens[i] for i in measured],
+                "tokens": step_tokens,
             },
             "phases": phases,
             "data_wait_host": {
@@ -665,19 +666,16 @@ class Meter:
             "achieved_tflops": achieved,
             "peak_tflops": peak_tflops,
             "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
-            "turns": self._turns_report(measured, tokens, step_ms),
+            "turns": self._turns_report(step_tokens, step_ms),
         }
 
-    def _turns_report(
-        self, measured: range, tokens: list[float | None], step_ms: list[float]
-    ) -> dict[str, Any] | None:
+    def _turns_report(self, step_tokens: list[float | None], step_ms: list[float]) -> dict[str, Any] | None:
         """Per window of a turn-taking run, its throughput (the median rate of its steps); None otherwise."""
         if self._turns is None:
             return None
         size = self._turns.plan.window_steps
-        counts = [tokens[i] for i in measured]
         rates = [
-            median_rate(counts[start : start + size], step_ms[start : start + size])
+            median_rate(step_tokens[start : start + size], step_ms[start : start + size])
             for start in range(0, len(step_ms), size)
         ]
         return {"windows": len(rates), "window_steps": size, "tokens_per_s": rates}

@@ -9,12 +9,11 @@ import copy
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from test_update_fidelity import VOCAB, llama_base
 from torch.utils.data import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
 from optimizations.runtime.trainer_steps import steady_bookkeeping
-
-VOCAB = 64
 
 
 class _Tokens(Dataset):
@@ -30,17 +29,10 @@ class _Tokens(Dataset):
 
 
 def _lora_model() -> torch.nn.Module:
+    """The fidelity tests' tiny Llama in float32 (a CPU Trainer), with dropout on its LoRA adapters."""
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
     lora = LoraConfig(r=4, lora_dropout=0.3, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    return get_peft_model(LlamaForCausalLM(config), lora)
+    return get_peft_model(llama_base("cpu").float(), lora)
 
 
 def _train(tmp_path, steady: bool) -> tuple[list[float], float, Trainer]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import git
 import pytest
+from git_repos import commit_all, make_repo
 
 from benchmarks.runner import LocalRunner, plan_jobs
 from benchmarks.spec import BenchSpec, Workload
@@ -18,6 +19,19 @@ from benchmarks.turns import TurnClient, TurnPlan, TurnTaker, window_steps_for
 from bot.benchmarking import BenchOptions, make_runner
 from bot.commands.options import add_bench_arguments, bench_options
 from bot.errors import BadInput
+
+
+def _history(root: Path, versions: dict[str, str]) -> list[str]:
+    """A repository at ``root`` with one commit per version of ``train.py`` (message: its label), in order."""
+    shas = []
+    for label, text in versions.items():
+        if not shas:
+            repo = make_repo(root, {"train.py": text}, label)
+            shas.append(repo.head.commit.hexsha)
+        else:
+            (root / "train.py").write_text(text)
+            shas.append(commit_all(repo, label))
+    return shas
 
 
 def test_a_plan_ends_turns_after_the_warmup_and_every_window_but_the_last():
@@ -114,15 +128,9 @@ for step in range(args.steps):
 
 def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_path, monkeypatch):
     root = tmp_path / "target"
-    repo = git.Repo.init(root)
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "Test")
-        config.set_value("user", "email", "test@example.com")
-    shas = []
-    for label, pause in (("A", 0.01), ("B", 0.1)):
-        (root / "train.py").write_text(LOOP.format(label=label, pause=pause))
-        repo.index.add(["train.py"])
-        shas.append(repo.index.commit(label).hexsha)
+    shas = _history(
+        root, {label: LOOP.format(label=label, pause=pause) for label, pause in (("A", 0.01), ("B", 0.1))}
+    )
     log = tmp_path / "turns.log"
     monkeypatch.setenv("TURN_LOG", str(log))
     workload = Workload(
@@ -183,10 +191,7 @@ def test_interleave_takes_two_windows_or_more_and_only_on_this_machine():
 
 
 def test_a_round_that_cannot_take_turns_is_recorded_as_crashed(tmp_path, monkeypatch):
-    repo = git.Repo.init(tmp_path / "target")
-    (tmp_path / "target" / "train.py").write_text("print('never runs')\n")
-    repo.index.add(["train.py"])
-    shas = [repo.index.commit(label).hexsha for label in ("A", "B")]
+    shas = _history(tmp_path / "target", {label: f"print('never runs')  # {label}\n" for label in ("A", "B")})
     deep = tmp_path / ("d" * 100)  # a Unix socket's path holds at most 107 bytes
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
@@ -208,12 +213,9 @@ print("trained", flush=True)
 
 
 def test_a_run_out_of_memory_beside_its_round_runs_again_alone(tmp_path):
-    repo = git.Repo.init(tmp_path / "target")
-    shas = []
-    for label, oom in (("A", False), ("B", True)):
-        (tmp_path / "target" / "train.py").write_text(SHARED_OOM.format(oom=oom))
-        repo.index.add(["train.py"])
-        shas.append(repo.index.commit(label).hexsha)
+    shas = _history(
+        tmp_path / "target", {"A": SHARED_OOM.format(oom=False), "B": SHARED_OOM.format(oom=True)}
+    )
     workload = Workload(name="loop", command="python train.py", steps=4, warmup_steps=1, repeats=1)
     runs = LocalRunner(tmp_path / "target", tmp_path / "bench", gpus=[], interleave=2).run(
         plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
