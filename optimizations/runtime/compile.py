@@ -39,9 +39,9 @@ def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     layers, ``model.model.layers``), or ``[]`` when the model has no such list of two or more."""
     longest: list[torch.nn.Module] = []
     for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(longest)):
-            if len({type(block) for block in module}) == 1:
-                longest = list(module)
+        longer = isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(longest))
+        if longer and len({type(block) for block in module}) == 1:
+            longest = list(module)
     return longest
 
 
@@ -78,7 +78,7 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
 
 def fix_token_budget(config: Any) -> bool:
     """Pad every padding-free packed batch of a TRL ``SFTConfig`` to the same number of tokens: set its
-    ``pad_to_multiple_of`` to ``per_device_train_batch_size × max_length`` (the most a batch packs) where
+    ``pad_to_multiple_of`` to ``per_device_train_batch_size * max_length`` (the most a batch packs) where
     it is unset. Each pad token becomes a one-token sequence of its own with label -100: no real token attends
     to it and the loss, normalised by the real tokens, is unchanged. True when the config has that budget."""
     strategy = getattr(config, "packing_strategy", None)
