@@ -1,11 +1,14 @@
 """The ceiling a LoRA SFT step is judged against: the same model, adapter and batch, stepped by hand.
 
     python -m benchmarks.ceiling [--size gpu] [--modes eager,compile,reduce-overhead] [--steps 30]
-        [--warmup 10] [--batch 8] [--seq 1024] [--json]
+        [--warmup 10] [--batch 8] [--seq 1024] [--loss full|chunked] [--json]
 
-No Trainer, no collator, no logging: a fixed batch of ``--batch`` × ``--seq`` random token ids, the model's own
-loss (the causal-LM cross-entropy over the whole vocabulary), ``backward()``, a fused AdamW step over the LoRA
-weights. ``--size gpu`` is the bundled example's GPU benchmark shape (Qwen2.5-0.5B: hidden 896, 24 layers,
+No Trainer, no collator, no logging: a fixed batch of ``--batch`` × ``--seq`` random token ids, the causal-LM
+cross-entropy over the whole vocabulary, ``backward()``, a fused AdamW step over the LoRA weights. ``--loss
+full`` is the model's own loss (the logits of every token at once, upcast to float32); ``--loss chunked`` takes
+the decoder's hidden states and computes the LM head and its cross-entropy :data:`LOSS_CHUNK` tokens at a time,
+each chunk recomputed in the backward (:func:`chunked_causal_lm_loss`), so the batch's logits never exist whole,
+as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU benchmark shape (Qwen2.5-0.5B: hidden 896, 24 layers,
 14 heads of 64, 2 KV heads, vocabulary 151,936, tied head), LoRA r=16 on q/k/v/o, SDPA attention, bf16
 weights; ``tiny`` is a CPU smoke size. Each mode is measured after ``--warmup`` discarded steps (compilation,
 CUDA graph capture, clocks): the median step time and its spread over ``--steps`` steps, timed on the device;
@@ -36,6 +39,8 @@ from benchmarks.metrics import model_flops_per_token
 from benchmarks.profiling import Profile, summarize
 
 MODES = ("eager", "compile", "reduce-overhead")
+LOSSES = ("full", "chunked")
+LOSS_CHUNK = 1024  # tokens per chunk of --loss chunked: 1024 × 151,936 float32 logits are 0.6 GB
 # The bundled example's model sizes (examples/trainer_repo/model_loading.py), Qwen2 configs with random weights.
 SIZES = {
     "tiny": dict(
@@ -72,6 +77,7 @@ class Measured:
     """One mode's steady-state steps."""
 
     mode: str
+    loss: str
     step_ms: float
     step_ms_min: float
     step_ms_max: float
@@ -103,14 +109,46 @@ def build(size: str, device: torch.device, seed: int = 0) -> tuple[torch.nn.Modu
     return model, optimizer
 
 
+def chunked_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The mean next-token cross-entropy of ``hidden`` (batch, seq, hidden) under the LM head ``weight``
+    (vocab, hidden) against ``ids`` (batch, seq), :data:`LOSS_CHUNK` positions at a time: each chunk's logits
+    are made, upcast and reduced to a sum, and made again in the backward, never all at once."""
+    from torch.utils.checkpoint import checkpoint
+
+    states = hidden[:, :-1].reshape(-1, hidden.size(-1))
+    targets = ids[:, 1:].reshape(-1)
+    total = states.new_zeros((), dtype=torch.float32)
+    for start in range(0, targets.numel(), LOSS_CHUNK):
+        end = start + LOSS_CHUNK
+        total = total + checkpoint(
+            _summed_nll, states[start:end], weight, targets[start:end], use_reentrant=False
+        )
+    return total / targets.numel()
+
+
+def _summed_nll(states: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = (states @ weight.t()).float()
+    return torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+
+
 def make_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, mode: str
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, mode: str, loss: str = "full"
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """One training step on a batch of token ids (labels are the ids): forward, backward, optimizer step."""
-    forward = model if mode == "eager" else torch.compile(model, mode=None if mode == "compile" else mode)
+    """One training step on a batch of token ids (labels are the ids): forward, backward, optimizer step, with
+    the model's own loss (``full``) or :func:`chunked_causal_lm_loss` (``chunked``)."""
+
+    def full(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, labels=ids).loss
+
+    def chunked(ids: torch.Tensor) -> torch.Tensor:
+        hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+        return chunked_causal_lm_loss(hidden, model.get_output_embeddings().weight, ids)
+
+    compute = full if loss == "full" else chunked
+    forward = compute if mode == "eager" else torch.compile(compute, mode=None if mode == "compile" else mode)
 
     def step(ids: torch.Tensor) -> torch.Tensor:
-        loss = forward(input_ids=ids, labels=ids).loss
+        loss = forward(ids)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -138,11 +176,18 @@ def timed(run: Callable[[], object], device: torch.device, repeats: int) -> list
 
 
 def measure(
-    mode: str, size: str, batch: int, seq: int, steps: int, warmup: int, device: torch.device
+    mode: str,
+    size: str,
+    batch: int,
+    seq: int,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    loss: str = "full",
 ) -> Measured:
     """``mode``'s step: ``warmup`` discarded, ``steps`` timed, ``PROFILED_STEPS`` more under the profiler."""
     model, optimizer = build(size, device)
-    step = make_step(model, optimizer, mode)
+    step = make_step(model, optimizer, mode, loss)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, SIZES[size]["vocab_size"], (batch, seq), generator=generator).to(device)
     losses = [float(step(ids)) for _ in range(warmup)]
@@ -154,6 +199,7 @@ def measure(
     flops = model_flops_per_token(model) * tokens_per_s
     return Measured(
         mode=mode,
+        loss=loss,
         step_ms=median,
         step_ms_min=min(times),
         step_ms_max=max(times),
@@ -215,13 +261,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--loss", choices=LOSSES, default="full", help="the model's own loss, or chunked")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    results = [measure(m, args.size, args.batch, args.seq, args.steps, args.warmup, device) for m in modes]
+    results = [
+        measure(m, args.size, args.batch, args.seq, args.steps, args.warmup, device, args.loss) for m in modes
+    ]
     if args.json:
         print(json.dumps({"device": str(device), "modes": [asdict(r) for r in results]}, indent=1))
         return 0

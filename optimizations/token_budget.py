@@ -14,6 +14,12 @@ by the real tokens, is the same; the padded matmuls and the fused decoder round 
 ``False`` is not a site: there is no packed batch to pad. Refused: a trainer whose ``args`` is not a name (an
 inline config would be built twice), a trainer without ``args``, a trainer given its own ``data_collator``
 (which the config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
+
+Why the fixed shape does not go on to CUDA graphs (``mode="reduce-overhead"`` on the decoder): measured as a
+lever, with the Trainer's mid-step device syncs also gone, that step ran 1.07-1.14x the hand-written compiled
+ceiling, but 3 of 8 such runs (torch 2.11) died in cudagraph trees with "tensor(s) in the cudagraph pool not
+tracked as outputs", the error pytorch/pytorch#194124 traces to a pending backward's saved activations, whose
+silent form corrupts gradients; torch 2.13 ships the same liveness check. benchmarks/RESULTS.md has the runs.
 """
 
 from __future__ import annotations

@@ -67,3 +67,27 @@ def test_an_unknown_mode_is_refused(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--size", "tiny", "--modes", "eager,graphs"])
     assert exited.value.code == 2 and "unknown mode(s) graphs" in capsys.readouterr().err
+
+
+def test_the_chunked_loss_is_the_models_own_loss_and_gradients(monkeypatch):
+    import torch
+
+    from benchmarks import ceiling
+
+    monkeypatch.setattr(ceiling, "LOSS_CHUNK", 7)  # chunks that do not divide the 2 x 32 shifted positions
+    model, _ = ceiling.build("tiny", torch.device("cpu"))
+    for module in model.modules():  # LoRA's B starts at zero: move it so every adapter weight has a gradient
+        if hasattr(module, "lora_B"):
+            torch.nn.init.normal_(module.lora_B["default"].weight, std=0.1)
+    ids = torch.randint(0, 2048, (2, 33), generator=torch.Generator().manual_seed(3))
+    adapter = [p for p in model.parameters() if p.requires_grad]
+
+    full = model(input_ids=ids, labels=ids).loss
+    expected = torch.autograd.grad(full, adapter)
+    hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+    chunked = ceiling.chunked_causal_lm_loss(hidden, model.get_output_embeddings().weight, ids)
+    got = torch.autograd.grad(chunked, adapter)
+
+    assert chunked.item() == pytest.approx(full.item(), rel=1e-5)
+    for mine, theirs in zip(got, expected, strict=True):
+        assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-6)

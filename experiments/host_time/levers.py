@@ -11,14 +11,25 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   (each an ``.item()``, a device sync between the forward and the backward); the loss is the same;
 - ``log-every-10``: ``logging_steps=10`` instead of 1: the Trainer reads the loss and the gradient norm, and
   runs its logging callbacks, every tenth step;
+- ``no-compact``: TRL's fused LM head scores every position instead of gathering the labelled ones
+  (``hidden_states[mask]``, a device sync between the decoder and the loss: its size depends on the data);
+  the padding and prompt positions are scored and then zeroed, so the loss is the same;
+- ``no-nan-filter``: ``logging_nan_inf_filter=False``: the Trainer no longer reads each step's loss to keep a
+  NaN or inf out of the logged mean (``torch.isnan(loss) or torch.isinf(loss)``, a device sync after the
+  backward); training is the same, only a non-finite loss would be logged as it is;
 - ``pad-to-budget``: every padding-free packed batch padded to the same token budget (``pad_to_multiple_of`` =
   batch size × max length), so every step has one shape: no per-step dynamic shapes in the compiled layers;
 - ``pad-to-max`` (DPO): every preference batch padded to the config's ``max_length`` (``pad_to_multiple_of`` =
   ``max_length``), so every DPO step has one shape, at the cost of computing the padding;
+- ``pad-to-bucket`` (DPO): every preference batch padded to a multiple of 128 tokens, so DPO steps have at
+  most ``max_length / 128`` shapes, at the cost of under 128 padded positions a row;
 - ``cuda-graphs``: the decoder layers compiled with ``mode="reduce-overhead"`` (CUDA graphs), which needs one
   shape per step (``pad-to-budget``);
 - ``compile-decoder``: the whole decoder (the module holding the layers: embedding, layers, final norm)
-  compiled as one region instead of each layer: one guard check and one autograd wrapper per step;
+  compiled as one region instead of each layer: one guard check and one autograd wrapper per step (an SFT
+  config's token budget fixed first, as the head's ``compile_repeated_layers`` does);
+- ``graph-decoder``: ``compile-decoder`` with ``mode="reduce-overhead"``: the decoder's forward and backward
+  each replayed as one CUDA graph per shape, which needs few shapes (the SFT token budget, or a DPO pad lever);
 - ``cublas``: ``torch.backends.cuda.preferred_blas_library("cublas")``: matmuls through cuBLAS rather than
   cuBLASLt, whose per-call heuristic query costs host time.
 
@@ -34,11 +45,15 @@ from experiments.levers import chosen, run_script
 LEVERS = {
     "none",
     "no-step-metrics",
+    "no-compact",
+    "no-nan-filter",
     "log-every-10",
     "pad-to-budget",
     "pad-to-max",
+    "pad-to-bucket",
     "cuda-graphs",
     "compile-decoder",
+    "graph-decoder",
     "cublas",
 }
 
@@ -56,34 +71,40 @@ def loss_only(self, model, inputs, return_outputs=False, num_items_in_batch=None
     return (loss, outputs) if return_outputs else loss
 
 
+def configured(config_class, levers: set[str]):
+    """``config_class`` with the config levers among ``levers`` applied to its keyword arguments."""
+
+    def config(**kwargs):
+        if "log-every-10" in levers:
+            kwargs["logging_steps"] = 10
+        if "no-nan-filter" in levers:
+            kwargs["logging_nan_inf_filter"] = False
+        if "pad-to-budget" in levers:
+            kwargs["pad_to_multiple_of"] = kwargs["per_device_train_batch_size"] * kwargs["max_length"]
+        if "pad-to-max" in levers:
+            kwargs["pad_to_multiple_of"] = kwargs["max_length"]
+        if "pad-to-bucket" in levers:
+            kwargs["pad_to_multiple_of"] = 128
+        return config_class(**kwargs)
+
+    return config
+
+
 def main() -> None:
     levers = chosen(LEVERS)
     import trainer
 
     if "no-step-metrics" in levers:
         trainer.SFTTrainer.compute_loss = loss_only
-    if levers & {"log-every-10", "pad-to-budget"}:
-        config = trainer.SFTConfig
+    if "no-compact" in levers:
+        import trl.trainer.utils
 
-        def sft_config(**kwargs):
-            if "log-every-10" in levers:
-                kwargs["logging_steps"] = 10
-            if "pad-to-budget" in levers:
-                kwargs["pad_to_multiple_of"] = kwargs["per_device_train_batch_size"] * kwargs["max_length"]
-            return config(**kwargs)
-
-        trainer.SFTConfig = sft_config
-    if "pad-to-max" in levers:
-        dpo_config = trainer.DPOConfig
-
-        def padded_dpo_config(**kwargs):
-            kwargs["pad_to_multiple_of"] = kwargs["max_length"]
-            return dpo_config(**kwargs)
-
-        trainer.DPOConfig = padded_dpo_config
+        trl.trainer.utils._use_triton = lambda device: False
+    for name in ("SFTConfig", "DPOConfig"):
+        setattr(trainer, name, configured(getattr(trainer, name), levers))
     if "cuda-graphs" in levers:
 
-        def compile_layers(model):
+        def compile_layers(model, fixed_budget=None):
             from _perfbot_compile import repeated_layers
 
             for block in repeated_layers(model):
@@ -91,14 +112,15 @@ def main() -> None:
             return model
 
         trainer.compile_repeated_layers = compile_layers
-    if "compile-decoder" in levers:
+    if levers & {"compile-decoder", "graph-decoder"}:
 
-        def compile_decoder(model):
-            from _perfbot_compile import repeated_layers
+        def compile_decoder(model, fixed_budget=None):
+            from _perfbot_compile import _holder, fix_token_budget, repeated_layers
 
-            layers = repeated_layers(model)
-            [decoder] = [m for m in model.modules() if any(c is layers[0] for c in getattr(m, "layers", []))]
-            decoder.compile()
+            if fixed_budget is not None:
+                fix_token_budget(fixed_budget)
+            mode = "reduce-overhead" if "graph-decoder" in levers else None
+            _holder(model, repeated_layers(model)).compile(mode=mode)
             return model
 
         trainer.compile_repeated_layers = compile_decoder
