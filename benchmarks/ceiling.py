@@ -8,11 +8,11 @@ cross-entropy over the whole vocabulary, ``backward()``, a fused AdamW step over
 full`` is the model's own loss (the logits of every token at once, upcast to float32); ``--loss chunked`` takes
 the decoder's hidden states and computes the LM head and its cross-entropy :data:`LOSS_CHUNK` tokens at a time,
 each chunk recomputed in the backward (:func:`chunked_causal_lm_loss`), so the batch's logits never exist whole,
-as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU benchmark shape (Qwen2.5-0.5B: hidden 896, 24 layers,
-14 heads of 64, 2 KV heads, vocabulary 151,936, tied head), LoRA r=16 on q/k/v/o, SDPA attention, bf16
-weights; ``tiny`` is a CPU smoke size. Each mode is measured after ``--warmup`` discarded steps (compilation,
-CUDA graph capture, clocks): the median step time and its spread over ``--steps`` steps, timed on the device;
-tokens/s; MFU against the device's dense bf16 peak (:func:`benchmarks.environment.peak_tflops`, FLOPs per
+as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU benchmark shape
+(Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads of 64, 2 KV heads, vocabulary 151,936, tied head), LoRA r=16 on
+q/k/v/o, SDPA attention, bf16 weights; ``tiny`` is a CPU smoke size. Each mode is measured after ``--warmup``
+discarded steps (compilation, CUDA graph capture, clocks): the median step time and its spread over ``--steps``
+steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak (:func:`benchmarks.environment.peak_tflops`, FLOPs per
 token as the benchmark's :func:`benchmarks.metrics.model_flops_per_token` counts them); and, from a
 ``torch.profiler`` trace of 5 more steps, how many kernels each step launched
 (:func:`benchmarks.profiling.summarize`) and the device time per step of its kernels grouped by what they compute
@@ -274,7 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"device": str(device), "modes": [asdict(r) for r in results]}, indent=1))
         return 0
-    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
+    print(
+        f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; loss: {args.loss}"
+    )
     print(
         "mode             step ms (min-max)      tokens/s   MFU    device busy  launches/step  loss first→last"
     )
