@@ -1,14 +1,15 @@
 """The hand-written LoRA step that tier heads are judged against (`benchmarks.ceiling`), on CPU at the tiny
-size: it trains (the loss of its fixed batch falls), reports each mode and the parts of the step, and refuses an
-unknown mode. Its GPU numbers are in benchmarks/RESULTS.md."""
+size: it trains (the loss of its fixed batch falls), reports each mode and the parts of the step, refuses an
+unknown mode, and its chunked loss is the model's own. Its GPU numbers are in benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
-from benchmarks.ceiling import kernel_ms, main
+from benchmarks.ceiling import build, chunked_causal_lm_loss, kernel_ms, main
 
 
 def test_the_hand_written_step_trains_and_reports_its_parts(capsys):
@@ -70,12 +71,8 @@ def test_an_unknown_mode_is_refused(capsys):
 
 
 def test_the_chunked_loss_is_the_models_own_loss_and_gradients(monkeypatch):
-    import torch
-
-    from benchmarks import ceiling
-
-    monkeypatch.setattr(ceiling, "LOSS_CHUNK", 7)  # chunks that do not divide the 2 x 32 shifted positions
-    model, _ = ceiling.build("tiny", torch.device("cpu"))
+    monkeypatch.setattr("benchmarks.ceiling.LOSS_CHUNK", 7)  # chunks that do not divide the 2 x 32 shifted positions
+    model, _ = build("tiny", torch.device("cpu"))
     for module in model.modules():  # LoRA's B starts at zero: move it so every adapter weight has a gradient
         if hasattr(module, "lora_B"):
             torch.nn.init.normal_(module.lora_B["default"].weight, std=0.1)
@@ -85,7 +82,7 @@ def test_the_chunked_loss_is_the_models_own_loss_and_gradients(monkeypatch):
     full = model(input_ids=ids, labels=ids).loss
     expected = torch.autograd.grad(full, adapter)
     hidden = model.get_decoder()(input_ids=ids).last_hidden_state
-    chunked = ceiling.chunked_causal_lm_loss(hidden, model.get_output_embeddings().weight, ids)
+    chunked = chunked_causal_lm_loss(hidden, model.get_output_embeddings().weight, ids)
     got = torch.autograd.grad(chunked, adapter)
 
     assert chunked.item() == pytest.approx(full.item(), rel=1e-5)

@@ -2,7 +2,8 @@
 # Host-time accounting of the example's tier-2 head on this machine's GPU (benchmarks.host_time): the SFT
 # levers of levers.py (host time by source, each run's own metered step time), torch.profiler runs of some of
 # them (device time, launches, host time in CUDA API calls), DPO, and the hand-written ceiling
-# (benchmarks.ceiling, run first) in the same run. Results under $OUT (all of it in $OUT/host_time.tgz), summary.txt last.
+# (benchmarks.ceiling, run first) in the same run. Results under $OUT (all of it in $OUT/host_time.tgz),
+# summary.txt last.
 # Usage: [ROUNDS=N] experiments/host_time/run.sh [LEVERS] [PROFILED LEVERS] [STEPS] [dpo] [ceiling]
 #   e.g. ROUNDS=2 experiments/host_time/run.sh "none compile-decoder dpo:none dpo:compile-decoder" "none" 20 ceiling
 set -uo pipefail
