@@ -71,7 +71,8 @@ def test_an_unknown_mode_is_refused(capsys):
 
 
 def test_the_chunked_loss_is_the_models_own_loss_and_gradients(monkeypatch):
-    monkeypatch.setattr("benchmarks.ceiling.LOSS_CHUNK", 7)  # chunks that do not divide the 2 x 32 shifted positions
+    # chunks that do not divide the 2 x 32 shifted positions
+    monkeypatch.setattr("benchmarks.ceiling.LOSS_CHUNK", 7)
     model, _ = build("tiny", torch.device("cpu"))
     for module in model.modules():  # LoRA's B starts at zero: move it so every adapter weight has a gradient
         if hasattr(module, "lora_B"):
