@@ -108,10 +108,7 @@ class _CompileLayers(TrainerFollowUp):
             return True
         if isinstance(model, cst.Attribute):
             return model.attr.value.endswith(("_name", "_path", "name_or_path", "_id"))
-        scope = self.links.scope(model)
-        if not isinstance(model, cst.Name) or scope is None:
-            return False
-        values = [b.value for b in self.links.visible_bindings(model.value, scope)]
+        values = self.links.bound_values(model)
         return bool(values) and all(isinstance(v, STRINGS) for v in values)
 
 

@@ -86,10 +86,7 @@ class _FixBudget(TrainerFollowUp):
     def _never_packs(self, config: cst.BaseExpression) -> bool:
         """``config`` is a name every binding of which builds a TRL config that leaves ``packing`` unset (off by
         default) or sets it to a literal ``False``, with nothing hidden in ``**kwargs``."""
-        scope = self.links.scope(config)
-        if not isinstance(config, cst.Name) or scope is None:
-            return False
-        values = [binding.value for binding in self.links.visible_bindings(config.value, scope)]
+        values = self.links.bound_values(config)
         return bool(values) and all(
             isinstance(value, cst.Call)
             and is_training_config(self.names(value.func))

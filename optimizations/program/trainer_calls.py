@@ -172,6 +172,14 @@ class TrainerLinks:
         binder = None if local else self.names.enclosing_binder(name, scope)
         return local if binder is None else self._bound_in(name, binder)
 
+    def bound_values(self, node: cst.BaseExpression) -> list[cst.BaseExpression | None]:
+        """The values every binding of ``node`` that a read here sees was assigned (None for a binding that is
+        no assignment: a parameter, an import, a loop target); ``[]`` when ``node`` is not a name or has none."""
+        scope = self.scope(node)
+        if not isinstance(node, cst.Name) or scope is None:
+            return []
+        return [binding.value for binding in self.visible_bindings(node.value, scope)]
+
     def _bound_in(self, name: str, scope: cst.CSTNode) -> list[Binding]:
         return [
             Binding(self.codemod.line(node), self._assigned_value(node))
