@@ -492,15 +492,22 @@ def webhook(api, tracker, tmp_path):
         started.append((server, thread))
         return server
 
+    def stop(server):
+        """Shut ``server`` down and wait until its run loop has ended, as a restarted process would."""
+        server.shutdown()
+        for started_server, thread in started:
+            if started_server is server:
+                thread.join(10)
+
     started = []
-    yield start, runner, ran
+    yield start, stop, runner, ran
     for server, thread in started:
         server.shutdown()
         thread.join(10)
 
 
 def test_webhook_accepts_signed_new_comments_once(api, webhook):
-    start, runner, ran = webhook
+    start, _, runner, ran = webhook
     server = start()
     comment = api.add_comment(REPO, ISSUE, "wes", "/bot apply --tier 1")
     body = json.dumps(comment_event("wes", "/bot apply --tier 1", comment_id=comment["id"])).encode()
@@ -523,13 +530,13 @@ def test_webhook_accepts_signed_new_comments_once(api, webhook):
 
 
 def test_webhook_remembers_deliveries_across_restarts(api, webhook):
-    start, runner, ran = webhook
+    start, stop, runner, ran = webhook
     comment = api.add_comment(REPO, ISSUE, "ada", "/bot bench")
     body = json.dumps(comment_event("ada", "/bot bench", comment_id=comment["id"])).encode()
     first = start()
     assert post(first.address, body, delivery="delivery-7")[0] == 202
     assert ran.acquire(timeout=10)
-    first.shutdown()
+    stop(first)
 
     second = start()
     assert post(second.address, body, delivery="delivery-7")[0] == 200
@@ -538,7 +545,7 @@ def test_webhook_remembers_deliveries_across_restarts(api, webhook):
 
 
 def test_webhook_refuses_read_only_users_in_the_background(api, webhook):
-    start, runner, _ = webhook
+    start, _, runner, _ = webhook
     server = start()
     comment = api.add_comment(REPO, ISSUE, "rob", "/bot apply --tier 1")
     body = json.dumps(comment_event("rob", "/bot apply --tier 1", comment_id=comment["id"])).encode()

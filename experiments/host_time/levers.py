@@ -30,6 +30,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   config's token budget fixed first, as the head's ``compile_repeated_layers`` does);
 - ``graph-decoder``: ``compile-decoder`` with ``mode="reduce-overhead"``: the decoder's forward and backward
   each replayed as one CUDA graph per shape, which needs few shapes (the SFT token budget, or a DPO pad lever);
+- ``flat-graphs``: with ``graph-decoder``, inductor's CUDA graphs without trees
+  (``torch._inductor.config.triton.cudagraph_trees = False``): each compiled graph records once into a pool of
+  its own, with static inputs and outputs, and has none of the trees' liveness checks (pytorch#194124);
 - ``cublas``: ``torch.backends.cuda.preferred_blas_library("cublas")``: matmuls through cuBLAS rather than
   cuBLASLt, whose per-call heuristic query costs host time.
 
@@ -54,6 +57,7 @@ LEVERS = {
     "cuda-graphs",
     "compile-decoder",
     "graph-decoder",
+    "flat-graphs",
     "cublas",
 }
 
@@ -124,6 +128,10 @@ def main() -> None:
             return model
 
         trainer.compile_repeated_layers = compile_decoder
+    if "flat-graphs" in levers:
+        import torch._inductor.config
+
+        torch._inductor.config.triton.cudagraph_trees = False
     if "cublas" in levers:
         import torch
 
