@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
 from optimizations.program.collector import collector_paused
+from optimizations.program.reachability import is_vendored, program_of
 from optimizations.program.repository import (
     Change,
     FileResult,
@@ -204,7 +205,9 @@ class Optimization:
         ctx = RepoContext(root, exclude, focus, sources)
         files: dict[str, str] = {}
         sites: list[Site] = []
-        paths = ctx.python_files()
+        paths = [
+            path for path in ctx.python_files() if not is_vendored(root, path) or program_of(ctx).edits(path)
+        ]
         with collector_paused():
             for done, path in enumerate(paths, start=1):
                 source = ctx.read(path)

@@ -377,3 +377,33 @@ def test_a_launch_script_makes_an_entry_point(tmp_path):
     assert program.entry_points == ["run.py", "third_party/somelib/cli.py"]
     assert program.runs("third_party/somelib/trainer.py", "train")
     assert "third_party/somelib/trainer.py" in {s.path for s in _sites("tf32", root) if s.refused}
+
+
+REFERENCE_SFT = """\
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig
+
+
+def main():
+    model = AutoModelForCausalLM.from_pretrained("org/model")
+    return model, SFTConfig(output_dir="out")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_vendored_codebase_is_edited_only_where_the_program_runs_it(tmp_path):
+    root = _vendored_repo(tmp_path)
+    (root / "external" / "recipes").mkdir(parents=True)
+    (root / "external" / "recipes" / "sft.py").write_text(REFERENCE_SFT)
+    (root / "ours").mkdir()
+    (root / "ours" / "sft.py").write_text(REFERENCE_SFT)
+    for optimization in ("dataloader_workers", "fa2"):
+        assert {s.path for s in _sites(optimization, root)} == {"ours/sft.py"}, optimization
+    assert get("dataloader_workers").dry_run(root).files.keys() == {"ours/sft.py"}
+
+    (root / "run_reference.sh").write_text("#!/bin/sh\npython external/recipes/sft.py\n")
+    for optimization in ("dataloader_workers", "fa2"):
+        assert {s.path for s in _sites(optimization, root)} == {"ours/sft.py", "external/recipes/sft.py"}

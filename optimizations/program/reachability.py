@@ -3,13 +3,14 @@ the program never calls is no site.
 
 Entry points are the scripts a person starts: Python files with ``if __name__ == "__main__":``, scripts outside
 any package that no file imports (nanoGPT's ``train.py``, a snippet: all of their code taken to run), the console
-scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that commands in launch files (shell scripts,
-a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate launch``, .... A vendored library -- a folder with its
-own ``setup.py``/``pyproject.toml``, or one named ``third_party``, ``vendor``, ``external`` -- contributes no entry
-points of its own. From the entry points, imports are followed through the repository's modules (the script's
-folder, the root and ``src/`` on the path, relative imports, packages' ``__init__``); a top-level function or
-class of a reached file runs when some reached file uses its name (a call, an attribute, a decorator's
-registration), or when it is decorated.
+scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that commands in launch files (shell
+scripts, a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate
+launch``, .... A vendored library -- a folder with its own ``setup.py``/``pyproject.toml``, or one named
+``third_party``, ``vendor``, ``external`` -- contributes no entry points of its own, and no optimization edits a
+file of it that no entry point reaches (:meth:`Program.edits`). From the entry points, imports are followed
+through the repository's modules (the script's folder, the root and ``src/`` on the path, relative imports,
+packages' ``__init__``); a top-level function or class of a reached file runs when some reached file uses its
+name (a call, an attribute, a decorator's registration), or when it is decorated.
 
 A repository with no entry point found (a library, a snippet) is taken to run everything. Files are read with
 ``ast``, once per run and only when an optimization asks (:func:`program_of`).
@@ -23,7 +24,7 @@ import re
 import shlex
 import tomllib
 import weakref
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache, module_paths
 
@@ -40,6 +41,19 @@ IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([\w., ()]+)", re.MU
 MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
 
 
+def is_vendored(root: Path, path: str) -> bool:
+    """Whether ``path`` lies in a vendored library: under a folder named like ``external`` or ``third_party``, or
+    in a folder below ``root`` with its own ``setup.py``/``pyproject.toml``/``setup.cfg``."""
+    parts = PurePosixPath(path).parts[:-1]
+    if any(part in VENDOR_FOLDERS for part in parts):
+        return True
+    return any(
+        (root.joinpath(*parts[:depth]) / name).exists()
+        for depth in range(1, len(parts) + 1)
+        for name in PROJECT_FILES
+    )
+
+
 class Program:
     """The files and top-level definitions a repository's entry points reach."""
 
@@ -48,13 +62,18 @@ class Program:
         only entry points), not as the repository's launch files, scripts and console scripts start it."""
         self.repo = repo
         self.files = set(repo.python_files())
-        self.vendored = {path for path in self.files if self._is_vendored(path)}
+        self.vendored = {path for path in self.files if is_vendored(repo.root, path)}
         self.standalone = self._standalone() if command is None else set()
         self.entry_points = sorted(self._entry_points() if command is None else self._started_by(command, ""))
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
         if self.entry_points:
             self._follow()
+
+    def edits(self, path: str) -> bool:
+        """Whether an optimization may change file ``path``: any file but a vendored one that no entry point of
+        the program reaches (a reference codebase kept under ``external/``, a library's own scripts)."""
+        return path not in self.vendored or path in self.reached
 
     def runs(self, path: str, definition: str | None = None) -> bool:
         """Whether the program reaches file ``path`` and, when given, its top-level function or class
@@ -68,17 +87,6 @@ class Program:
         return definition in self.used_names or definition in self._decorated(path)
 
     # -- entry points ---------------------------------------------------------------------------------
-    def _is_vendored(self, path: str) -> bool:
-        parts = PurePosixPath(path).parts[:-1]
-        if any(part in VENDOR_FOLDERS for part in parts):
-            return True
-        root = self.repo.root
-        return any(
-            (root.joinpath(*parts[:depth]) / name).exists()
-            for depth in range(1, len(parts) + 1)
-            for name in PROJECT_FILES
-        )
-
     def _standalone(self) -> set[str]:
         """Scripts outside any package that no file of the repository imports and that have no ``__main__``
         guard to start from: the program a person runs (``python train.py``), all of their code taken to run."""
@@ -107,7 +115,7 @@ class Program:
         for path in self.repo.files(*LAUNCH_FILES):
             if path.endswith("pyproject.toml"):
                 found |= self._console_scripts(path)
-            if not self._is_vendored(path):
+            if not is_vendored(self.repo.root, path):
                 found |= self._launched(path)
         return found
 
