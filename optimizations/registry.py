@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
 from optimizations.program.collector import collector_paused
-from optimizations.program.reachability import is_vendored, program_of
+from optimizations.program.reachability import in_vendor_folder, program_of
 from optimizations.program.repository import (
     Change,
     FileResult,
@@ -206,7 +206,7 @@ class Optimization:
         files: dict[str, str] = {}
         sites: list[Site] = []
         paths = [
-            path for path in ctx.python_files() if not is_vendored(root, path) or program_of(ctx).edits(path)
+            path for path in ctx.python_files() if not in_vendor_folder(path) or program_of(ctx).edits(path)
         ]
         with collector_paused():
             for done, path in enumerate(paths, start=1):

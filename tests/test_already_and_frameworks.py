@@ -400,10 +400,16 @@ def test_a_vendored_codebase_is_edited_only_where_the_program_runs_it(tmp_path):
     (root / "external" / "recipes" / "sft.py").write_text(REFERENCE_SFT)
     (root / "ours").mkdir()
     (root / "ours" / "sft.py").write_text(REFERENCE_SFT)
+    (root / "packages" / "trainer").mkdir(
+        parents=True
+    )  # a workspace member: a project file, not vendored code
+    (root / "packages" / "trainer" / "pyproject.toml").write_text('[project]\nname = "trainer"\n')
+    (root / "packages" / "trainer" / "sft.py").write_text(REFERENCE_SFT)
+    ours = {"ours/sft.py", "packages/trainer/sft.py"}
     for optimization in ("dataloader_workers", "fa2"):
-        assert {s.path for s in _sites(optimization, root)} == {"ours/sft.py"}, optimization
-    assert get("dataloader_workers").dry_run(root).files.keys() == {"ours/sft.py"}
+        assert {s.path for s in _sites(optimization, root)} == ours, optimization
+    assert get("dataloader_workers").dry_run(root).files.keys() == ours
 
     (root / "run_reference.sh").write_text("#!/bin/sh\npython external/recipes/sft.py\n")
     for optimization in ("dataloader_workers", "fa2"):
-        assert {s.path for s in _sites(optimization, root)} == {"ours/sft.py", "external/recipes/sft.py"}
+        assert {s.path for s in _sites(optimization, root)} == {*ours, "external/recipes/sft.py"}

@@ -6,8 +6,8 @@ any package that no file imports (nanoGPT's ``train.py``, a snippet: all of thei
 scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that commands in launch files (shell
 scripts, a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate
 launch``, .... A vendored library -- a folder with its own ``setup.py``/``pyproject.toml``, or one named
-``third_party``, ``vendor``, ``external`` -- contributes no entry points of its own, and no optimization edits a
-file of it that no entry point reaches (:meth:`Program.edits`). From the entry points, imports are followed
+``third_party``, ``vendor``, ``external`` -- contributes no entry points of its own; no optimization edits a file
+in a folder so named that no entry point reaches (:meth:`Program.edits`). From the entry points, imports are followed
 through the repository's modules (the script's folder, the root and ``src/`` on the path, relative imports,
 packages' ``__init__``); a top-level function or class of a reached file runs when some reached file uses its
 name (a call, an attribute, a decorator's registration), or when it is decorated.
@@ -41,12 +41,17 @@ IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([\w., ()]+)", re.MU
 MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
 
 
+def in_vendor_folder(path: str) -> bool:
+    """Whether ``path`` lies under a folder named like ``external`` or ``third_party``."""
+    return any(part in VENDOR_FOLDERS for part in PurePosixPath(path).parts[:-1])
+
+
 def is_vendored(root: Path, path: str) -> bool:
-    """Whether ``path`` lies in a vendored library: under a folder named like ``external`` or ``third_party``, or
-    in a folder below ``root`` with its own ``setup.py``/``pyproject.toml``/``setup.cfg``."""
-    parts = PurePosixPath(path).parts[:-1]
-    if any(part in VENDOR_FOLDERS for part in parts):
+    """Whether ``path`` lies in a vendored library: in a vendor folder (:func:`in_vendor_folder`), or in a folder
+    below ``root`` with its own ``setup.py``/``pyproject.toml``/``setup.cfg``."""
+    if in_vendor_folder(path):
         return True
+    parts = PurePosixPath(path).parts[:-1]
     return any(
         (root.joinpath(*parts[:depth]) / name).exists()
         for depth in range(1, len(parts) + 1)
@@ -71,9 +76,10 @@ class Program:
             self._follow()
 
     def edits(self, path: str) -> bool:
-        """Whether an optimization may change file ``path``: any file but a vendored one that no entry point of
-        the program reaches (a reference codebase kept under ``external/``, a library's own scripts)."""
-        return path not in self.vendored or path in self.reached
+        """Whether an optimization may change file ``path``: any file but one in a vendor folder that no entry
+        point of the program reaches (a reference codebase kept under ``external/``). A folder with a project file
+        of its own may be the repository's own package (a workspace member), so it stays editable."""
+        return not in_vendor_folder(path) or path in self.reached
 
     def runs(self, path: str, definition: str | None = None) -> bool:
         """Whether the program reaches file ``path`` and, when given, its top-level function or class
