@@ -33,6 +33,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 - ``flat-graphs``: with ``graph-decoder``, inductor's CUDA graphs without trees
   (``torch._inductor.config.triton.cudagraph_trees = False``): each compiled graph records once into a pool of
   its own, with static inputs and outputs, and has none of the trees' liveness checks (pytorch#194124);
+- ``train-graphs-only``: with ``compile-decoder`` or ``graph-decoder``, the compiled decoder runs only where
+  gradients are on; under ``no_grad`` (DPO's reference pass, evaluation) the decoder runs eagerly, so no graph is
+  compiled or recorded there (``flat-graphs`` crashed DPO's no-grad reference pass in Dynamo's grad-mode check);
 - ``cublas``: ``torch.backends.cuda.preferred_blas_library("cublas")``: matmuls through cuBLAS rather than
   cuBLASLt, whose per-call heuristic query costs host time.
 
@@ -58,6 +61,7 @@ LEVERS = {
     "compile-decoder",
     "graph-decoder",
     "flat-graphs",
+    "train-graphs-only",
     "cublas",
 }
 
@@ -124,7 +128,17 @@ def main() -> None:
             if fixed_budget is not None:
                 fix_token_budget(fixed_budget)
             mode = "reduce-overhead" if "graph-decoder" in levers else None
-            _holder(model, repeated_layers(model)).compile(mode=mode)
+            decoder = _holder(model, repeated_layers(model))
+            if "train-graphs-only" in levers:
+                import torch
+
+                eager = decoder.forward
+                compiled = torch.compile(eager, mode=mode)
+                decoder.forward = lambda *args, **kwargs: (compiled if torch.is_grad_enabled() else eager)(
+                    *args, **kwargs
+                )
+            else:
+                decoder.compile(mode=mode)
             return model
 
         trainer.compile_repeated_layers = compile_decoder
