@@ -5,20 +5,21 @@
 
 No Trainer, no collator, no logging: a fixed batch of ``--batch`` × ``--seq`` random token ids, the causal-LM
 cross-entropy over the whole vocabulary, ``backward()``, a fused AdamW step over the LoRA weights. ``--loss
-full`` is the model's own loss (the logits of every token at once, upcast to float32); ``--loss chunked`` takes
-the decoder's hidden states and computes the LM head and its cross-entropy :data:`LOSS_CHUNK` tokens at a time,
-each chunk recomputed in the backward (:func:`chunked_causal_lm_loss`), so the batch's logits never exist whole,
-as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU benchmark shape
-(Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads of 64, 2 KV heads, vocabulary 151,936, tied head), LoRA r=16 on
-q/k/v/o, SDPA attention, bf16 weights; ``tiny`` is a CPU smoke size. Each mode is measured after ``--warmup``
-discarded steps (compilation, CUDA graph capture, clocks): the median step time and its spread over ``--steps``
-steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak (:func:`benchmarks.environment.peak_tflops`, FLOPs per
-token as the benchmark's :func:`benchmarks.metrics.model_flops_per_token` counts them); and, from a
-``torch.profiler`` trace of 5 more steps, how many kernels each step launched
-(:func:`benchmarks.profiling.summarize`) and the device time per step of its kernels grouped by what they compute
-(:func:`kernel_ms`: matmuls, attention, the cross-entropy over the vocabulary, the optimizer, the rest), which
-says what holds each mode's step. The device is as busy as that kernel time over the timed (unprofiled) step's:
-recording every operator slows the host, so a host-bound mode reads less busy under the profiler than it runs.
+full`` is the model's own loss (the logits of every token at once, upcast to float32); ``--loss chunked``
+takes the decoder's hidden states and computes the LM head and its cross-entropy :data:`LOSS_CHUNK` tokens at
+a time, each chunk recomputed in the backward (:func:`chunked_causal_lm_loss`), so the batch's logits never
+exist whole, as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU
+benchmark shape (Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads of 64, 2 KV heads, vocabulary 151,936, tied
+head), LoRA r=16 on q/k/v/o, SDPA attention, bf16 weights; ``tiny`` is a CPU smoke size. Each mode is measured
+after ``--warmup`` discarded steps (compilation, CUDA graph capture, clocks): the median step time and its
+spread over ``--steps`` steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak
+(:func:`benchmarks.environment.peak_tflops`, FLOPs per token as the benchmark's
+:func:`benchmarks.metrics.model_flops_per_token` counts them); and, from a ``torch.profiler`` trace of 5 more
+steps, how many kernels each step launched (:func:`benchmarks.profiling.summarize`) and the device time per
+step of its kernels grouped by what they compute (:func:`kernel_ms`: matmuls, attention, the cross-entropy
+over the vocabulary, the optimizer, the rest), which says what holds each mode's step. The device is as busy
+as that kernel time over the timed (unprofiled) step's: recording every operator slows the host, so a
+host-bound mode reads less busy under the profiler than it runs.
 """
 
 from __future__ import annotations
