@@ -15,14 +15,8 @@ by the real tokens, is the same; the padded matmuls and the fused decoder round 
 inline config would be built twice), a trainer without ``args``, a trainer given its own ``data_collator``
 (which the config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
 
-Why the fixed shape does not go on to CUDA graphs (``mode="reduce-overhead"`` on the decoder): measured as a
-lever, with the Trainer's mid-step device syncs also gone, that step ran 1.07-1.14x the hand-written compiled
-ceiling, but 3 of 8 such runs (torch 2.11) died in cudagraph trees with "tensor(s) in the cudagraph pool not
-tracked as outputs", the error pytorch/pytorch#194124 traces to a pending backward's saved activations, whose
-silent form corrupts gradients; torch 2.13 ships the same liveness check. Inductor's graphs without trees
-(``cudagraph_trees = False``) ran 4 SFT processes without a crash (0.98x and 1.03x the same machine's ceiling
-with those syncs gone), but died in DPO's no-grad reference pass, and no update-fidelity check has run on them
-yet. benchmarks/RESULTS.md has the runs.
+The fixed shape is what lets ``decoder_graphs`` replay the decoder's training steps as CUDA graphs on top of
+this commit (benchmarks/RESULTS.md, "The decoder's training steps as CUDA graphs").
 """
 
 from __future__ import annotations

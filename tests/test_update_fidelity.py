@@ -15,7 +15,9 @@ numerics:
   1's reference rounding change (loss within 0.005 of fp32 over 200 GPU steps), gives on these models: 0.016 to
   0.041 on CPU, so < 0.1. A step rounded away shows as an error of 0.5 or more and as unmoved elements.
 
-vocab_padding (``dynamics``) adds embedding rows: the rows both models have are compared. Left out, with why:
+decoder_graphs replays the compiled decoder from CUDA graphs, whose static memory a stale input or
+activation would show here as an update error (CUDA only). vocab_padding (``dynamics``) adds embedding rows: the
+rows both models have are compared. Left out, with why:
 sdpa, fa2, torch_norm_gelu and compile_model/regional_compile change kernels of the forward pass, not weights,
 optimizer or precision; packing and the host-side ones (workers, prefetcher, logging, dpo_precompute,
 ddp_static_graph) leave the step's math alone.
@@ -24,6 +26,7 @@ ddp_static_graph) leave the step's math alone.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -31,6 +34,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from benchmarks.fidelity import TrainingStep, UpdateFidelity, update_fidelity
+from optimizations.runtime.compile import compile_repeated_layers
 from optimizations.runtime.gpu_flags import enable_tf32, fused_optimizer_supported
 from optimizations.runtime.per_layer_stepper import per_layer_adamw
 from optimizations.runtime.precision import bf16_supported, compute_adapters_in_bf16
@@ -242,6 +246,27 @@ def test_bf16_adapters_keep_training_the_adapters(device, lr):
     assert result.baseline_moved > 0.9, result.describe()
     assert result.update_error > 0  # the adapters computed in bf16
     assert_rounding(result)
+
+
+@pytest.mark.parametrize("lr", LEARNING_RATES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_decoder_graphs(device, lr):
+    """``compile_repeated_layers(model, fixed_budget=args, cuda_graphs=True)`` as decoder_graphs writes it: the
+    LoRA model's decoder compiled whole, its training steps replayed as CUDA graphs (on CUDA only)."""
+    budget = SimpleNamespace(
+        packing=True,
+        packing_strategy="bfd",
+        per_device_train_batch_size=2,
+        max_length=16,
+        pad_to_multiple_of=None,
+    )
+
+    def modified() -> TrainingStep:
+        return adamw_program(
+            compile_repeated_layers(bf16_lora(device), fixed_budget=budget, cuda_graphs=True), lr
+        )
+
+    assert_within(measure("bf16_lora", device, lr, modified), device)
 
 
 @pytest.mark.parametrize("lr", LEARNING_RATES)

@@ -9,15 +9,23 @@ import os
 from typing import Any, TypeVar
 
 import torch
+import torch._functorch.config
 
 # Set to 0 (or false/no/off) to train without compiling.
 SWITCH = "PERFBOT_COMPILE"
+# Set to 0 to compile without CUDA graphs where ``cuda_graphs=True`` asked for them.
+GRAPHS_SWITCH = "PERFBOT_CUDA_GRAPHS"
+# Inductor's CUDA graphs without cudagraph trees: each compiled graph records once into a memory pool of its own
+# and replays with static inputs and outputs (no tree liveness checks: pytorch/pytorch#194124).
+FLAT_GRAPHS = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+# The graphed backward must not reuse the saved activations' memory (see TrainingGraphs); older torch never does.
+NO_DONATION = {"donated_buffer": False} if hasattr(torch._functorch.config, "donated_buffer") else {}
 
 Model = TypeVar("Model")
 
 
-def _switched_off() -> bool:
-    return os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
+def _switched_off(switch: str = SWITCH) -> bool:
+    return os.environ.get(switch, "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def compile_model(model: torch.nn.Module) -> None:
@@ -45,7 +53,7 @@ def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return longest
 
 
-def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
+def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs: bool = False) -> Model:
     """Regional compilation: ``nn.Module.compile()`` on each of ``model``'s :func:`repeated_layers`, in place;
     returns ``model``.
 
@@ -61,6 +69,10 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
     whole decoder (the module holding the layers) is compiled as one region instead: one guard check and one
     autograd wrapper a step instead of one per layer. A decoder compiled whole without a fixed shape recompiles
     for new lengths, so any other config keeps the per-layer compilation.
+
+    ``cuda_graphs``: a decoder compiled whole replays its training forward and backward as CUDA graphs
+    (:class:`TrainingGraphs`; ``PERFBOT_CUDA_GRAPHS=0`` compiles it without), and the config's logged loss is
+    no longer filtered (:func:`unfilter_logged_loss`). Per-layer compilation ignores it.
     """
     if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
         return model
@@ -69,7 +81,11 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None) -> Model:
     layers = repeated_layers(model)
     decoder = _holder(model, layers) if fixed_budget is not None else None
     if decoder is not None and fix_token_budget(fixed_budget):
-        decoder.compile()
+        if cuda_graphs and not _switched_off(GRAPHS_SWITCH):
+            decoder.forward = TrainingGraphs(decoder.forward)
+            unfilter_logged_loss(fixed_budget)
+        else:
+            decoder.compile()
         return model
     for block in layers:
         block.compile()
@@ -94,6 +110,15 @@ def fix_token_budget(config: Any) -> bool:
     return config.pad_to_multiple_of == batch * length
 
 
+def unfilter_logged_loss(config: Any) -> None:
+    """Turn off a Trainer config's ``logging_nan_inf_filter``. With it on, the Trainer reads every step's loss on
+    the host (``torch.isnan(loss) or torch.isinf(loss)``) to keep a non-finite loss out of the logged mean: a
+    device sync after each backward, where the host would queue the next step's graphs. Without it a
+    non-finite loss is logged as it is (nan or inf). The weights train the same either way."""
+    if getattr(config, "logging_nan_inf_filter", False):
+        config.logging_nan_inf_filter = False
+
+
 def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module | None:
     """The module whose ``nn.ModuleList`` child holds ``layers`` (a transformer's decoder), if any."""
     for module in model.modules() if layers else ():
@@ -101,3 +126,57 @@ def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.M
             if isinstance(child, torch.nn.ModuleList) and len(child) and child[0] is layers[0]:
                 return module
     return None
+
+
+class TrainingGraphs:
+    """A module's forward compiled with CUDA graphs where it trains, and eager wherever a graph could be wrong.
+
+    A graph replays into the same memory every time: the outputs and the activations saved for the backward
+    of one replay are overwritten by the next. So the graphs run only for a forward with gradients on whose
+    predecessor's backward has run (a training step: forward, then backward). A forward under ``no_grad``
+    (a reference model's log-probs, evaluation, generation) and a second forward before the first one's
+    backward run eagerly, as uncompiled code does. Each shape compiles and records its own graphs.
+
+    Two guards for inductor's graphs without trees (torch 2.11-2.13):
+
+    - The backward may not reuse the saved activations' memory ("donated buffers"). It reads them in place,
+      and the graph's first call runs it twice (a warm-up, then the replay): the warm-up's reuse corrupted
+      every new shape's first gradients.
+    - One module per forward function is graphed in a process. Dynamo shares a compiled forward between
+      modules of one class and the graphs replay at their first module's parameter addresses, so a second
+      module (a second model in a sweep) is compiled without graphs.
+    """
+
+    _graphed: set[Any] = set()  # the forward functions whose graphs belong to a module already
+
+    def __init__(self, forward: Any) -> None:
+        self.eager = forward
+        function = getattr(forward, "__func__", forward)
+        options = FLAT_GRAPHS if function not in TrainingGraphs._graphed else None
+        TrainingGraphs._graphed.add(function)
+        self.graphed = torch.compile(forward, dynamic=False, options=options)
+        self.pending = False  # a graphed forward's backward has yet to run
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.pending or not torch.is_grad_enabled():
+            return self.eager(*args, **kwargs)
+        with torch._functorch.config.patch(NO_DONATION):
+            output = self.graphed(*args, **kwargs)
+        node = next((t.grad_fn for t in _tensors(output) if t.grad_fn is not None), None)
+        if node is not None:  # a node of this forward's own graph: each replay hands back the same tensors
+            self.pending = True
+            node.register_hook(self._backward_ran)
+        return output
+
+    def _backward_ran(self, grad_inputs: Any, grad_outputs: Any) -> None:
+        self.pending = False
+
+
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors of a forward's output: a tensor, a tuple or list of them, or a transformers ``ModelOutput``."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    values = (
+        output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    )
+    return [value for value in values if isinstance(value, torch.Tensor)]

@@ -1,0 +1,213 @@
+"""The decoder's training steps replayed as CUDA graphs: ``compile_repeated_layers(model, fixed_budget=args)``
+at a TRL ``SFTTrainer`` becomes ``compile_repeated_layers(model, fixed_budget=args, cuda_graphs=True)``.
+
+Where the token budget gives every step one shape and the decoder is compiled whole, the vendored
+``_perfbot_compile.py`` compiles its forward with inductor's CUDA graphs without trees (``TrainingGraphs``):
+the forward and the backward each replay as one recorded graph, a few launches a step instead of hundreds, so
+the host queues a step faster than the GPU runs it. Graphs without trees record each graph into a memory pool
+of its own; the trees' liveness checks killed 3 of 8 runs (pytorch/pytorch#194124). The config's
+``logging_nan_inf_filter`` is turned off: it reads every step's loss on the host to keep a non-finite loss out
+of the logged mean, a device sync that would leave the graphs waiting; a nan or inf loss is then logged as
+it is. On the example's LoRA step (H100) the head ran at 0.97x the hand-written compiled step of the same
+machine, its loss at equal steps the token budget's to four digits (benchmarks/RESULTS.md).
+
+A replay overwrites the previous replay's outputs and saved activations, so the graphs run only where that is
+safe: a forward with gradients on whose predecessor's backward has run. A forward under ``no_grad`` (a
+reference pass, evaluation) and a second forward before the first one's backward run eagerly; a second model
+of the same class in the process is compiled without graphs; the graphed backward may not reuse the saved
+activations' memory. ``PERFBOT_CUDA_GRAPHS=0`` compiles the decoder without graphs, as the token budget alone
+does. Applies after ``token_budget`` (it needs its ``fixed_budget=``). Refused: a file that turns activation
+checkpointing on (``gradient_checkpointing=True`` in the config the budget reads, or
+``gradient_checkpointing_enable()``): the graphs hold a step's activations in memory of their own for the whole
+run, which a run short of memory cannot spare, and recomputing in the backward was not measured with them.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value
+from optimizations.program.hf import trainer_class
+from optimizations.program.shapes import ProgramShape
+from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.regional_compile import HELPER
+from optimizations.registry import Example, Numerics, Optimization
+from optimizations.token_budget import KEYWORD as BUDGET
+
+KEYWORD = "cuda_graphs"
+
+
+class _ReplayGraphs(TrainerFollowUp):
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        self.checkpointing = next(
+            (
+                c
+                for c in self.nodes(cst.Call)
+                if m.matches(c.func, m.Attribute(attr=m.Name("gradient_checkpointing_enable")))
+            ),
+            None,
+        )
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if trainer_class(self.names(original_node.func)) is None:
+            return updated_node
+        model = self.links.model_argument(original_node)
+        budget = None if model is None or not self.calls(model, HELPER) else keyword(model, BUDGET)
+        if budget is None:
+            return updated_node
+        if keyword(model, KEYWORD) is not None:
+            self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
+            return updated_node
+        message = f"{code_of(original_node.func)}(...): the decoder's training steps as CUDA graphs"
+        checkpointing = self.checkpointing or self._checkpointing_config(budget.value)
+        if checkpointing is not None:
+            self.refused(
+                original_node,
+                message,
+                f"line {self.line(checkpointing)}: activation checkpointing is on. The graphs keep a step's "
+                "activations in memory of their own for the whole run, which a run short of memory cannot "
+                "spare, and they were not measured with the recomputation in the backward",
+            )
+            return updated_node
+        self.changed(original_node, message)
+        compiled = self.links.model_argument(updated_node)
+        return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, cst.Name("True"))]))
+
+    def _checkpointing_config(self, config: cst.BaseExpression) -> cst.Call | None:
+        """The config ``config`` names, where a binding of it sets ``gradient_checkpointing=True``."""
+        return next(
+            (
+                value
+                for value in self.links.bound_values(config)
+                if isinstance(value, cst.Call)
+                and (flag := keyword(value, "gradient_checkpointing")) is not None
+                and literal_value(flag.value) is True
+            ),
+            None,
+        )
+
+
+class DecoderGraphs(Optimization):
+    """The whole-compiled decoder's training forward and backward replayed as CUDA graphs, guarded."""
+
+    id = "decoder_graphs"
+    title = "The decoder's training steps replayed as CUDA graphs"
+    tier = 2
+    expected = (
+        "a host-bound LoRA step's launches cut to a few graphs: device-busy towards the compiled ceiling"
+    )
+    summary = (
+        "compile_repeated_layers(model, fixed_budget=args, cuda_graphs=True): the decoder compiled whole replays "
+        "its training forward and backward as CUDA graphs (no trees), eager under no_grad; the logged loss "
+        "unfiltered"
+    )
+    scope = "model"
+    numerics = Numerics.ROUNDING
+    numerics_reason = (
+        "the decoder compiled whole (another kernel order than eager), replayed from graphs; a non-finite loss is "
+        "logged as it is instead of being left out of the logged mean"
+    )
+    measured_on = (ProgramShape.TRL_TRAINER,)
+    keywords = ("cuda graphs", "cudagraphs", "graph replay", "replayed as graphs")
+    capabilities = ("cuda graphs",)
+    codemods = (_ReplayGraphs,)
+    needs = (BUDGET,)
+
+    examples = (
+        Example(
+            "decoder_compiled_whole_at_a_token_budget",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = SFTConfig(output_dir="out", packing=True, max_length=1024, per_device_train_batch_size=8)
+    trainer = SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = SFTConfig(output_dir="out", packing=True, max_length=1024, per_device_train_batch_size=8)
+    trainer = SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config, cuda_graphs=True), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+        ),
+        Example(
+            "positional_model_into_a_wrapped_trainer",
+            before="""\
+import trl
+from _perfbot_compile import compile_repeated_layers
+from _perfbot_trainer_steps import steady_bookkeeping
+
+
+class Run:
+    def fit(self, model, data):
+        return steady_bookkeeping(trl.SFTTrainer(compile_repeated_layers(model, fixed_budget=self.args), self.args, train_dataset=data)).train()
+""",
+            after="""\
+import trl
+from _perfbot_compile import compile_repeated_layers
+from _perfbot_trainer_steps import steady_bookkeeping
+
+
+class Run:
+    def fit(self, model, data):
+        return steady_bookkeeping(trl.SFTTrainer(compile_repeated_layers(model, fixed_budget=self.args, cuda_graphs=True), self.args, train_dataset=data)).train()
+""",
+        ),
+        Example(
+            "graphs_already_asked_for",
+            before="""\
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, dataset):
+    SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config, cuda_graphs=False), args=config, train_dataset=dataset).train()
+""",
+        ),
+        Example(
+            "activation_checkpointing_in_the_config_is_refused",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = SFTConfig(output_dir="out", packing=True, gradient_checkpointing=True)
+    SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
+""",
+            refusal="line 6: activation checkpointing is on",
+        ),
+        Example(
+            "activation_checkpointing_on_the_model_is_refused",
+            before="""\
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, dataset):
+    model.gradient_checkpointing_enable()
+    SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
+""",
+            refusal="line 6: activation checkpointing is on",
+        ),
+        Example(
+            "layers_compiled_one_by_one_are_left_alone",
+            before="""\
+from trl import DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, config, dataset):
+    DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset).train()
+""",
+        ),
+    )

@@ -1,0 +1,225 @@
+"""The decoder's training steps as CUDA graphs (`optimizations.decoder_graphs`, runtime `TrainingGraphs` in
+`_perfbot_compile`): which forwards replay graphs and which run eagerly (CPU), and on the GPU that a graphed
+decoder trains the LoRA weights the eager one trains, replays graphs, and survives two forwards before a
+backward. Its update fidelity is in tests/test_update_fidelity.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from optimizations.runtime.compile import (
+    GRAPHS_SWITCH,
+    TrainingGraphs,
+    compile_repeated_layers,
+    unfilter_logged_loss,
+)
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def routed(module: torch.nn.Module) -> tuple[TrainingGraphs, list[str]]:
+    """``module``'s forward behind :class:`TrainingGraphs`, its two paths recording which one ran (the graphed
+    path runs eagerly here: which forwards take it is under test, not the graphs)."""
+    graphs = TrainingGraphs(module.forward)
+    calls: list[str] = []
+    eager = graphs.eager
+
+    def path(name):
+        def run(*args, **kwargs):
+            calls.append(name)
+            return eager(*args, **kwargs)
+
+        return run
+
+    graphs.eager, graphs.graphed = path("eager"), path("graphed")
+    module.forward = graphs
+    return graphs, calls
+
+
+def test_only_a_training_forward_after_its_predecessors_backward_replays_graphs():
+    layer = torch.nn.Linear(4, 4)
+    graphs, calls = routed(layer)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        layer(x)  # a reference pass
+    assert calls == ["eager"] and not graphs.pending
+    first = layer(x)
+    assert calls[-1] == "graphed" and graphs.pending
+    second = layer(x)  # before the first one's backward: a replay would overwrite its saved activations
+    assert calls[-1] == "eager"
+    (first.sum() + second.sum()).backward()
+    assert not graphs.pending
+    layer(x).sum().backward()
+    layer(x)
+    assert calls == ["eager", "graphed", "eager", "graphed", "graphed"]
+
+
+def test_a_forward_that_leaves_no_backward_keeps_the_graphs():
+    layer = torch.nn.Linear(4, 4).requires_grad_(False)
+    graphs, calls = routed(layer)
+    for _ in range(2):
+        layer(torch.randn(3, 4))  # gradients on, nothing to train: no backward will come
+    assert calls == ["graphed", "graphed"] and not graphs.pending
+
+
+def test_a_model_output_is_followed_to_its_backward():
+    model = qwen2_lora("cpu")
+    decoder = model.get_base_model().model
+    graphs, calls = routed(decoder)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert not graphs.pending  # the hook sat on the ModelOutput's hidden state, and the backward reached it
+    model(input_ids=ids, labels=ids)
+    assert calls == ["graphed", "graphed"] and graphs.pending
+
+
+def test_the_logged_loss_is_no_longer_filtered_where_a_config_filters_it():
+    filtering, unfiltered, other = (SimpleNamespace(logging_nan_inf_filter=v) for v in (True, False, None))
+    for config in (filtering, unfiltered, other):
+        unfilter_logged_loss(config)
+    assert filtering.logging_nan_inf_filter is False and unfiltered.logging_nan_inf_filter is False
+    assert other.logging_nan_inf_filter is None  # not a Trainer config's flag: left alone
+    budget = SimpleNamespace()
+    unfilter_logged_loss(budget)
+    assert not hasattr(budget, "logging_nan_inf_filter")
+
+
+def qwen2_lora(device: str) -> torch.nn.Module:
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    model = transformers.Qwen2ForCausalLM(config).to(device=device, dtype=torch.bfloat16)
+    lora = peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM")
+    model = peft.get_peft_model(model, lora)
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:  # non-zero B, so that the A gradients are not all zero
+            torch.nn.init.normal_(parameter, std=0.05)
+    return model
+
+
+def budget_config() -> SimpleNamespace:
+    return SimpleNamespace(
+        packing=True,
+        packing_strategy="bfd",
+        per_device_train_batch_size=2,
+        max_length=16,
+        pad_to_multiple_of=None,
+        logging_nan_inf_filter=True,
+    )
+
+
+@pytest.fixture
+def fresh_graphs():
+    """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests
+    forgotten (each test builds its own model, and only one module per forward function is graphed)."""
+    torch._dynamo.reset()
+    TrainingGraphs._graphed.clear()
+
+
+def lora_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_close_grads(grads: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    """bf16 rounding apart (compiled kernels fuse in another order), the same LoRA gradients."""
+    assert grads.keys() == expected.keys()
+    for name, grad in expected.items():
+        assert float((grads[name] - grad).norm() / grad.norm()) < 0.05, name
+
+
+def graph_launches(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    """The CUDA graphs a training step of ``model`` on ``ids`` launches, by ``torch.profiler``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.cuda.synchronize()
+    return sum(event.count for event in profile.key_averages() if event.key == "cudaGraphLaunch")
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_a_graphed_decoder_replays_graphs_and_trains_like_the_eager_one(fresh_graphs):
+    torch.manual_seed(0)
+    eager = qwen2_lora("cuda")
+    torch.manual_seed(0)
+    config = budget_config()
+    graphed = compile_repeated_layers(qwen2_lora("cuda"), fixed_budget=config, cuda_graphs=True)
+    assert isinstance(graphed.get_base_model().model.forward, TrainingGraphs)
+    assert config.logging_nan_inf_filter is False
+    torch._dynamo.utils.counters.clear()
+    generator = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 64, (2, 16), generator=generator).cuda() for _ in range(4)]
+    for ids in batches:
+        grads = []
+        for model in (eager, graphed):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+            grads.append(lora_grads(model))
+        assert_close_grads(grads[1], grads[0])  # the first step too: a new shape's graphs record there
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
+    assert graph_launches(graphed, batches[0]) >= 2  # the forward's and the backward's graphs replayed
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_two_forwards_before_a_backward_keep_their_own_activations(fresh_graphs):
+    torch.manual_seed(0)
+    eager = qwen2_lora("cuda")
+    torch.manual_seed(0)
+    graphed = compile_repeated_layers(qwen2_lora("cuda"), fixed_budget=budget_config(), cuda_graphs=True)
+    first, second = (torch.randint(0, 64, (2, 16), device="cuda") for _ in range(2))
+    for model in (eager, graphed):
+        model(input_ids=first, labels=first).loss.backward()  # graphs recorded at this shape
+        model.zero_grad(set_to_none=True)
+    grads = []
+    for model in (eager, graphed):
+        loss = model(input_ids=first, labels=first).loss + model(input_ids=second, labels=second).loss
+        loss.backward()
+        grads.append(lora_grads(model))
+    assert_close_grads(grads[1], grads[0])
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_a_second_model_of_the_class_is_compiled_without_graphs(fresh_graphs):
+    """Dynamo would hand the second model the first one's compiled forward, whose graphs read the first
+    model's parameters."""
+    torch.manual_seed(0)
+    eager = qwen2_lora("cuda")
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(
+            compile_repeated_layers(qwen2_lora("cuda"), fixed_budget=budget_config(), cuda_graphs=True)
+        )
+    ids = torch.randint(0, 64, (2, 16), device="cuda")
+    grads = []
+    for model in (eager, *models, models[0]):
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        grads.append(lora_grads(model))
+    for graded in grads[1:]:
+        assert_close_grads(graded, grads[0])
+    assert graph_launches(models[0], ids) >= 2 and graph_launches(models[1], ids) == 0
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_the_switch_compiles_the_decoder_without_graphs(monkeypatch, fresh_graphs):
+    monkeypatch.setenv(GRAPHS_SWITCH, "0")
+    config = budget_config()
+    model = compile_repeated_layers(qwen2_lora("cuda"), fixed_budget=config, cuda_graphs=True)
+    decoder = model.get_base_model().model
+    assert not isinstance(decoder.forward, TrainingGraphs) and decoder._compiled_call_impl is not None
+    assert config.logging_nan_inf_filter is True
