@@ -32,7 +32,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   each replayed as one CUDA graph per shape, which needs few shapes (the SFT token budget, or a DPO pad lever);
 - ``flat-graphs``: with ``graph-decoder``, inductor's CUDA graphs without trees
   (``torch._inductor.config.triton.cudagraph_trees = False``): each compiled graph records once into a pool of
-  its own, with static inputs and outputs, and has none of the trees' liveness checks (pytorch#194124);
+  its own, with static inputs and outputs, and has none of the trees' liveness checks (pytorch#194124); with
+  AOTAutograd's donated buffers on, as here, each new shape's first step gets wrong gradients (step times only:
+  the shipped ``decoder_graphs`` turns them off);
 - ``train-graphs-only``: with ``compile-decoder`` or ``graph-decoder``, the compiled decoder runs only where
   gradients are on; under ``no_grad`` (DPO's reference pass, evaluation) the decoder runs eagerly, so no graph is
   compiled or recorded there (``flat-graphs`` crashed DPO's no-grad reference pass in Dynamo's grad-mode check);
