@@ -12,6 +12,7 @@ import pytest
 from optimizations.runtime.compile import (
     GRAPHS_SWITCH,
     TrainingGraphs,
+    checkpoints_activations,
     compile_repeated_layers,
     unfilter_logged_loss,
 )
@@ -88,6 +89,16 @@ def test_the_logged_loss_is_no_longer_filtered_where_a_config_filters_it():
     budget = SimpleNamespace()
     unfilter_logged_loss(budget)
     assert not hasattr(budget, "logging_nan_inf_filter")
+
+
+@pytest.mark.parametrize("name", ["gradient_checkpointing", "activation_checkpointing"])
+def test_activation_checkpointing_in_the_config_or_on_the_model_is_seen(name):
+    model = qwen2_lora("cpu")
+    assert not checkpoints_activations(model, SimpleNamespace(**{name: False}))
+    assert checkpoints_activations(model, SimpleNamespace(**{name: True}))
+    base = model.get_base_model()  # what a Trainer does for such a config (transformers 5 renamed the call):
+    (getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable)()
+    assert checkpoints_activations(model, SimpleNamespace())
 
 
 def qwen2_lora(device: str) -> torch.nn.Module:

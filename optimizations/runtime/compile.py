@@ -71,8 +71,9 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     for new lengths, so any other config keeps the per-layer compilation.
 
     ``cuda_graphs``: a decoder compiled whole replays its training forward and backward as CUDA graphs
-    (:class:`TrainingGraphs`; ``PERFBOT_CUDA_GRAPHS=0`` compiles it without), and the config's logged loss is
-    no longer filtered (:func:`unfilter_logged_loss`). Per-layer compilation ignores it.
+    (:class:`TrainingGraphs`), and the config's logged loss is no longer filtered (:func:`unfilter_logged_loss`).
+    It is compiled without graphs when ``PERFBOT_CUDA_GRAPHS=0`` and under activation checkpointing
+    (:func:`checkpoints_activations`). Per-layer compilation ignores it.
     """
     if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
         return model
@@ -81,7 +82,11 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     layers = repeated_layers(model)
     decoder = _holder(model, layers) if fixed_budget is not None else None
     if decoder is not None and fix_token_budget(fixed_budget):
-        if cuda_graphs and not _switched_off(GRAPHS_SWITCH):
+        if (
+            cuda_graphs
+            and not _switched_off(GRAPHS_SWITCH)
+            and not checkpoints_activations(model, fixed_budget)
+        ):
             decoder.forward = TrainingGraphs(decoder.forward)
             unfilter_logged_loss(fixed_budget)
         else:
@@ -108,6 +113,20 @@ def fix_token_budget(config: Any) -> bool:
     if config.pad_to_multiple_of is None:
         config.pad_to_multiple_of = batch * length
     return config.pad_to_multiple_of == batch * length
+
+
+def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
+    """Whether activation (gradient) checkpointing is on, in the trainer config or on the model already. Graphs
+    would hold a step's activations in memory of their own for the whole run, which a run that recomputes
+    activations to save memory cannot spare; and the recomputation inside the backward was not measured with
+    them. transformers 5 names the setting ``activation_checkpointing``; earlier versions and TRL scripts,
+    ``gradient_checkpointing``."""
+    names = ("activation_checkpointing", "gradient_checkpointing")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a PEFT wrapper
+    on_model = next((f"is_{name}" for name in names if hasattr(type(base), f"is_{name}")), None)
+    return any(getattr(config, name, False) is True for name in names) or (
+        on_model is not None and getattr(base, on_model) is True
+    )
 
 
 def unfilter_logged_loss(config: Any) -> None:
