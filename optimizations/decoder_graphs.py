@@ -16,11 +16,13 @@ safe: a forward with gradients on whose predecessor's backward has run. A forwar
 reference pass, evaluation) and a second forward before the first one's backward run eagerly; a second model
 of the same class in the process is compiled without graphs; the graphed backward may not reuse the saved
 activations' memory. ``PERFBOT_CUDA_GRAPHS=0`` compiles the decoder without graphs, as the token budget alone
-does. Under activation checkpointing the decoder is compiled without graphs too: the graphs would hold a
-step's activations in memory of their own for the whole run, which a run short of memory cannot spare, and
-recomputing in the backward was not measured with them. The helper reads the setting at run time, so a config
-that takes it from a flag or a file is edited, and graphs only a run with it off. Refused, as an edit that
-would not take effect: a file that turns it on in code (``gradient_checkpointing=True`` or
+does. Under DeepSpeed or FSDP (the config's ``deepspeed``/``fsdp``, or ``accelerate launch``'s environment) it
+is compiled without graphs: they gather each parameter for its use, so it is not at the address a replay
+reads. So it is under activation checkpointing: the graphs would hold a step's activations in memory of their
+own for the whole run, which a run short of memory cannot spare, and recomputing in the backward was not
+measured with them. The helper reads these settings at run time, so a config that takes them from a flag or a
+file is edited, and graphs only a run without them. Refused, as an edit that would not take effect: a file
+that turns activation checkpointing on in code (``gradient_checkpointing=True`` or
 ``activation_checkpointing=True`` in the config the budget reads, ``model.gradient_checkpointing_enable()``).
 Applies after ``token_budget`` (it needs its ``fixed_budget=``).
 """

@@ -14,6 +14,7 @@ from optimizations.runtime.compile import (
     TrainingGraphs,
     checkpoints_activations,
     compile_repeated_layers,
+    shards_parameters,
     unfilter_logged_loss,
 )
 
@@ -99,6 +100,16 @@ def test_activation_checkpointing_in_the_config_or_on_the_model_is_seen(name):
     base = model.get_base_model()  # what a Trainer does for such a config (transformers 5 renamed the call):
     (getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable)()
     assert checkpoints_activations(model, SimpleNamespace())
+
+
+def test_deepspeed_or_fsdp_by_the_config_or_by_accelerate_launch_is_seen(monkeypatch):
+    for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"):
+        monkeypatch.delenv(name, raising=False)
+    assert not shards_parameters(SimpleNamespace(deepspeed=None, fsdp=""))  # a TrainingArguments' defaults
+    assert shards_parameters(SimpleNamespace(deepspeed="ds_zero3.json", fsdp=""))
+    assert shards_parameters(SimpleNamespace(deepspeed=None, fsdp="full_shard auto_wrap"))
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert shards_parameters(SimpleNamespace())
 
 
 def qwen2_lora(device: str) -> torch.nn.Module:
@@ -227,9 +238,23 @@ def test_a_second_model_of_the_class_is_compiled_without_graphs(fresh_graphs):
 
 @pytest.mark.gpu
 @NEEDS_CUDA
-def test_the_switch_compiles_the_decoder_without_graphs(monkeypatch, fresh_graphs):
-    monkeypatch.setenv(GRAPHS_SWITCH, "0")
+@pytest.mark.parametrize(
+    ("environment", "settings"),
+    [
+        ({GRAPHS_SWITCH: "0"}, {}),
+        ({}, {"gradient_checkpointing": True}),
+        ({}, {"deepspeed": "ds_zero3.json"}),
+        ({"ACCELERATE_USE_FSDP": "true"}, {}),
+    ],
+    ids=["switch", "checkpointing", "deepspeed", "fsdp"],
+)
+def test_the_decoder_is_compiled_without_graphs_where_they_are_off_or_unsafe(
+    monkeypatch, fresh_graphs, environment, settings
+):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
     config = budget_config()
+    vars(config).update(settings)
     model = compile_repeated_layers(qwen2_lora("cuda"), fixed_budget=config, cuda_graphs=True)
     decoder = model.get_base_model().model
     assert not isinstance(decoder.forward, TrainingGraphs) and decoder._compiled_call_impl is not None

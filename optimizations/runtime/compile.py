@@ -72,8 +72,9 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
 
     ``cuda_graphs``: a decoder compiled whole replays its training forward and backward as CUDA graphs
     (:class:`TrainingGraphs`), and the config's logged loss is no longer filtered (:func:`unfilter_logged_loss`).
-    It is compiled without graphs when ``PERFBOT_CUDA_GRAPHS=0`` and under activation checkpointing
-    (:func:`checkpoints_activations`). Per-layer compilation ignores it.
+    It is compiled without graphs when ``PERFBOT_CUDA_GRAPHS=0``, under activation checkpointing
+    (:func:`checkpoints_activations`) and where parameters are sharded (:func:`shards_parameters`). Per-layer
+    compilation ignores it.
     """
     if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
         return model
@@ -82,11 +83,7 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     layers = repeated_layers(model)
     decoder = _holder(model, layers) if fixed_budget is not None else None
     if decoder is not None and fix_token_budget(fixed_budget):
-        if (
-            cuda_graphs
-            and not _switched_off(GRAPHS_SWITCH)
-            and not checkpoints_activations(model, fixed_budget)
-        ):
+        if cuda_graphs and not _switched_off(GRAPHS_SWITCH) and not _graphs_unsafe(model, fixed_budget):
             decoder.forward = TrainingGraphs(decoder.forward)
             unfilter_logged_loss(fixed_budget)
         else:
@@ -127,6 +124,21 @@ def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
     return any(getattr(config, name, False) is True for name in names) or (
         on_model is not None and getattr(base, on_model) is True
     )
+
+
+def shards_parameters(config: Any) -> bool:
+    """Whether DeepSpeed or FSDP trains the model, by the trainer config or by the environment ``accelerate
+    launch`` sets. They gather each parameter for its use and free it after, so a parameter is not at one
+    address from step to step, which a graph's replay assumes."""
+    environment = any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+        for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
+    )
+    return environment or bool(getattr(config, "deepspeed", None)) or bool(getattr(config, "fsdp", None))
+
+
+def _graphs_unsafe(model: torch.nn.Module, config: Any) -> bool:
+    return checkpoints_activations(model, config) or shards_parameters(config)
 
 
 def unfilter_logged_loss(config: Any) -> None:
