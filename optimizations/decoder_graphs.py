@@ -23,7 +23,9 @@ own for the whole run, which a run short of memory cannot spare, and recomputing
 measured with them. The helper reads these settings at run time, so a config that takes them from a flag or a
 file is edited, and graphs only a run without them. Refused, as an edit that would not take effect: a file
 that turns activation checkpointing on in code (``gradient_checkpointing=True`` or
-``activation_checkpointing=True`` in the config the budget reads, ``model.gradient_checkpointing_enable()``).
+``activation_checkpointing=True`` in the config the budget reads, ``model.gradient_checkpointing_enable()``),
+and an argument-parser script every launch of which turns it on (its flag, or every recipe it passes with
+``--config``).
 Applies after ``token_budget`` (it needs its ``fixed_budget=``).
 """
 
@@ -33,7 +35,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value
-from optimizations.program.hf import trainer_class
+from optimizations.program.hf import is_argument_parser, trainer_class
+from optimizations.program.recipes import set_by_every_launch
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.regional_compile import HELPER
@@ -71,18 +74,31 @@ class _ReplayGraphs(TrainerFollowUp):
             return updated_node
         message = f"{code_of(original_node.func)}(...): the decoder's training steps as CUDA graphs"
         checkpointing = self.checkpointing or self._checkpointing_config(budget.value)
-        if checkpointing is not None:
+        where = f"line {self.line(checkpointing)}" if checkpointing is not None else self._every_launch()
+        if where:
             self.refused(
                 original_node,
                 message,
-                f"line {self.line(checkpointing)}: turns activation checkpointing on, and the helper compiles "
-                "without graphs under it. The graphs would keep a step's activations in memory of their own for "
-                "the whole run, which a run short of memory cannot spare",
+                f"{where} turns activation checkpointing on, and the helper compiles without graphs under it. "
+                "The graphs would keep a step's activations in memory of their own for the whole run, which a "
+                "run short of memory cannot spare",
             )
             return updated_node
         self.changed(original_node, message)
         compiled = self.links.model_argument(updated_node)
         return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, cst.Name("True"))]))
+
+    def _every_launch(self) -> str:
+        """Where every launch of this argument-parser script turns activation checkpointing on (its flags or
+        recipes), in words; empty when a launch leaves it off or the file parses no arguments."""
+        if not any(is_argument_parser(self.names(call.func)) for call in self.nodes(cst.Call)):
+            return ""
+        for name in CHECKPOINTING:
+            places = set_by_every_launch(self.repo, self.path, name)
+            if places:
+                shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+                return f"every launch of this script ({len(places)}: {shown})"
+        return ""
 
     def _checkpointing_config(self, config: cst.BaseExpression) -> cst.Call | None:
         """The config ``config`` names, where a binding of it turns activation checkpointing on."""
@@ -195,7 +211,7 @@ def train(model, dataset):
     config = SFTConfig(output_dir="out", packing=True, gradient_checkpointing=True)
     SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
 """,
-            refusal="line 6: turns activation checkpointing on",
+            refusal="line 6 turns activation checkpointing on",
         ),
         Example(
             "activation_checkpointing_on_the_model_is_refused",
@@ -208,7 +224,7 @@ def train(model, config, dataset):
     model.gradient_checkpointing_enable()
     SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
 """,
-            refusal="line 6: turns activation checkpointing on",
+            refusal="line 6 turns activation checkpointing on",
         ),
         Example(
             "layers_compiled_one_by_one_are_left_alone",

@@ -259,3 +259,49 @@ def test_the_decoder_is_compiled_without_graphs_where_they_are_off_or_unsafe(
     decoder = model.get_base_model().model
     assert not isinstance(decoder.forward, TrainingGraphs) and decoder._compiled_call_impl is not None
     assert config.logging_nan_inf_filter is True
+
+
+GRAPHED_SCRIPT = """\
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
+from _perfbot_compile import compile_repeated_layers
+
+
+def main(script_args, training_args, model_args, model, dataset):
+    trainer = SFTTrainer(model=compile_repeated_layers(model, fixed_budget=training_args), args=training_args, train_dataset=dataset)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main(*TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(), None, None)
+"""
+
+
+@pytest.mark.parametrize(
+    ("launch", "lands"),
+    [
+        ("--config recipes/full.yaml", False),  # the recipe turns activation checkpointing on
+        ("--config recipes/full.yaml --gradient_checkpointing false", True),  # the flag wins over the recipe
+        ("--config recipes/lora.yaml", True),
+        ("--config recipes/{full,lora}.yaml", True),  # one of the two recipes leaves it off
+    ],
+)
+def test_a_script_every_launch_of_which_checkpoints_activations_is_refused(tmp_path, launch, lands):
+    """The helper would compile without graphs in every run such a script makes: the edit is refused, with
+    where each launch turns the setting on; a launch that leaves it off keeps the edit."""
+    from optimizations.registry import get
+    from tests.git_repos import make_repo
+
+    make_repo(
+        tmp_path / "r",
+        {
+            "sft.py": GRAPHED_SCRIPT,
+            "run.sh": "accelerate launch sft.py --config recipes/full.yaml\n"
+            f"accelerate launch --num_processes 1 sft.py {launch}\n",
+            "recipes/full.yaml": "learning_rate: 2.0e-5\ngradient_checkpointing: true\npacking: true\n",
+            "recipes/lora.yaml": "learning_rate: 2.0e-4\npacking: true\n",
+        },
+    )
+    (site,) = get("decoder_graphs").find(tmp_path / "r")
+    assert (site.path, site.applicable) == ("sft.py", lands)
+    if not lands:
+        assert "every launch of this script (2: recipes/full.yaml:2, recipes/full.yaml:2)" in site.reason

@@ -281,6 +281,32 @@ def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:
     return None
 
 
+def set_by_every_launch(repo: RepoContext, script: str, key: str) -> list[str]:
+    """``path:line`` of where each launch of ``script`` sets ``key`` true: its flag, else every recipe it passes.
+    Empty when the script has no launch, or one launch leaves ``key`` unset or false."""
+    found = []
+    for launch in launches(repo, script):
+        if key in launch.flags:
+            where = f"{launch.path}:{launch.line}" if yaml_value(launch.flags[key]) is True else None
+        else:
+            recipes = [(config, _setting_on(repo, config, key)) for config in launch.configs]
+            where = recipes[0][1] if recipes and all(on for _, on in recipes) else None
+        if where is None:
+            return []
+        found.append(where)
+    return found
+
+
+def _setting_on(repo: RepoContext, config: str, key: str) -> str | None:
+    """``path:line`` where the recipe ``config`` sets ``key`` true, or ``None`` (unset, false, unreadable)."""
+    try:
+        text = repo.read(config)
+    except OSError:
+        return None
+    on = [s for s in settings(config, text, key) if s.value is True]
+    return f"{config}:{on[0].line}" if on else None
+
+
 def parsed_flag_off(codemod: OptimizationCodemod, value: cst.BaseExpression) -> bool:
     """True when ``value`` reads a boolean field of TRL's ``ScriptArguments`` that an argument parser of the
     file fills (``streaming=script_args.dataset_streaming``), off by default, and that no launch of the script
