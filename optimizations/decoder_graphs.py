@@ -2,31 +2,31 @@
 at a TRL ``SFTTrainer`` becomes ``compile_repeated_layers(model, fixed_budget=args, cuda_graphs=True)``.
 
 Where the token budget gives every step one shape and the decoder is compiled whole, the vendored
-``_perfbot_compile.py`` compiles its forward with inductor's CUDA graphs without trees (``TrainingGraphs``):
-the forward and the backward each replay as one recorded graph, a few launches a step instead of hundreds, so
-the host queues a step faster than the GPU runs it. Graphs without trees record each graph into a memory pool
-of its own; the trees' liveness checks killed 3 of 8 runs (pytorch/pytorch#194124). The config's
-``logging_nan_inf_filter`` is turned off: it reads every step's loss on the host to keep a non-finite loss out
-of the logged mean, a device sync that would leave the graphs waiting; a nan or inf loss is then logged as
-it is. On the example's LoRA step (H100) the head ran at 0.97x the hand-written compiled step of the same
-machine, its loss at equal steps the token budget's to four digits (benchmarks/RESULTS.md).
+``_perfbot_compile.py`` compiles its forward with inductor's CUDA graphs without trees (``TrainingGraphs``).
+The forward and the backward each replay as one recorded graph: a few launches a step instead of hundreds, so
+the host queues a step faster than the GPU runs it. (Graph trees' liveness checks killed 3 of 8 runs,
+pytorch/pytorch#194124.) The config's ``logging_nan_inf_filter`` is turned off: it reads every step's loss on
+the host, a device sync that leaves the graphs waiting, and a nan or inf loss is now logged as it is. On the
+example's LoRA step (H100) the head ran at 0.97x the hand-written compiled step of the same machine, its loss
+at equal steps the token budget's to four digits (benchmarks/RESULTS.md).
 
-A replay overwrites the previous replay's outputs and saved activations, so the graphs run only where that is
-safe: a forward with gradients on whose predecessor's backward has run. A forward under ``no_grad`` (a
-reference pass, evaluation) and a second forward before the first one's backward run eagerly; a second model
-of the same class in the process is compiled without graphs; the graphed backward may not reuse the saved
-activations' memory. ``PERFBOT_CUDA_GRAPHS=0`` compiles the decoder without graphs, as the token budget alone
-does. Under DeepSpeed or FSDP (the config's ``deepspeed``/``fsdp``, or ``accelerate launch``'s environment) it
-is compiled without graphs: they gather each parameter for its use, so it is not at the address a replay
-reads. So it is under activation checkpointing: the graphs would hold a step's activations in memory of their
-own for the whole run, which a run short of memory cannot spare, and recomputing in the backward was not
-measured with them. The helper reads these settings at run time, so a config that takes them from a flag or a
-file is edited, and graphs only a run without them. Refused, as an edit that would not take effect: a file
-that turns activation checkpointing on in code (``gradient_checkpointing=True`` or
-``activation_checkpointing=True`` in the config the budget reads, ``model.gradient_checkpointing_enable()``),
-and an argument-parser script every launch of which turns it on (its flag, or every recipe it passes with
-``--config``).
-Applies after ``token_budget`` (it needs its ``fixed_budget=``).
+A replay overwrites the previous replay's outputs and saved activations, so the helper graphs only what that
+cannot hurt, and compiles the rest without graphs or runs it eagerly:
+
+- only a forward with gradients on whose predecessor's backward has run (``no_grad`` passes and a second
+  forward before a backward run eagerly), and only the first model of its class in the process;
+- not under DeepSpeed or FSDP (the config's ``deepspeed``/``fsdp``, or ``accelerate launch``'s environment),
+  which gather each parameter for its use, away from the address a replay reads;
+- not under activation checkpointing, which a run short of memory turns on: the graphs would hold a step's
+  activations in memory of their own for the whole run, and recomputing in the backward was not measured;
+- nowhere with ``PERFBOT_CUDA_GRAPHS=0``.
+
+The helper reads these settings at run time, so a config that takes them from a flag or a file is edited, and
+graphs only a run without them. Refused, as an edit that would not take effect: a file that turns activation
+checkpointing on in code (``gradient_checkpointing=True`` or ``activation_checkpointing=True`` in the config
+the budget reads, ``model.gradient_checkpointing_enable()``), and an argument-parser script every launch of
+which turns it on (its flag, or every recipe it passes with ``--config``). Applies after ``token_budget`` (it
+needs its ``fixed_budget=``).
 """
 
 from __future__ import annotations
