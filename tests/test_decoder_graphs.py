@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from optimizations.runtime.compile import (
+    GRAPHED_FORWARDS,
     GRAPHS_SWITCH,
     TrainingGraphs,
     checkpoints_activations,
@@ -147,7 +148,7 @@ def fresh_graphs():
     """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests
     forgotten (each test builds its own model, and only one module per forward function is graphed)."""
     torch._dynamo.reset()
-    TrainingGraphs._graphed.clear()
+    GRAPHED_FORWARDS.clear()
 
 
 def lora_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

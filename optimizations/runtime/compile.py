@@ -18,6 +18,8 @@ GRAPHS_SWITCH = "PERFBOT_CUDA_GRAPHS"
 # Inductor's CUDA graphs without cudagraph trees: each compiled graph records once into a memory pool of its own
 # and replays with static inputs and outputs (no tree liveness checks: pytorch/pytorch#194124).
 FLAT_GRAPHS = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+# The forward functions whose graphs belong to a module already (see TrainingGraphs).
+GRAPHED_FORWARDS: set[Any] = set()
 # The graphed backward must not reuse the saved activations' memory (see TrainingGraphs); older torch never does.
 NO_DONATION = {"donated_buffer": False} if hasattr(torch._functorch.config, "donated_buffer") else {}
 
@@ -178,13 +180,11 @@ class TrainingGraphs:
       module (a second model in a sweep) is compiled without graphs.
     """
 
-    _graphed: set[Any] = set()  # the forward functions whose graphs belong to a module already
-
     def __init__(self, forward: Any) -> None:
         self.eager = forward
         function = getattr(forward, "__func__", forward)
-        options = FLAT_GRAPHS if function not in TrainingGraphs._graphed else None
-        TrainingGraphs._graphed.add(function)
+        options = FLAT_GRAPHS if function not in GRAPHED_FORWARDS else None
+        GRAPHED_FORWARDS.add(function)
         self.graphed = torch.compile(forward, dynamic=False, options=options)
         self.pending = False  # a graphed forward's backward has yet to run
 
