@@ -2,8 +2,9 @@
 introduced count.
 
 Each revision is checked out in full into a scratch tree (``git archive``), so each version of a file is checked
-as it is in a checkout of that commit: under the config files it had, with the repository's own modules and
-packages beside it (ruff's isort tells first-party imports by them), whatever the working tree holds. ``bot review``
+as it is in a checkout of that commit: under the config files it had (black's and isort's settings handed to
+ruff where those configure the style, as :mod:`bot.tidy` does), with the repository's own modules and packages
+beside it (ruff's isort tells first-party imports by them), whatever the working tree holds. ``bot review``
 of a range and of one commit in it therefore lint that commit alike.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 import git
 
 from bot.formatting import clip
+from bot.tidy import style_settings
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 _BATCH = 200
@@ -54,12 +56,13 @@ class Touched:
     old_path: str | None
 
 
-def _ruff(root: Path, files: list[Path]) -> list[dict[str, Any]]:
-    """ruff's JSON diagnostics for ``files`` (each file governed by the config files beside it)."""
+def _ruff(root: Path, files: list[Path], style: list[str]) -> list[dict[str, Any]]:
+    """ruff's JSON diagnostics for ``files`` (each file governed by the config files beside it), with the
+    ``style`` arguments of :func:`bot.tidy.style_settings`."""
     diagnostics = []
     for start in range(0, len(files), _BATCH):
         completed = subprocess.run(
-            [sys.executable, "-m", "ruff", "check", "--no-cache", "--force-exclude", "--exit-zero"]
+            [sys.executable, "-m", "ruff", "check", "--no-cache", "--force-exclude", "--exit-zero", *style]
             + ["--output-format", "json", *map(str, files[start : start + _BATCH])],
             cwd=root,
             capture_output=True,
@@ -94,15 +97,16 @@ def _diagnostics(repo: git.Repo, touched: list[Touched]) -> dict[tuple[str, str]
     wanted = {(t.sha, t.path) for t in touched} | {(t.parent, t.old_path) for t in touched if t.old_path}
     with tempfile.TemporaryDirectory(prefix="perfbot-lint-") as tmp:
         root = Path(tmp)
+        diagnostics: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for rev in sorted({rev for rev, _ in wanted}):
             _checkout(repo, rev, root / rev)
-        files = sorted(root / rev / path for rev, path in wanted if (root / rev / path).is_file())
-        diagnostics: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for item in _ruff(root, files):
-            rev, _, path = (
-                Path(item["filename"]).resolve().relative_to(root.resolve()).as_posix().partition("/")
+            files = sorted(
+                root / rev / path for r, path in wanted if r == rev and (root / rev / path).is_file()
             )
-            diagnostics.setdefault((rev, path), []).append(item)
+            # a target that configures black or isort and not ruff: under their settings, as edits are tidied
+            for item in _ruff(root, files, style_settings(root / rev) or []):
+                path = Path(item["filename"]).resolve().relative_to((root / rev).resolve()).as_posix()
+                diagnostics.setdefault((rev, path), []).append(item)
     return diagnostics
 
 

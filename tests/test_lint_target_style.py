@@ -250,3 +250,23 @@ def test_review_tells_first_party_imports_as_the_repository_does(tmp_path):
     repo.git.commit("-qam", "use other", env=IDENTITY)
     reviews, _ = review_commits(repo, repo.commit("HEAD~1").hexsha, repo.head.commit.hexsha)
     assert [e.code for e in reviews[0].lint] == ["I001"]
+
+
+def test_review_lints_under_the_isort_settings_the_edits_were_tidied_by(tmp_path):
+    """A target that configures isort in setup.cfg, not ruff (the alignment handbook: two blank lines after the
+    imports): a file laid out that way is clean in review, as its own isort would have it."""
+    root = tmp_path / "target"
+    repo = make_repo(root, {"setup.cfg": "[isort]\nlines_after_imports = 2\n", "run.py": "print(1)\n"})
+    base = repo.head.commit.hexsha
+    (root / "run.py").write_text("import os\n\n\n# the working directory\nHERE = os.getcwd()\n")
+    repo.git.commit("-qam", "two blank lines after the imports", env=IDENTITY)
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == "" and [r.lint for r in reviews] == [[]]
+    # Without that setting, ruff's isort wants one blank line before the comment: a new I001.
+    (root / "setup.cfg").write_text("[metadata]\nname = target\n")
+    (root / "run.py").write_text("print(2)\n")
+    repo.git.commit("-qam", "no isort settings", env=IDENTITY)
+    (root / "run.py").write_text("import sys\n\n\n# the interpreter\nHERE = sys.executable\n")
+    repo.git.commit("-qam", "again", env=IDENTITY)
+    reviews, _ = review_commits(repo, repo.commit("HEAD~1").hexsha, repo.head.commit.hexsha)
+    assert [e.code for e in reviews[0].lint] == ["I001"]
