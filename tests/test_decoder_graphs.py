@@ -1,7 +1,9 @@
 """The decoder's training steps as CUDA graphs (`optimizations.decoder_graphs`, runtime `TrainingGraphs` in
-`_perfbot_compile`): which forwards replay graphs and which run eagerly (CPU), and on the GPU that a graphed
-decoder trains the LoRA weights the eager one trains, replays graphs, and survives two forwards before a
-backward. Its update fidelity is in tests/test_update_fidelity.py."""
+`_perfbot_compile`). On CPU: which forwards replay graphs and which run eagerly, the settings under which the
+helper compiles without graphs, and the refusal of a script every launch of which checkpoints activations. On
+the GPU: a graphed decoder replays graphs and trains the LoRA weights the eager one trains, from the first step
+of a shape on, through two forwards before a backward, and beside a second model of its class. Its update
+fidelity is in tests/test_update_fidelity.py."""
 
 from __future__ import annotations
 
