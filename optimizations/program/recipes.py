@@ -271,13 +271,8 @@ def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:
                 return f"{launch.path}:{launch.line}"
             continue  # the flag wins over the recipe
         for config in launch.configs:
-            try:
-                text = repo.read(config)
-            except OSError:
-                continue
-            on = [s for s in settings(config, text, key) if s.value is True]
-            if on:
-                return f"{config}:{on[0].line}"
+            if where := _setting_on(repo, config, key):
+                return where
     return None
 
 
@@ -289,8 +284,8 @@ def set_by_every_launch(repo: RepoContext, script: str, key: str) -> list[str]:
         if key in launch.flags:
             where = f"{launch.path}:{launch.line}" if yaml_value(launch.flags[key]) is True else None
         else:
-            recipes = [(config, _setting_on(repo, config, key)) for config in launch.configs]
-            where = recipes[0][1] if recipes and all(on for _, on in recipes) else None
+            places = [_setting_on(repo, config, key) for config in launch.configs]
+            where = places[0] if places and all(places) else None
         if where is None:
             return []
         found.append(where)
