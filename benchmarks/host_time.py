@@ -147,8 +147,10 @@ class HostSampler:
         while frame is not None:
             source = self._source(frame.f_code)
             if source is not None:
-                site = Site(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-                return source, site
+                # A frame caught at an instruction without a line number (CPython 3.11+: between a call's
+                # setup and its first line) has none: it is charged to the function's first line.
+                line = frame.f_lineno if frame.f_lineno is not None else frame.f_code.co_firstlineno
+                return source, Site(frame.f_code.co_filename, line, frame.f_code.co_name)
             frame = frame.f_back
         return OTHER, None
 

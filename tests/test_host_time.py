@@ -13,7 +13,7 @@ import pytest
 from git_repos import make_repo
 from test_profiling import LOOP, PYPROJECT
 
-from benchmarks.host_time import OTHER, HostSampler, format_host_time, source_of
+from benchmarks.host_time import METER, OTHER, HostSampler, format_host_time, source_of
 from bot.cli import main
 
 PEFT = "PEFT (LoRA layers, eager)"
@@ -134,3 +134,14 @@ def test_a_run_shorter_than_the_window_is_refused_in_words(tmp_path, monkeypatch
         "too few steps were sampled: the run ended (ok) before 15 optimizer steps" in capsys.readouterr().err
     )
     assert not (tmp_path / "out" / "host_time.json").exists()
+
+
+def test_a_frame_sampled_without_a_line_number_is_charged_to_its_function():
+    """CPython 3.11+ can show another thread's frame with ``f_lineno`` None (an instruction without a line, as
+    a clean-clone CI run caught); the sample goes to the function's first line instead of failing the report."""
+    from types import SimpleNamespace
+
+    frame = SimpleNamespace(f_code=format_host_time.__code__, f_lineno=None, f_back=None)
+    source, site = HostSampler()._charge(frame)
+    assert source == METER and site is not None and site.line == format_host_time.__code__.co_firstlineno
+    assert "host_time.py" in site.describe() and "def format_host_time(" in site.describe()
