@@ -34,7 +34,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value
+from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value, star_kwargs
 from optimizations.program.hf import is_argument_parser, trainer_class
 from optimizations.program.recipes import set_by_every_launch
 from optimizations.program.shapes import ProgramShape
@@ -84,6 +84,12 @@ class _ReplayGraphs(TrainerFollowUp):
                 "run short of memory cannot spare",
             )
             return updated_node
+        if (chosen := self._checkpointing_chosen(budget.value)) is not None:
+            verb = "may set" if chosen.star else "sets"
+            message += (
+                f" (graphed only in runs without activation checkpointing, which line {self.line(chosen)} "
+                f"{verb} from `{chosen.star}{code_of(chosen.value)}`)"
+            )
         self.changed(original_node, message)
         compiled = self.links.model_argument(updated_node)
         return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, cst.Name("True"))]))
@@ -99,6 +105,18 @@ class _ReplayGraphs(TrainerFollowUp):
                 shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
                 return f"every launch of this script ({len(places)}: {shown})"
         return ""
+
+    def _checkpointing_chosen(self, config: cst.BaseExpression) -> cst.Arg | None:
+        """The argument of a binding of the config ``config`` names that leaves activation checkpointing to the
+        run: ``gradient_checkpointing=<not a literal>``, or ``**settings``. The helper reads it then."""
+        for value in self.links.bound_values(config):
+            for name in CHECKPOINTING if isinstance(value, cst.Call) else ():
+                flag = keyword(value, name)
+                if flag is not None and literal_value(flag.value) is ...:
+                    return flag
+            if isinstance(value, cst.Call) and (hidden := star_kwargs(value)) is not None:
+                return hidden
+        return None
 
     def _checkpointing_config(self, config: cst.BaseExpression) -> cst.Call | None:
         """The config ``config`` names, where a binding of it turns activation checkpointing on."""
@@ -164,6 +182,27 @@ def train(model, dataset):
     config = SFTConfig(output_dir="out", packing=True, max_length=1024, per_device_train_batch_size=8)
     trainer = SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config, cuda_graphs=True), args=config, train_dataset=dataset)
     trainer.train()
+""",
+        ),
+        Example(
+            "checkpointing_chosen_by_a_flag",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset, args):
+    config = SFTConfig(output_dir="out", packing=True, gradient_checkpointing=args.gradient_checkpointing)
+    SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset, args):
+    config = SFTConfig(output_dir="out", packing=True, gradient_checkpointing=args.gradient_checkpointing)
+    SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config, cuda_graphs=True), args=config, train_dataset=dataset).train()
 """,
         ),
         Example(

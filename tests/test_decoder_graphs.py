@@ -308,3 +308,27 @@ def test_a_script_every_launch_of_which_checkpoints_activations_is_refused(tmp_p
     assert (site.path, site.applicable) == ("sft.py", lands)
     if not lands:
         assert "every launch of this script (2: recipes/full.yaml:2, recipes/full.yaml:2)" in site.reason
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ("packing=True, gradient_checkpointing=script_args.gc", "sets from `script_args.gc`"),
+        ("**script_args.settings", "may set from `**script_args.settings`"),  # the seed repository's shape
+    ],
+)
+def test_a_site_whose_run_chooses_checkpointing_says_the_graphs_depend_on_it(tmp_path, settings, said):
+    from optimizations.registry import get
+    from tests.git_repos import make_repo
+
+    chosen = GRAPHED_SCRIPT.replace(
+        "def main(script_args, training_args, model_args, model, dataset):\n",
+        "def main(script_args, training_args, model_args, model, dataset):\n"
+        f"    training_args = SFTConfig(output_dir='out', {settings})\n",
+    )
+    make_repo(tmp_path / "r", {"sft.py": chosen})
+    (site,) = get("decoder_graphs").find(tmp_path / "r")
+    assert site.applicable
+    assert site.message.endswith(
+        f"(graphed only in runs without activation checkpointing, which line 6 {said})"
+    )
