@@ -34,7 +34,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value, star_kwargs
+from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value
 from optimizations.program.hf import is_argument_parser, trainer_class
 from optimizations.program.recipes import set_by_every_launch
 from optimizations.program.shapes import ProgramShape
@@ -73,7 +73,10 @@ class _ReplayGraphs(TrainerFollowUp):
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
         message = f"{code_of(original_node.func)}(...): the decoder's training steps as CUDA graphs"
-        checkpointing = self.checkpointing or self._checkpointing_config(budget.value)
+        arguments = self._checkpointing_arguments(budget.value)
+        checkpointing = self.checkpointing or next(
+            (a for a in arguments if not a.star and literal_value(a.value) is True), None
+        )
         where = f"line {self.line(checkpointing)}" if checkpointing is not None else self._every_launch()
         if where:
             self.refused(
@@ -84,7 +87,8 @@ class _ReplayGraphs(TrainerFollowUp):
                 "run short of memory cannot spare",
             )
             return updated_node
-        if (chosen := self._checkpointing_chosen(budget.value)) is not None:
+        chosen = next((a for a in arguments if a.star or literal_value(a.value) is ...), None)
+        if chosen is not None:
             verb = "may set" if chosen.star else "sets"
             message += (
                 f" (graphed only in runs without activation checkpointing, which line {self.line(chosen)} "
@@ -106,32 +110,17 @@ class _ReplayGraphs(TrainerFollowUp):
                 return f"every launch of this script ({len(places)}: {shown})"
         return ""
 
-    def _checkpointing_chosen(self, config: cst.BaseExpression) -> cst.Arg | None:
-        """The argument of a binding of the config ``config`` names that leaves activation checkpointing to the
-        run: ``gradient_checkpointing=<not a literal>``, or ``**settings``. The helper reads it then."""
-        for value in self.links.bound_values(config):
-            for name in CHECKPOINTING if isinstance(value, cst.Call) else ():
-                flag = keyword(value, name)
-                if flag is not None and literal_value(flag.value) is ...:
-                    return flag
-            if isinstance(value, cst.Call) and (hidden := star_kwargs(value)) is not None:
-                return hidden
-        return None
-
-    def _checkpointing_config(self, config: cst.BaseExpression) -> cst.Call | None:
-        """The config ``config`` names, where a binding of it turns activation checkpointing on."""
-        return next(
-            (
-                value
-                for value in self.links.bound_values(config)
-                if isinstance(value, cst.Call)
-                and any(
-                    (flag := keyword(value, name)) is not None and literal_value(flag.value) is True
-                    for name in CHECKPOINTING
-                )
-            ),
-            None,
-        )
+    def _checkpointing_arguments(self, config: cst.BaseExpression) -> list[cst.Arg]:
+        """The arguments of the bindings of the config ``config`` names that may set activation checkpointing:
+        its keyword (either name), or ``**settings``."""
+        return [
+            argument
+            for value in self.links.bound_values(config)
+            if isinstance(value, cst.Call)
+            for argument in value.args
+            if argument.star == "**"
+            or (argument.keyword is not None and argument.keyword.value in CHECKPOINTING)
+        ]
 
 
 class DecoderGraphs(Optimization):
