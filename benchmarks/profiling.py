@@ -1,9 +1,11 @@
 """Profiling a training program's steady-state steps: what bounds them, and what the device spends time on.
 
-    python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time] -- python train.py [ARGS...]
+    python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time | --utilization] -- python train.py [ARGS...]
 
 With ``--host-time`` the steps are sampled by :mod:`benchmarks.host_time` instead (``DIR/host_time.json``: the
 host's time per step by source and line), without the profiler, which slows a host-bound step's host.
+With ``--utilization`` the device's utilisation is sampled by ``nvidia-smi`` over the steps instead
+(``DIR/utilization.json``, :mod:`benchmarks.utilization`): the busy share with no profiler in the program.
 
 The program runs in-process under the launch wrapper's meter (for the step phases) and a ``torch.profiler``
 whose schedule advances at every optimizer step: ``--skip`` steps are left out (compilation, allocator
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.host_time import HostSampler, HostTime, format_host_time
+from benchmarks.utilization import Utilization, UtilizationSampler, cuda_device_id, format_utilization
 
 INPUT_SHARE = 0.25
 COMMUNICATION_SHARE = 0.25
@@ -333,13 +336,58 @@ def host_time_program(
     return report, None if step_s is None else step_s * 1000
 
 
+def utilization_program(
+    command: Sequence[str], out: Path, skip: int, steps: int
+) -> tuple[Utilization, float | None]:
+    """Run the program with the meter while ``nvidia-smi`` samples the device's utilisation
+    (:mod:`benchmarks.utilization`), summarized over ``steps`` steps after ``skip``; write ``utilization.json``
+    to ``out``. Returns the summary and the meter's median step time (ms) over the same run."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from benchmarks.launch import build_record, parse_command, run_program
+    from benchmarks.metrics import Meter
+
+    program = parse_command(command)
+    sampler = UtilizationSampler(cuda_device_id())
+    out.mkdir(parents=True, exist_ok=True)
+    meter = Meter()
+    done = 0
+
+    def advance(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal done
+        done += 1
+        if done == skip:
+            sampler.open_window()
+        elif done == skip + steps:
+            sampler.close_window()
+
+    if skip == 0:
+        sampler.open_window()
+    hook = register_optimizer_step_post_hook(advance)
+    sampler.start()
+    try:
+        status, error, _ = run_program(program, meter)
+    finally:
+        hook.remove()
+        sampler.stop()
+    record = build_record(meter, skip, status, error, command)
+    try:
+        utilization = sampler.summary()
+    except ValueError as problem:
+        raise RuntimeError(_too_short(record, skip + steps, str(problem))) from None
+    step_s = (record.get("step_time_s") or {}).get("median")
+    metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
+    (out / "utilization.json").write_text(json.dumps(utilization.to_dict() | metered, indent=1))
+    return utilization, None if step_s is None else step_s * 1000
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.profiling",
-        usage="python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time] -- python TRAIN.py ...",
+        usage="python -m benchmarks.profiling --out DIR [--skip N] [--steps N] [--host-time | --utilization] -- python TRAIN.py ...",
         description="Profile a training program's steady-state steps and say what bounds them.",
     )
     parser.add_argument("--out", default="perfbot-profile", help="folder for trace.json and profile.json")
@@ -350,13 +398,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="sample the host's Python stack instead of running torch.profiler: host time per step by source",
     )
+    parser.add_argument(
+        "--utilization",
+        action="store_true",
+        help="sample the device's utilisation with nvidia-smi instead of running torch.profiler: the busy share "
+        "of the steps with nothing added to the program",
+    )
     options = parser.parse_args(argv[:split])
     if options.skip < 0 or options.steps < 1:
         parser.error("--skip must be >= 0 and --steps >= 1")
+    if options.host_time and options.utilization:
+        parser.error("--host-time and --utilization measure separate runs; choose one")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     command, out = argv[split + 1 :], Path(options.out)
     try:
-        if options.host_time:
+        if options.utilization:
+            utilization, step_ms = utilization_program(command, out, options.skip, options.steps)
+            print(format_utilization(utilization, step_ms), file=sys.stderr)
+        elif options.host_time:
             host, step_ms = host_time_program(command, out, options.skip, options.steps)
             print(format_host_time(host, step_ms), file=sys.stderr)
         else:

@@ -20,6 +20,7 @@ from benchmarks.host_time import HostTime
 from benchmarks.profiling import Op, Profile, classify
 from benchmarks.runner import PERFBOT_ROOT, RunRecord, worktrees
 from benchmarks.spec import BenchSpec
+from benchmarks.utilization import Utilization
 from bot.conventions import state_dir
 from bot.errors import BadInput, BotError
 from bot.workspace import Workspace
@@ -50,6 +51,18 @@ def host_time_workload(
     step_s = data.pop("meter_step_s", None)
     data.pop("meter_tokens_per_s", None)
     return HostTime.from_dict(data), None if step_s is None else step_s * 1000
+
+
+def utilization_workload(
+    workspace: Workspace, spec: BenchSpec, revision: str, workload: str | None, steps: int
+) -> tuple[Utilization, float | None]:
+    """The device's busy share over ``steps`` steps of ``workload`` at ``revision`` after its warm-up, from NVML
+    with no profiler in the run (:mod:`benchmarks.utilization`); returns it and the run's metered step in ms."""
+    out = _run_profiling(workspace, spec, revision, workload, steps, ["--utilization"], "utilization.json")
+    data = json.loads((out / "utilization.json").read_text())
+    step_s = data.pop("meter_step_s", None)
+    data.pop("meter_tokens_per_s", None)
+    return Utilization(**data), None if step_s is None else step_s * 1000
 
 
 def _run_profiling(

@@ -5,8 +5,11 @@ With that config (vendored ``_perfbot_compile.py``), when the packing is padding
 padded to ``per_device_train_batch_size × max_length`` tokens (``pad_to_multiple_of``, where unset), so each
 step has the same shape, and the module holding the layers (the decoder) is compiled as one region instead of
 each layer: one guard check and one autograd wrapper a step instead of 24. Measured on the example's
-host-bound LoRA SFT step (benchmarks/RESULTS.md). Any other config (no packing, another strategy, a
-``pad_to_multiple_of`` of its own) keeps the per-layer compilation.
+host-bound LoRA SFT step (benchmarks/RESULTS.md). The whole decoder compiles in the first step, once a run:
+105 s on an H100 for the example's 24 layers with flex attention (with ``decoder_graphs``'s graphs). Any other
+config (no packing, another strategy, a ``pad_to_multiple_of`` of its own) keeps the per-layer compilation.
+DPO is left alone: its batches vary in length, and compiling the whole decoder once per length took 106-111 s a
+length on an H100 (benchmarks/RESULTS.md).
 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after

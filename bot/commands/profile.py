@@ -1,5 +1,5 @@
-"""``bot profile [REV] --workload NAME [--host-time]``: what bounds a workload's training steps at one commit,
-or where its host time goes."""
+"""``bot profile [REV] --workload NAME [--host-time | --utilization]``: what bounds a workload's training steps at
+one commit, where its host time goes, or how busy the device is with no profiler in the run."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import json
 
 from benchmarks.host_time import format_host_time
 from benchmarks.profiling import format_profile
+from benchmarks.utilization import format_utilization
 from bot.benchmarking import BenchOptions, bench_spec
 from bot.commands import FromComment
 from bot.commands.options import workload_size
 from bot.errors import BadInput, require
-from bot.profiling import host_time_workload, profile_workload
+from bot.profiling import host_time_workload, profile_workload, utilization_workload
 from bot.workspace import Workspace
 
 
@@ -31,16 +32,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the host's time per step goes, by source (Trainer, TRL, PEFT, compiled code, ...), from "
         "sampling its Python stack, not torch.profiler",
     )
+    parser.add_argument(
+        "--utilization",
+        action="store_true",
+        help="the device's busy share from NVML (nvidia-smi) with nothing added to the run, not torch.profiler, "
+        "which slows a host-bound step",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Profile; print the bound, device-busy fraction, launches per step and top ops, and keep the trace; or,
-    with ``--host-time``, the host's time per step by source and line."""
+    with ``--host-time``, the host's time per step by source and line; with ``--utilization``, the device's busy
+    share."""
     if args.steps < 1:
         raise BadInput(f"--steps must be at least 1 (got {args.steps})")
+    if args.host_time and args.utilization:
+        raise BadInput("--host-time and --utilization measure separate runs; choose one")
     require("torch", "bot profile")
     workspace = Workspace("." if comment else args.repo)
     spec = bench_spec(workspace.root, BenchOptions(size=args.size))
+    if args.utilization:
+        utilization, step_ms = utilization_workload(workspace, spec, args.rev, args.workload, args.steps)
+        if args.json:
+            print(json.dumps(utilization.to_dict() | {"step_ms": step_ms}, indent=1))
+        else:
+            print(format_utilization(utilization, step_ms))
+        return 0
     if args.host_time:
         host, step_ms = host_time_workload(workspace, spec, args.rev, args.workload, args.steps)
         if args.json:
