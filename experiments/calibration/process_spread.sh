@@ -6,10 +6,11 @@
 #   MODE blocks: 4 runs, 4 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, 4 more (labels plain,
 #                expandable, plain2)
 #   MODE pinned: 6 rounds of one unpinned run and one pinned to CPUs 2-9 (taskset), interleaved
+#   MODE forked: 6 rounds of one fresh run and one forked from a warm interpreter (warm_fork.py), interleaved
 # Runs' metrics and logs, the telemetry and a summary (experiments/calibration/spread.py) go to $OUT/spread.
 set -euo pipefail
 size=${1:?size: tiny or gpu}
-mode=${2:?mode: blocks or pinned}
+mode=${2:?mode: blocks, pinned or forked}
 source "$(dirname "$0")/../example_repo.sh"
 OUT=${OUT:-$PWD}/spread example_repo spread
 telemetry=
@@ -41,7 +42,10 @@ pinned)
         measure "pinned-$i" taskset -c 2-9
     done
     ;;
-*) echo "unknown mode $mode (blocks or pinned)" >&2; exit 2 ;;
+forked)
+    python3 -m experiments.calibration.warm_fork "$out" "$size" "${PAIRS:-6}" > "$out/warm_fork.log" 2>&1
+    ;;
+*) echo "unknown mode $mode (blocks, pinned or forked)" >&2; exit 2 ;;
 esac
 [ -n "$telemetry" ] && kill "$telemetry"
 lscpu > "$out/lscpu.txt"
