@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -25,7 +26,8 @@ def launch_arguments(out: Path, label: str, size: str) -> list[str]:
     return ["--out", str(out / f"{label}.json"), "--warmup-steps", "2", "--", *program]
 
 
-def timed(out: Path, label: str, run: callable) -> None:
+def timed(out: Path, label: str, run: Callable[[], None]) -> None:
+    """``run()``, with its start and end times written beside its metrics (for ``spread.py``'s telemetry)."""
     (out / f"{label}.start").write_text(f"{time.time():.6f}")
     run()
     (out / f"{label}.end").write_text(f"{time.time():.6f}")
@@ -67,8 +69,9 @@ def main(out: str, size: str, pairs: str) -> None:
     if torch.cuda.is_initialized():
         raise SystemExit("CUDA is initialised in the parent: a forked child could not use it")
     for pair in range(1, int(pairs) + 1):
-        timed(folder, f"fresh-{pair}", lambda label=f"fresh-{pair}": fresh(folder, label, size))
-        timed(folder, f"forked-{pair}", lambda label=f"forked-{pair}": forked(folder, label, size))
+        for kind, run in (("fresh", fresh), ("forked", forked)):
+            label = f"{kind}-{pair}"
+            timed(folder, label, lambda: run(folder, label, size))  # noqa: B023 (called at once)
 
 
 if __name__ == "__main__":
