@@ -5,11 +5,13 @@ and statistics. A few trials only; the 20-trial figure is recorded in benchmarks
 from __future__ import annotations
 
 import json
+import statistics
 
 import git
 import pytest
 from git_repos import make_repo
 
+from benchmarks.stats import cv
 from bot.cli import main
 
 LOOP = """\
@@ -83,6 +85,9 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     assert waited[0] >= 0.3
     expected = -waited[len(waited) // 2] / (1 + waited[len(waited) // 2])
     assert abs(planted["measured_change"] - expected) < 0.06, (planted["measured_change"], waited)
+    # the spread the intervals narrow from: the baseline's runs' CV, the median over the trials
+    spreads = [cv(_baseline_values(t)) for t in (trial, second)]
+    assert summary["median_baseline_cv"] == pytest.approx(statistics.median(spreads)) and all(spreads)
     # the second trial measures the window the first one calibrated, without calibration runs of its own
     first_found, second_found = trial["calibration"]["loop"], second["calibration"]["loop"]
     assert first_found["runs"] >= 1 and "runs" not in second_found
@@ -91,6 +96,12 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     # a later call adds to the same folder's figure; with no trials it summarizes the ones there
     assert main(["calibrate", "--repo", str(root), "--trials", "0", "--out", str(run), "--json"]) == code
     assert json.loads(capsys.readouterr().out) | {"results": None} == summary | {"results": None}
+
+
+def _baseline_values(trial: dict) -> list[float]:
+    """The primary metric of a trial's baseline runs (its first commit)."""
+    runs = [r for r in trial["runs"] if r["commit"] == trial["commits"][0]["sha"] and r["metrics"]]
+    return [r["metrics"]["samples_per_s"] for r in runs]
 
 
 def _planted_runs(trial: dict) -> list[dict]:

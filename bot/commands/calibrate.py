@@ -34,7 +34,7 @@ from scipy import stats as scipy_stats
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
-from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
+from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN, cv
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
@@ -42,7 +42,7 @@ from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
 from bot.errors import BadInput
 from bot.formatting import duration, percent
 from bot.history import describe_commits
-from bot.measurements import measurement
+from bot.measurements import measurement, runs_of
 from bot.workspace import Workspace
 
 DETECTION = 0.95
@@ -189,6 +189,7 @@ def _judge(results: Results) -> dict[str, Any]:
             effects.append(measured.cumulative if measured else None)
         planted = [_planted_slowdown(results, info.sha) for info in results.commits[2:]]
         judged["workloads"][workload] = {
+            "baseline_cv": _baseline_cv(results, workload),
             "rounds": stop.get("rounds"),
             "stopped": stop.get("reason"),
             "budget_s": stop.get("budget_s"),
@@ -196,6 +197,17 @@ def _judge(results: Results) -> dict[str, Any]:
             "planted": [_effect(e) | {"slowdown": s} for e, s in zip(effects[1:], planted, strict=True)],
         }
     return judged
+
+
+def _baseline_cv(results: Results, workload: str) -> float | None:
+    """The run-to-run CV of the baseline's measured runs of ``workload``: the spread that bounds the intervals."""
+    primary = results.workloads[workload]["primary"]
+    values = [
+        run.metrics[primary]
+        for run in runs_of(results, workload, results.commits[0].sha)
+        if run.metrics and run.metrics.get(primary)
+    ]
+    return cv(values)
 
 
 def _planted_slowdown(results: Results, sha: str) -> float | None:
@@ -258,6 +270,7 @@ def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
         if e["ci"] and e["ratio"]
     ]
     min_effect = max(trial["min_effect"] for trial in trials)
+    spreads = [w["baseline_cv"] for w in judged if w.get("baseline_cv") is not None]
     return {
         "trials": len(trials),
         "judged": len(judged),
@@ -268,6 +281,7 @@ def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
         "false_alarms": sum(e["verdict"] == REGRESSION for e in noops),
         "planted": planted,
         "median_half_width": statistics.median(half_widths) if half_widths else None,
+        "median_baseline_cv": statistics.median(spreads) if spreads else None,
         "smallest_detectable": smallest_detectable(half_widths, min_effect),
         "min_effect": min_effect,
         "time_budget_s": sorted({w["budget_s"] for w in judged}, key=str),
@@ -321,6 +335,11 @@ def _report(summary: dict[str, Any]) -> str:
             f"median interval half-width ±{summary['median_half_width']:.1%}: a change of "
             f"{summary['smallest_detectable']:.1%} or more is detected ≥ 95% of the time "
             f"(minimum effect {summary['min_effect']:.0%})"
+        )
+    if summary["median_baseline_cv"] is not None:
+        lines.append(
+            f"the baseline's run-to-run CV: median {summary['median_baseline_cv']:.2%} (what the intervals "
+            "narrow from; a host-bound workload spreads more than a device-bound one)"
         )
     stops = ", ".join(f"{n} {reason}" for reason, n in sorted(Counter(summary["stopped"]).items()))
     lines.append(f"rounds per trial: {min(summary['rounds'])}–{max(summary['rounds'])}; stopped: {stops}")
