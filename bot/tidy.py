@@ -10,12 +10,16 @@ tools would, without touching what the bot did not write:
   ``ruff format``, and its comments, docstrings and strings fitted under the line limits ruff reports
   (:mod:`bot.rewrap`);
 * an edited file gets its imports sorted only when they were sorted before (else the sort would reorder imports
-  the commit does not name), and is formatted only when it was format-clean before.
+  the commit does not name), and is formatted only when it was format-clean before;
+* in an edited file whose imports were not all sorted, and in any target that configures none of these tools
+  (ruff's default rules sort imports too), only the import blocks the bot added a line to, and that were
+  sorted before, are sorted, each by ruff's own fix for it.
 """
 
 from __future__ import annotations
 
 import configparser
+import difflib
 import json
 import re
 import subprocess
@@ -172,6 +176,59 @@ def _fit(root: Path, path: str, settings: tuple[str, ...]) -> None:
         _ruff(root, "format", *settings, "--quiet", path)
 
 
+def _unsorted_blocks(root: Path, path: str, source: str, settings: tuple[str, ...]) -> list[dict[str, Any]]:
+    """ruff's ``I001`` diagnostics of ``source``: one per unsorted import block, with the fix that sorts it."""
+    args = ("check", *settings, "--select", "I001", "--exit-zero", "--output-format", "json")
+    return json.loads(_ruff(root, *args, "--stdin-filename", path, "-", stdin=source).stdout or "[]")
+
+
+def sort_added_import_blocks(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> None:
+    """Sort the import blocks of ``path`` that the bot added a line to and that were sorted before it did (ruff's
+    ``I001`` fix for each); a block that was unsorted before keeps its order, and so does every other block."""
+    file = root / path
+    source = file.read_text(encoding="utf-8")
+    matcher = difflib.SequenceMatcher(None, original.splitlines(), source.splitlines(), autojunk=False)
+    kept = {  # a line of the edited file that the original has: its line number there (1-based)
+        new + 1: old_start + new - new_start + 1
+        for tag, old_start, _, new_start, new_end in matcher.get_opcodes()
+        if tag == "equal"
+        for new in range(new_start, new_end)
+    }
+    unsorted_before = [
+        (d["location"]["row"], d["end_location"]["row"])
+        for d in _unsorted_blocks(root, path, original, settings)
+    ]
+    edits = []
+    for block in _unsorted_blocks(root, path, source, settings):
+        lines = range(block["location"]["row"], block["end_location"]["row"] + 1)
+        added = any(line not in kept for line in lines)
+        was_unsorted = any(
+            first <= kept[line] <= last for line in lines if line in kept for first, last in unsorted_before
+        )
+        if block.get("fix") and added and not was_unsorted:
+            edits += block["fix"]["edits"]
+    if edits:
+        file.write_text(_apply_edits(source, edits), encoding="utf-8")
+
+
+def _apply_edits(source: str, edits: list[dict[str, Any]]) -> str:
+    """``source`` with ruff's fix edits (1-based rows and columns) applied, the last first."""
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(at: dict[str, int]) -> int:
+        return starts[at["row"] - 1] + at["column"] - 1
+
+    for edit in sorted(edits, key=lambda e: offset(e["location"]), reverse=True):
+        source = (
+            source[: offset(edit["location"])]
+            + (edit["content"] or "")
+            + source[offset(edit["end_location"]) :]
+        )
+    return source
+
+
 def tidy(root: Path, originals: dict[str, str | None]) -> None:
     """Tidy the changed Python files the way the target's ruff/black/isort would, leaving alone what the bot
     did not write.
@@ -179,15 +236,22 @@ def tidy(root: Path, originals: dict[str, str | None]) -> None:
     ``originals`` maps each changed path to its text before the change (``None`` for a new file).
     """
     found = style_settings(root)
-    if found is None:
-        return
-    settings = tuple(found)
     python = [p for p in originals if p.endswith(".py")]
     ours = [p for p in python if originals[p] is None or Path(p).name.startswith(VENDORED_PREFIX)]
     edited = [p for p in python if p not in ours]
+    if (
+        found is None
+    ):  # no style configured: only the blocks the bot added imports to, as ruff's defaults sort
+        for path in edited:
+            sort_added_import_blocks(root, path, originals[path])
+        return
+    settings = tuple(found)
     sortable = [p for p in edited if were_imports_sorted(root, p, originals[p], settings)]
     if sortable:
         _ruff(root, "check", *settings, "--fix", "--select", "I001", "--quiet", *sortable)
+    for path in edited:
+        if path not in sortable:
+            sort_added_import_blocks(root, path, originals[path], settings)
     if ours:  # the target's own rule set where it configures ruff, else only the import order
         rules = () if uses_ruff(root) else ("--select", "I001")
         _ruff(root, "check", *settings, "--fix", *rules, "--quiet", *ours)

@@ -26,7 +26,7 @@ graphs only a run without them. Refused, as an edit that would not take effect: 
 checkpointing on in code (``gradient_checkpointing=True`` or ``activation_checkpointing=True`` in the config
 the budget reads, ``model.gradient_checkpointing_enable()``), and an argument-parser script every launch of
 which turns it on (its flag, or every recipe it passes with ``--config``). Applies after ``token_budget`` (it
-needs its ``fixed_budget=``).
+needs its ``fixed_budget=``), on the model argument or on the call that follows a built trainer.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
 class _ReplayGraphs(TrainerFollowUp):
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
+        # the calls helper(trainer.model, fixed_budget=trainer) to edit, after their trainers' lines
+        self.built_trainers: set[cst.Call] = set()
         self.checkpointing = next(
             (
                 c
@@ -63,17 +65,25 @@ class _ReplayGraphs(TrainerFollowUp):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node in self.built_trainers:  # helper(trainer.model, ...) after the trainer's line
+            return add_keywords(updated_node, [(KEYWORD, cst.Name("True"))])
         if trainer_class(self.names(original_node.func)) is None:
             return updated_node
         model = self.links.model_argument(original_node)
-        budget = None if model is None or not self.calls(model, HELPER) else keyword(model, BUDGET)
+        if model is None:
+            return updated_node
+        compiled = model if self.calls(model, HELPER) else self.follow_up_call(original_node, HELPER)
+        budget = None if compiled is None else keyword(compiled, BUDGET)
         if budget is None:
             return updated_node
-        if keyword(model, KEYWORD) is not None:
+        if keyword(compiled, KEYWORD) is not None:
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
         message = f"{code_of(original_node.func)}(...): the decoder's training steps as CUDA graphs"
-        arguments = self._checkpointing_arguments(budget.value)
+        follows = compiled is not model  # given the built trainer, whose args= is the config
+        arguments = self._checkpointing_arguments(
+            self.links.args_argument(original_node) if follows else budget.value
+        )
         checkpointing = self.checkpointing or next(
             (a for a in arguments if not a.star and literal_value(a.value) is True), None
         )
@@ -95,6 +105,9 @@ class _ReplayGraphs(TrainerFollowUp):
                 f"{verb} from `{chosen.star}{code_of(chosen.value)}`)"
             )
         self.changed(original_node, message)
+        if follows:
+            self.built_trainers.add(compiled)
+            return updated_node
         compiled = self.links.model_argument(updated_node)
         return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, cst.Name("True"))]))
 
@@ -110,12 +123,13 @@ class _ReplayGraphs(TrainerFollowUp):
                 return f"every launch of this script ({len(places)}: {shown})"
         return ""
 
-    def _checkpointing_arguments(self, config: cst.BaseExpression) -> list[cst.Arg]:
-        """The arguments of the bindings of the config ``config`` names that may set activation checkpointing:
-        its keyword (either name), or ``**settings``."""
+    def _checkpointing_arguments(self, config: cst.BaseExpression | None) -> list[cst.Arg]:
+        """The arguments of the config ``config`` builds (or of the bindings of the name it is) that may set
+        activation checkpointing: its keyword (either name), or ``**settings``."""
+        values = [] if config is None else [config] if isinstance(config, cst.Call) else None
         return [
             argument
-            for value in self.links.bound_values(config)
+            for value in (self.links.bound_values(config) if values is None else values)
             if isinstance(value, cst.Call)
             for argument in value.args
             if argument.star == "**"
@@ -150,6 +164,45 @@ class DecoderGraphs(Optimization):
     needs = (BUDGET,)
 
     examples = (
+        Example(
+            "trainer_that_loads_its_checkpoint",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="out", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="out", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer, cuda_graphs=True)
+    trainer.train()
+""",
+        ),
+        Example(
+            "built_trainer_with_checkpointing_in_its_config_is_refused",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    config = SFTConfig(output_dir="out", packing=True, gradient_checkpointing=True)
+    trainer = SFTTrainer(model=name, args=config, train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+""",
+            after=None,
+            refusal="line 6 turns activation checkpointing on",
+        ),
         Example(
             "decoder_compiled_whole_at_a_token_budget",
             before="""\

@@ -13,10 +13,13 @@ length on an H100 (benchmarks/RESULTS.md).
 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after
-``regional_compile`` (it needs its call). A trainer whose config is built in the file with ``packing`` unset or
-``False`` is not a site: there is no packed batch to pad. Refused: a trainer whose ``args`` is not a name (an
-inline config would be built twice), a trainer without ``args``, a trainer given its own ``data_collator``
-(which the config's ``pad_to_multiple_of`` does not reach: its batches would keep their lengths).
+``regional_compile`` (it needs its call). Where the trainer loads its checkpoint itself (TRL's own scripts),
+that call follows the built trainer, and the trainer is given instead: ``compile_repeated_layers(trainer.model,
+fixed_budget=trainer)`` pads its config and the collator it built from it. A trainer whose config is built in
+the file with ``packing`` unset or ``False`` is not a site: there is no packed batch to pad. Refused: a trainer
+whose ``args`` is not a name where the model argument is compiled (an inline config would be built twice), a
+trainer without ``args``, a trainer given its own ``data_collator`` (which the config's ``pad_to_multiple_of``
+does not reach: its batches would keep their lengths).
 
 The fixed shape is what lets ``decoder_graphs`` replay the decoder's training steps as CUDA graphs on top of
 this commit (benchmarks/RESULTS.md, "The decoder's training steps as CUDA graphs").
@@ -37,26 +40,34 @@ KEYWORD = "fixed_budget"
 
 
 class _FixBudget(TrainerFollowUp):
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        self.built_trainers: dict[cst.Call, cst.BaseExpression] = {}  # follow-up call -> the trainer's name
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node in self.built_trainers:  # helper(trainer.model) after the trainer's line
+            return add_keywords(updated_node, [(KEYWORD, self.built_trainers.pop(original_node))])
         if trainer_class(self.names(original_node.func)) != "SFTTrainer":
             return updated_node
         model = self.links.model_argument(original_node)
-        if model is None or not self.calls(model, HELPER):
+        if model is None:
+            return updated_node
+        # the helper wraps the model argument, or follows the trainer when the trainer loads a checkpoint itself
+        compiled = model if self.calls(model, HELPER) else self.follow_up_call(original_node, HELPER)
+        if compiled is None:
             return updated_node
         message = f"{code_of(original_node.func)}(...): one token budget per packed batch, the decoder compiled whole"
-        if keyword(model, KEYWORD) is not None:
+        if keyword(compiled, KEYWORD) is not None:
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
-        # SFTTrainer(model, args, data_collator, ...)
-        positional = [arg for arg in original_node.args if arg.keyword is None and not arg.star]
-        args = keyword(original_node, "args") or (positional[1] if len(positional) > 1 else None)
-        config = None if args is None else args.value
+        config = self.links.args_argument(original_node)
         if config is None:
             self.refused(
                 original_node, message, "the trainer is given no args= to read the batch and max length from"
             )
             return updated_node
-        # settings hidden in **kwargs may carry a collator too
+        # SFTTrainer(model, args, data_collator, ...); settings hidden in **kwargs may carry a collator too
+        positional = [arg for arg in original_node.args if arg.keyword is None and not arg.star]
         collator = keyword(original_node, "data_collator") or star_kwargs(original_node)
         if collator is None and len(positional) > 2:
             collator = positional[2]
@@ -69,7 +80,8 @@ class _FixBudget(TrainerFollowUp):
                 "reach it, and a decoder compiled whole would recompile for each new batch length",
             )
             return updated_node
-        if not isinstance(config, (cst.Name, cst.Attribute)):
+        follows = compiled is not model
+        if not follows and not isinstance(config, (cst.Name, cst.Attribute)):
             self.refused(
                 original_node,
                 message,
@@ -79,14 +91,19 @@ class _FixBudget(TrainerFollowUp):
             return updated_node
         if self._never_packs(config):
             return updated_node  # no packed batch to pad: not a site
+        if follows:  # the built trainer is given: its config, and the collator it built from it
+            trainer = self.links.assigned_line(original_node)[0]
+            self.changed(original_node, f"{message} (the trainer's collator padded once it is built)")
+            self.built_trainers[compiled] = trainer.deep_clone()
+            return updated_node
         self.changed(original_node, message)
         compiled = self.links.model_argument(updated_node)
         return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, config.deep_clone())]))
 
     def _never_packs(self, config: cst.BaseExpression) -> bool:
-        """``config`` is a name every binding of which builds a TRL config that leaves ``packing`` unset (off by
-        default) or sets it to a literal ``False``, with nothing hidden in ``**kwargs``."""
-        values = self.links.bound_values(config)
+        """``config`` builds (or is a name every binding of which builds) a TRL config that leaves ``packing``
+        unset (off by default) or sets it to a literal ``False``, with nothing hidden in ``**kwargs``."""
+        values = [config] if isinstance(config, cst.Call) else self.links.bound_values(config)
         return bool(values) and all(
             isinstance(value, cst.Call)
             and is_training_config(self.names(value.func))
@@ -104,8 +121,9 @@ class TokenBudget(Optimization):
     tier = 2
     expected = "+20-29% SFT tokens/s over per-layer compilation on a host-bound LoRA step, loss within 0.02%"
     summary = (
-        "compile_repeated_layers(model, fixed_budget=args) at an SFTTrainer: padding-free batches padded to "
-        "batch × max_length tokens, the decoder nn.Module.compile()-d whole"
+        "compile_repeated_layers(model, fixed_budget=args) at an SFTTrainer (fixed_budget=trainer after one "
+        "that loads its checkpoint): padding-free batches padded to batch × max_length tokens, the decoder "
+        "nn.Module.compile()-d whole"
     )
     scope = "model"
     numerics = Numerics.ROUNDING
@@ -158,6 +176,57 @@ from _perfbot_compile import compile_repeated_layers
 def train(model, dataset):
     config = SFTConfig(output_dir="out", packing=True, max_length=1024, per_device_train_batch_size=8)
     trainer = SFTTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+        ),
+        Example(
+            "trainer_that_loads_its_checkpoint",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="out", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="out", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+""",
+        ),
+        Example(
+            "built_trainer_given_its_own_collator_is_refused",
+            before="""\
+from trl import SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, config, dataset, collator):
+    trainer = SFTTrainer(model=name, args=config, train_dataset=dataset, data_collator=collator)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+""",
+            after=None,
+            refusal="given its own collator (`data_collator=collator`)",
+        ),
+        Example(
+            "built_trainer_whose_config_does_not_pack",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="out"), train_dataset=dataset)
+    compile_repeated_layers(trainer.model)
     trainer.train()
 """,
         ),

@@ -270,3 +270,35 @@ def test_review_lints_under_the_isort_settings_the_edits_were_tidied_by(tmp_path
     repo.git.commit("-qam", "again", env=IDENTITY)
     reviews, _ = review_commits(repo, repo.commit("HEAD~1").hexsha, repo.head.commit.hexsha)
     assert [e.code for e in reviews[0].lint] == ["I001"]
+
+
+UNCONFIGURED = '''"""A script in the shape of TRL's own: a sorted top-level block, an unsorted one inside a function."""
+
+import argparse
+
+
+def main():
+    import transformers
+    import os
+
+    return argparse, os, transformers
+'''
+
+
+def test_only_the_blocks_the_bot_added_to_and_that_were_sorted_get_sorted(tmp_path):
+    """A target without any style config (ruff's defaults, which review lints with, sort imports): the import
+    the bot adds to a sorted block is sorted into it, and the block that was unsorted before keeps its order."""
+    from bot.tidy import tidy
+
+    (tmp_path / "_perfbot_compile.py").write_text("def compile_repeated_layers(model):\n    return model\n")
+    script = tmp_path / "train.py"
+    edited = UNCONFIGURED.replace(
+        "import argparse\n", "import argparse\nfrom _perfbot_compile import compile_repeated_layers\n"
+    ).replace("    import os\n", "    import os\n    import sys\n")  # an added line in the unsorted block too
+    script.write_text(edited)
+    tidy(tmp_path, {"train.py": UNCONFIGURED})
+    tidied = script.read_text()
+    assert "import argparse\n\nfrom _perfbot_compile import compile_repeated_layers\n\n\ndef main" in tidied
+    assert "    import transformers\n    import os\n    import sys\n" in tidied  # unsorted before: left as is
+    unsorted = ruff(tmp_path, "check", "--select", "I001", "--output-format", "concise", "train.py").stdout
+    assert unsorted.count("I001") == 1 and "train.py:9:5" in unsorted  # only the block unsorted before

@@ -97,7 +97,8 @@ def test_apply_pushes_nothing_that_holds_a_credential(leaky):
     assert commit.message.startswith("perf(data)")
     assert PLAN_KEY not in commit.message and "***" in commit.message  # plan text masked at commit time
     committed = commit.tree["train.py"].data_stream.read().decode()
-    assert all(value in committed.splitlines()[10] for value in CREDENTIALS.values())  # the edited line
+    assert committed.startswith("import os\n\nimport torch\n")  # the commit's import, sorted into the block
+    assert all(value in committed.splitlines()[11] for value in CREDENTIALS.values())  # the edited line
 
     posted = json.dumps(api.comments_on(REPO, ISSUE))
     for value in [*CREDENTIALS.values(), PLAN_KEY, TOKEN]:
@@ -107,7 +108,7 @@ def test_apply_pushes_nothing_that_holds_a_credential(leaky):
     reply = next(c["body"] for c in api.comments_on(REPO, ISSUE) if "failed" in c["body"])
     for text in (progress, reply):
         assert (
-            f"not pushed: commit {commit.hexsha[:10]} adds a GitHub token at train.py:11 (and 4 more)" in text
+            f"not pushed: commit {commit.hexsha[:10]} adds a GitHub token at train.py:12 (and 4 more)" in text
         )
         assert "bot/7-tier-1 stays local" in text
 

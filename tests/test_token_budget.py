@@ -44,6 +44,47 @@ def test_without_a_gpu_the_model_is_left_as_it_was():
     assert settings.pad_to_multiple_of is None  # nothing is compiled, so nothing is padded
 
 
+def test_a_built_trainers_collator_is_padded_to_the_budget_too():
+    """A trainer that loads its checkpoint itself is compiled once built (``compile_repeated_layers(trainer.model,
+    fixed_budget=trainer)``): its collator read the config already, so the budget goes to the collator as well."""
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from word_tokenizer import word_tokenizer
+
+    from optimizations.runtime.compile import _config_and_collator
+
+    words = [f"w{i}" for i in range(60)]
+    tokenizer = word_tokenizer(words)
+    dataset = Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
+    args = trl.SFTConfig(
+        output_dir="unused",
+        packing=True,
+        packing_strategy="bfd",
+        max_length=20,
+        per_device_train_batch_size=2,
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    assert next(iter(trainer.get_train_dataloader()))["input_ids"].shape[1] < 40
+    config, collator = _config_and_collator(trainer)
+    assert (config, collator) == (trainer.args, trainer.data_collator)
+    assert fix_token_budget(config, collator)
+    assert next(iter(trainer.get_train_dataloader()))["input_ids"].shape[1] == 40
+    # a collator the budget cannot reach (no pad_to_multiple_of) keeps the per-layer compilation
+    assert not fix_token_budget(config, object())
+
+
 def test_padding_to_the_budget_keeps_the_loss_and_the_adapter_gradients():
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model

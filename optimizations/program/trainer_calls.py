@@ -157,6 +157,15 @@ class TrainerLinks:
         first = trainer.args[0] if trainer.args else None
         return first.value if first is not None and first.keyword is None and not first.star else None
 
+    def args_argument(self, trainer: cst.Call) -> cst.BaseExpression | None:
+        """The trainer's ``args`` argument (keyword, or positional where its class takes it)."""
+        given = keyword(trainer, "args")
+        if given is not None:
+            return given.value
+        positional = [a for a in trainer.args if a.keyword is None and not a.star]
+        at = TRAINER_ARGS_POSITION.get(trainer_class(self.codemod.names(trainer.func)) or "")
+        return positional[at].value if at is not None and len(positional) > at else None
+
     # -- bindings ---------------------------------------------------------------------------------------
     def bindings(self, name: str, scope: cst.CSTNode) -> tuple[list[Binding], bool]:
         """The bindings of ``name`` in ``scope`` itself, and whether an enclosing scope (or the builtins) binds
@@ -261,14 +270,7 @@ class TrainerFollowUp(OptimizationCodemod):
             return
         target, line = assigned
         model = f"{code_of(target)}.model"
-        done = next(
-            (
-                c
-                for c in self.nodes(cst.Call)
-                if self.calls(c, helper) and c.args and code_of(c.args[0].value) == model
-            ),
-            None,
-        )
+        done = self.follow_up_call(trainer, helper)
         if done is not None:
             self.already(done, f"`{helper}({model})` once the trainer is built")
             return
@@ -276,6 +278,17 @@ class TrainerFollowUp(OptimizationCodemod):
         self.changed(trainer, f"{message}: `{helper}({model})` once the trainer is built ({why})")
         statement = cst.SimpleStatementLine([cst.Expr(call_expr(helper, expr(model)))])
         self.follow_ups.setdefault(line, []).append(statement)
+
+    def follow_up_call(self, trainer: cst.Call, helper: str) -> cst.Call | None:
+        """The ``helper(<target>.model, ...)`` call in the file for ``trainer``, assigned to ``<target>``."""
+        assigned = self.links.assigned_line(trainer)
+        if assigned is None:
+            return None
+        model = f"{code_of(assigned[0])}.model"
+        calls = self.nodes(cst.Call)
+        return next(
+            (c for c in calls if self.calls(c, helper) and c.args and code_of(c.args[0].value) == model), None
+        )
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

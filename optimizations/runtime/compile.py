@@ -66,11 +66,12 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     every model when ``PERFBOT_COMPILE=0``, when torch has no ``nn.Module.compile`` (before 2.2), or when no
     GPU is present (compiling for the CPU costs more start-up than it saves in a short run).
 
-    ``fixed_budget``: the TRL ``SFTConfig`` the model trains with. When its packing is padding-free, every
-    packed batch is padded to one token budget (:func:`fix_token_budget`), and with one shape per step the
-    whole decoder (the module holding the layers) is compiled as one region instead: one guard check and one
-    autograd wrapper a step instead of one per layer. A decoder compiled whole without a fixed shape recompiles
-    for new lengths, so any other config keeps the per-layer compilation.
+    ``fixed_budget``: the TRL ``SFTConfig`` the model trains with, or the ``SFTTrainer`` built with it (whose
+    collator read the config already). When its packing is padding-free, every packed batch is padded to one
+    token budget (:func:`fix_token_budget`), and with one shape per step the whole decoder (the module holding
+    the layers) is compiled as one region instead: one guard check and one autograd wrapper a step instead of
+    one per layer. A decoder compiled whole without a fixed shape recompiles for new lengths, so any other
+    config keeps the per-layer compilation.
 
     ``cuda_graphs``: a decoder compiled whole replays its training forward and backward as CUDA graphs
     (:class:`TrainingGraphs`), and the config's logged loss is no longer filtered (:func:`unfilter_logged_loss`).
@@ -83,11 +84,12 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     if not torch.cuda.is_available():
         return model
     layers = repeated_layers(model)
-    decoder = _holder(model, layers) if fixed_budget is not None else None
-    if decoder is not None and fix_token_budget(fixed_budget):
-        if cuda_graphs and not _switched_off(GRAPHS_SWITCH) and not _graphs_unsafe(model, fixed_budget):
+    config, collator = _config_and_collator(fixed_budget)
+    decoder = _holder(model, layers) if config is not None else None
+    if decoder is not None and fix_token_budget(config, collator):
+        if cuda_graphs and not _switched_off(GRAPHS_SWITCH) and not _graphs_unsafe(model, config):
             decoder.forward = TrainingGraphs(decoder.forward)
-            unfilter_logged_loss(fixed_budget)
+            unfilter_logged_loss(config)
         else:
             decoder.compile()
         return model
@@ -96,11 +98,19 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     return model
 
 
-def fix_token_budget(config: Any) -> bool:
+def _config_and_collator(fixed_budget: Any) -> tuple[Any, Any]:
+    """The config ``fixed_budget`` is, or a built trainer's config (``args``) and the collator it built."""
+    if hasattr(fixed_budget, "args") and hasattr(fixed_budget, "data_collator"):
+        return fixed_budget.args, fixed_budget.data_collator
+    return fixed_budget, None
+
+
+def fix_token_budget(config: Any, collator: Any = None) -> bool:
     """Pad every padding-free packed batch of a TRL ``SFTConfig`` to the same number of tokens: set its
     ``pad_to_multiple_of`` to ``per_device_train_batch_size * max_length`` (the most a batch packs) where
-    it is unset. Each pad token becomes a one-token sequence of its own with label -100: no real token attends
-    to it and the loss, normalised by the real tokens, is unchanged. True when the config has that budget."""
+    it is unset, and that of the ``collator`` a trainer built from it already. Each pad token becomes a
+    one-token sequence of its own with label -100: no real token attends to it and the loss, normalised by the
+    real tokens, is unchanged. True when the config (and the collator) has that budget."""
     strategy = getattr(config, "packing_strategy", None)
     padding_free = getattr(config, "padding_free", False) or (
         getattr(config, "packing", False) and strategy in ("bfd", "bfd_split")
@@ -111,7 +121,10 @@ def fix_token_budget(config: Any) -> bool:
         return False
     if config.pad_to_multiple_of is None:
         config.pad_to_multiple_of = batch * length
-    return config.pad_to_multiple_of == batch * length
+    if collator is not None and getattr(collator, "pad_to_multiple_of", 0) is None:
+        collator.pad_to_multiple_of = config.pad_to_multiple_of
+    padded = collator is None or getattr(collator, "pad_to_multiple_of", None) == batch * length
+    return config.pad_to_multiple_of == batch * length and padded
 
 
 def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
