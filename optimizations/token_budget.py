@@ -203,6 +203,41 @@ def train(name, dataset):
 """,
         ),
         Example(
+            "two_trainers_that_load_their_checkpoints",
+            before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def first(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="a", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+
+
+def second(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="b", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+""",
+            after="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def first(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="a", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+
+
+def second(name, dataset):
+    trainer = SFTTrainer(model=name, args=SFTConfig(output_dir="b", packing=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+""",
+        ),
+        Example(
             "built_trainer_given_its_own_collator_is_refused",
             before="""\
 from trl import SFTTrainer

@@ -280,14 +280,23 @@ class TrainerFollowUp(OptimizationCodemod):
         self.follow_ups.setdefault(line, []).append(statement)
 
     def follow_up_call(self, trainer: cst.Call, helper: str) -> cst.Call | None:
-        """The ``helper(<target>.model, ...)`` call in the file for ``trainer``, assigned to ``<target>``."""
+        """The ``helper(<target>.model, ...)`` call for ``trainer``, assigned to ``<target>``: in its scope, after
+        it."""
         assigned = self.links.assigned_line(trainer)
         if assigned is None:
             return None
-        model = f"{code_of(assigned[0])}.model"
-        calls = self.nodes(cst.Call)
+        model, scope, line = f"{code_of(assigned[0])}.model", self.links.scope(trainer), self.line(trainer)
         return next(
-            (c for c in calls if self.calls(c, helper) and c.args and code_of(c.args[0].value) == model), None
+            (
+                c
+                for c in self.nodes(cst.Call)
+                if self.calls(c, helper)
+                and c.args
+                and code_of(c.args[0].value) == model
+                and self.links.scope(c) is scope
+                and self.line(c) > line
+            ),
+            None,
         )
 
     def leave_SimpleStatementLine(
