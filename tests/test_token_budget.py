@@ -44,21 +44,22 @@ def test_without_a_gpu_the_model_is_left_as_it_was():
     assert settings.pad_to_multiple_of is None  # nothing is compiled, so nothing is padded
 
 
-def test_a_built_trainers_collator_is_padded_to_the_budget_too():
-    """A trainer that loads its checkpoint itself is compiled once built (``compile_repeated_layers(trainer.model,
-    fixed_budget=trainer)``): its collator read the config already, so the budget goes to the collator as well."""
+def words_and_tokenizer():
+    """A word-level tokenizer over 60 words, and 7 texts of 2-9 of them: packed rows of at most 18 tokens."""
     from datasets import Dataset
-    from transformers import Qwen2Config, Qwen2ForCausalLM
     from word_tokenizer import word_tokenizer
-
-    from optimizations.runtime.compile import _config_and_collator
 
     words = [f"w{i}" for i in range(60)]
     tokenizer = word_tokenizer(words)
-    dataset = Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
-    model = Qwen2ForCausalLM(
+    return tokenizer, Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
+
+
+def tiny_qwen2(vocab_size: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM(
         Qwen2Config(
-            vocab_size=len(tokenizer),
+            vocab_size=vocab_size,
             hidden_size=16,
             intermediate_size=32,
             num_hidden_layers=2,
@@ -66,7 +67,11 @@ def test_a_built_trainers_collator_is_padded_to_the_budget_too():
             num_key_value_heads=1,
         )
     )
-    args = trl.SFTConfig(
+
+
+def packed_config():
+    """bfd packing of rows of at most 18 tokens, two rows a batch: no two fill the budget of 40."""
+    return trl.SFTConfig(
         output_dir="unused",
         packing=True,
         packing_strategy="bfd",
@@ -75,6 +80,16 @@ def test_a_built_trainers_collator_is_padded_to_the_budget_too():
         report_to="none",
         use_cpu=True,
     )
+
+
+def test_a_built_trainers_collator_is_padded_to_the_budget_too():
+    """A trainer that loads its checkpoint itself is compiled once built (``compile_repeated_layers(trainer.model,
+    fixed_budget=trainer)``): its collator read the config already, so the budget goes to the collator as well."""
+    from optimizations.runtime.compile import _config_and_collator
+
+    tokenizer, dataset = words_and_tokenizer()
+    model = tiny_qwen2(len(tokenizer))
+    args = packed_config()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     assert next(iter(trainer.get_train_dataloader()))["input_ids"].shape[1] < 40
     config, collator = _config_and_collator(trainer)
@@ -86,40 +101,18 @@ def test_a_built_trainers_collator_is_padded_to_the_budget_too():
 
 
 def test_padding_to_the_budget_keeps_the_loss_and_the_adapter_gradients():
-    from datasets import Dataset
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    from word_tokenizer import word_tokenizer
 
-    words = [f"w{i}" for i in range(60)]
-    tokenizer = word_tokenizer(words)
-    dataset = Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
+    tokenizer, dataset = words_and_tokenizer()
     results = []
     for budget in (False, True):
         torch.manual_seed(0)
-        model = Qwen2ForCausalLM(
-            Qwen2Config(
-                vocab_size=len(tokenizer),
-                hidden_size=16,
-                intermediate_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                num_key_value_heads=1,
-            )
-        )
+        model = tiny_qwen2(len(tokenizer))
         model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
         for name, parameter in model.named_parameters():
             if "lora_B" in name:  # non-zero B, so that the A gradients are not all zero
                 torch.nn.init.normal_(parameter, std=0.1)
-        args = trl.SFTConfig(
-            output_dir="unused",
-            packing=True,
-            packing_strategy="bfd",
-            max_length=20,  # rows of at most 18 tokens: no two fill the budget of 40
-            per_device_train_batch_size=2,
-            report_to="none",
-            use_cpu=True,
-        )
+        args = packed_config()
         if budget:
             assert fix_token_budget(args)
         trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
