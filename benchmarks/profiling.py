@@ -31,7 +31,7 @@ import json
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,28 +296,25 @@ def _too_short(record: Mapping[str, Any], needed: int, what: str) -> str:
     )
 
 
-def host_time_program(
-    command: Sequence[str], out: Path, skip: int, steps: int
-) -> tuple[HostTime, float | None]:
-    """Run the program with the meter and the host sampler (:mod:`benchmarks.host_time`) over ``steps`` steps
-    after ``skip``; write ``host_time.json`` to ``out``. Returns the report and the meter's median step time
-    (ms) over the same run, to compare the sampled host time with."""
+def _sampled_run(
+    command: Sequence[str], skip: int, sampler: Any, on_step: Callable[[int], None]
+) -> tuple[dict[str, Any], int]:
+    """Run the program in-process under the meter, ``sampler`` started before it and stopped after it (also when
+    it raises), ``on_step(n)`` called after its ``n``-th optimizer step. Returns the meter's record (``skip``
+    steps left out) and the steps done."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from benchmarks.launch import build_record, parse_command, run_program
     from benchmarks.metrics import Meter
 
     program = parse_command(command)
-    out.mkdir(parents=True, exist_ok=True)
     meter = Meter()
-    sampler = HostSampler()
     done = 0
 
     def advance(optimizer: Any, args: Any, kwargs: Any) -> None:
         nonlocal done
         done += 1
-        sampler.end_step()
-        sampler.record(skip <= done < skip + steps)
+        on_step(done)
 
     hook = register_optimizer_step_post_hook(advance)
     sampler.start()
@@ -326,14 +323,35 @@ def host_time_program(
     finally:
         hook.remove()
         sampler.stop()
-    record = build_record(meter, skip, status, error, command)
+    return build_record(meter, skip, status, error, command), done
+
+
+def _write_metered(path: Path, report: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """Write ``report`` with the meter's median step and tokens/s beside it; returns that step in ms."""
+    step_s = (record.get("step_time_s") or {}).get("median")
+    metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report | metered, indent=1))
+    return None if step_s is None else step_s * 1000
+
+
+def host_time_program(
+    command: Sequence[str], out: Path, skip: int, steps: int
+) -> tuple[HostTime, float | None]:
+    """Run the program with the meter and the host sampler (:mod:`benchmarks.host_time`) over ``steps`` steps
+    after ``skip``; write ``host_time.json`` to ``out``. Returns the report and the meter's median step time
+    (ms) over the same run, to compare the sampled host time with."""
+    sampler = HostSampler()
+
+    def advance(done: int) -> None:
+        sampler.end_step()
+        sampler.record(skip <= done < skip + steps)
+
+    record, done = _sampled_run(command, skip, sampler, advance)
     if done < skip + steps:
         raise RuntimeError(_too_short(record, skip + steps, "too few steps were sampled"))
     report = sampler.report()
-    step_s = (record.get("step_time_s") or {}).get("median")
-    metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
-    (out / "host_time.json").write_text(json.dumps(report.to_dict() | metered, indent=1))
-    return report, None if step_s is None else step_s * 1000
+    return report, _write_metered(out / "host_time.json", report.to_dict(), record)
 
 
 def utilization_program(
@@ -342,20 +360,9 @@ def utilization_program(
     """Run the program with the meter while ``nvidia-smi`` samples the device's utilisation
     (:mod:`benchmarks.utilization`), summarized over ``steps`` steps after ``skip``; write ``utilization.json``
     to ``out``. Returns the summary and the meter's median step time (ms) over the same run."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    from benchmarks.launch import build_record, parse_command, run_program
-    from benchmarks.metrics import Meter
-
-    program = parse_command(command)
     sampler = UtilizationSampler(cuda_device_id())
-    out.mkdir(parents=True, exist_ok=True)
-    meter = Meter()
-    done = 0
 
-    def advance(optimizer: Any, args: Any, kwargs: Any) -> None:
-        nonlocal done
-        done += 1
+    def advance(done: int) -> None:
         if done == skip:
             sampler.open_window()
         elif done == skip + steps:
@@ -363,22 +370,12 @@ def utilization_program(
 
     if skip == 0:
         sampler.open_window()
-    hook = register_optimizer_step_post_hook(advance)
-    sampler.start()
-    try:
-        status, error, _ = run_program(program, meter)
-    finally:
-        hook.remove()
-        sampler.stop()
-    record = build_record(meter, skip, status, error, command)
+    record, _ = _sampled_run(command, skip, sampler, advance)
     try:
         utilization = sampler.summary()
     except ValueError as problem:
         raise RuntimeError(_too_short(record, skip + steps, str(problem))) from None
-    step_s = (record.get("step_time_s") or {}).get("median")
-    metered = {"meter_step_s": step_s, "meter_tokens_per_s": record.get("tokens_per_s")}
-    (out / "utilization.json").write_text(json.dumps(utilization.to_dict() | metered, indent=1))
-    return utilization, None if step_s is None else step_s * 1000
+    return utilization, _write_metered(out / "utilization.json", utilization.to_dict(), record)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,11 +46,10 @@ def host_time_workload(
 ) -> tuple[HostTime, float | None]:
     """The host time per step of ``workload`` at ``revision`` by source (:mod:`benchmarks.host_time`), over
     ``steps`` steps after its warm-up; returns it and the run's metered step time in ms."""
-    out = _run_profiling(workspace, spec, revision, workload, steps, ["--host-time"], "host_time.json")
-    data = json.loads((out / "host_time.json").read_text())
-    step_s = data.pop("meter_step_s", None)
-    data.pop("meter_tokens_per_s", None)
-    return HostTime.from_dict(data), None if step_s is None else step_s * 1000
+    data, step_ms = _metered_report(
+        workspace, spec, revision, workload, steps, "--host-time", "host_time.json"
+    )
+    return HostTime.from_dict(data), step_ms
 
 
 def utilization_workload(
@@ -58,11 +57,28 @@ def utilization_workload(
 ) -> tuple[Utilization, float | None]:
     """The device's busy share over ``steps`` steps of ``workload`` at ``revision`` after its warm-up, from NVML
     with no profiler in the run (:mod:`benchmarks.utilization`); returns it and the run's metered step in ms."""
-    out = _run_profiling(workspace, spec, revision, workload, steps, ["--utilization"], "utilization.json")
-    data = json.loads((out / "utilization.json").read_text())
+    data, step_ms = _metered_report(
+        workspace, spec, revision, workload, steps, "--utilization", "utilization.json"
+    )
+    return Utilization(**data), step_ms
+
+
+def _metered_report(
+    workspace: Workspace,
+    spec: BenchSpec,
+    revision: str,
+    workload: str | None,
+    steps: int,
+    option: str,
+    written: str,
+) -> tuple[dict[str, Any], float | None]:
+    """Run ``python -m benchmarks.profiling OPTION`` on the workload; the report it wrote to ``written``, without
+    the meter's numbers, and the run's metered step time in ms."""
+    out = _run_profiling(workspace, spec, revision, workload, steps, [option], written)
+    data = json.loads((out / written).read_text())
     step_s = data.pop("meter_step_s", None)
     data.pop("meter_tokens_per_s", None)
-    return Utilization(**data), None if step_s is None else step_s * 1000
+    return data, None if step_s is None else step_s * 1000
 
 
 def _run_profiling(
