@@ -34,7 +34,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value
+from optimizations.program.codemod import code_of, keyword, literal_value
 from optimizations.program.hf import is_argument_parser, trainer_class
 from optimizations.program.recipes import set_by_every_launch
 from optimizations.program.shapes import ProgramShape
@@ -51,8 +51,6 @@ CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
 class _ReplayGraphs(TrainerFollowUp):
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
-        # the calls helper(trainer.model, fixed_budget=trainer) to edit, after their trainers' lines
-        self.built_trainers: set[cst.Call] = set()
         self.checkpointing = next(
             (
                 c
@@ -65,14 +63,11 @@ class _ReplayGraphs(TrainerFollowUp):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if original_node in self.built_trainers:  # helper(trainer.model, ...) after the trainer's line
-            return add_keywords(updated_node, [(KEYWORD, cst.Name("True"))])
+        if (follow_up := self.pending_keywords(original_node, updated_node)) is not None:
+            return follow_up
         if trainer_class(self.names(original_node.func)) is None:
             return updated_node
-        model = self.links.model_argument(original_node)
-        if model is None:
-            return updated_node
-        compiled = model if self.calls(model, HELPER) else self.follow_up_call(original_node, HELPER)
+        compiled = self.helper_call(original_node, HELPER)
         budget = None if compiled is None else keyword(compiled, BUDGET)
         if budget is None:
             return updated_node
@@ -80,8 +75,8 @@ class _ReplayGraphs(TrainerFollowUp):
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
         message = f"{code_of(original_node.func)}(...): the decoder's training steps as CUDA graphs"
-        follows = compiled is not model  # given the built trainer, whose args= is the config
-        arguments = self._checkpointing_arguments(
+        follows = compiled is not self.links.model_argument(original_node)  # given the built trainer
+        arguments = self._checkpointing_arguments(  # a built trainer's config is its args=
             self.links.args_argument(original_node) if follows else budget.value
         )
         checkpointing = self.checkpointing or next(
@@ -105,11 +100,7 @@ class _ReplayGraphs(TrainerFollowUp):
                 f"{verb} from `{chosen.star}{code_of(chosen.value)}`)"
             )
         self.changed(original_node, message)
-        if follows:
-            self.built_trainers.add(compiled)
-            return updated_node
-        compiled = self.links.model_argument(updated_node)
-        return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, cst.Name("True"))]))
+        return self.add_helper_keywords(original_node, updated_node, compiled, [(KEYWORD, cst.Name("True"))])
 
     def _every_launch(self) -> str:
         """Where every launch of this argument-parser script turns activation checkpointing on (its flags or

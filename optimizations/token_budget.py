@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import add_keywords, code_of, keyword, literal_value, star_kwargs
+from optimizations.program.codemod import code_of, keyword, literal_value, star_kwargs
 from optimizations.program.hf import is_training_config, trainer_class
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
@@ -40,20 +40,12 @@ KEYWORD = "fixed_budget"
 
 
 class _FixBudget(TrainerFollowUp):
-    def visit_Module(self, node: cst.Module) -> None:
-        super().visit_Module(node)
-        self.built_trainers: dict[cst.Call, cst.BaseExpression] = {}  # follow-up call -> the trainer's name
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if original_node in self.built_trainers:  # helper(trainer.model) after the trainer's line
-            return add_keywords(updated_node, [(KEYWORD, self.built_trainers.pop(original_node))])
+        if (follow_up := self.pending_keywords(original_node, updated_node)) is not None:
+            return follow_up
         if trainer_class(self.names(original_node.func)) != "SFTTrainer":
             return updated_node
-        model = self.links.model_argument(original_node)
-        if model is None:
-            return updated_node
-        # the helper wraps the model argument, or follows the trainer when the trainer loads a checkpoint itself
-        compiled = model if self.calls(model, HELPER) else self.follow_up_call(original_node, HELPER)
+        compiled = self.helper_call(original_node, HELPER)
         if compiled is None:
             return updated_node
         message = f"{code_of(original_node.func)}(...): one token budget per packed batch, the decoder compiled whole"
@@ -80,7 +72,7 @@ class _FixBudget(TrainerFollowUp):
                 "reach it, and a decoder compiled whole would recompile for each new batch length",
             )
             return updated_node
-        follows = compiled is not model
+        follows = compiled is not self.links.model_argument(original_node)
         if not follows and not isinstance(config, (cst.Name, cst.Attribute)):
             self.refused(
                 original_node,
@@ -92,13 +84,12 @@ class _FixBudget(TrainerFollowUp):
         if self._never_packs(config):
             return updated_node  # no packed batch to pad: not a site
         if follows:  # the built trainer is given: its config, and the collator it built from it
-            trainer = self.links.assigned_line(original_node)[0]
-            self.changed(original_node, f"{message} (the trainer's collator padded once it is built)")
-            self.built_trainers[compiled] = trainer.deep_clone()
-            return updated_node
+            config = self.links.assigned_line(original_node)[0]
+            message += " (the trainer's collator padded once it is built)"
         self.changed(original_node, message)
-        compiled = self.links.model_argument(updated_node)
-        return updated_node.deep_replace(compiled, add_keywords(compiled, [(KEYWORD, config.deep_clone())]))
+        return self.add_helper_keywords(
+            original_node, updated_node, compiled, [(KEYWORD, config.deep_clone())]
+        )
 
     def _never_packs(self, config: cst.BaseExpression) -> bool:
         """``config`` builds (or is a name every binding of which builds) a TRL config that leaves ``packing``

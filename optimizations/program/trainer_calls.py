@@ -23,6 +23,7 @@ from libcst.metadata import ParentNodeProvider
 
 from optimizations.program.codemod import (
     OptimizationCodemod,
+    add_keywords,
     call_expr,
     code_of,
     expr,
@@ -252,6 +253,7 @@ class TrainerFollowUp(OptimizationCodemod):
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
         self.follow_ups: dict[cst.SimpleStatementLine, list[cst.SimpleStatementLine]] = {}
+        self.helper_keywords: dict[cst.Call, list[tuple[str, cst.BaseExpression]]] = {}
 
     def follow_trainer(
         self, trainer: cst.Call, runtime_module: str, helper: str, message: str, why: str
@@ -298,6 +300,36 @@ class TrainerFollowUp(OptimizationCodemod):
             ),
             None,
         )
+
+    def helper_call(self, trainer: cst.Call, helper: str) -> cst.Call | None:
+        """The ``helper`` call that has ``trainer``'s model: the model argument it wraps, or the line after a
+        trainer that loads its checkpoint itself (:meth:`follow_up_call`)."""
+        model = self.links.model_argument(trainer)
+        if model is None:
+            return None
+        return model if self.calls(model, helper) else self.follow_up_call(trainer, helper)
+
+    def add_helper_keywords(
+        self,
+        original: cst.Call,
+        updated: cst.Call,
+        helper_call: cst.Call,
+        keywords: list[tuple[str, cst.BaseExpression]],
+    ) -> cst.Call:
+        """``updated`` (the trainer call) with ``keywords`` added to its :meth:`helper_call`: in place where the
+        helper wraps the model argument, else on the follow-up line when the walk reaches it
+        (:meth:`pending_keywords`)."""
+        if helper_call is not self.links.model_argument(original):
+            self.helper_keywords[helper_call] = keywords
+            return updated
+        wrapped = self.links.model_argument(updated)
+        return updated.deep_replace(wrapped, add_keywords(wrapped, keywords))
+
+    def pending_keywords(self, original: cst.Call, updated: cst.Call) -> cst.Call | None:
+        """``updated`` with the keywords :meth:`add_helper_keywords` left for this follow-up call, if any.
+        Subclasses' ``leave_Call`` returns it first."""
+        keywords = self.helper_keywords.pop(original, None)
+        return None if keywords is None else add_keywords(updated, keywords)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
