@@ -34,7 +34,7 @@ from scipy import stats as scipy_stats
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
-from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN, cv
+from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
@@ -42,7 +42,7 @@ from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
 from bot.errors import BadInput
 from bot.formatting import duration, percent
 from bot.history import describe_commits
-from bot.measurements import measurement, runs_of
+from bot.measurements import measurement
 from bot.workspace import Workspace
 
 DETECTION = 0.95
@@ -173,7 +173,8 @@ def _plant(repo: git.Repo, slowdowns: list[float]) -> list[str]:
 
 def _judge(results: Results) -> dict[str, Any]:
     """A trial's verdicts of the no-op (the second commit) and the plants (those after it) against the baseline,
-    per workload, with the intervals, the rounds and why they stopped, and how long the trial took."""
+    per workload, with the intervals, the baseline's run-to-run CV, the rounds and why they stopped, and how long
+    the trial took."""
     seconds = (
         datetime.fromisoformat(results.finished_at) - datetime.fromisoformat(results.started_at)
     ).total_seconds()
@@ -183,13 +184,12 @@ def _judge(results: Results) -> dict[str, Any]:
         "workloads": {},
     }
     for workload, stop in results.stopping.items():
-        effects = []
-        for info in results.commits[1:]:
-            measured = measurement(results, workload, info.sha)
-            effects.append(measured.cumulative if measured else None)
+        baseline, *others = (measurement(results, workload, info.sha) for info in results.commits)
+        effects = [measured.cumulative if measured else None for measured in others]
         planted = [_planted_slowdown(results, info.sha) for info in results.commits[2:]]
         judged["workloads"][workload] = {
-            "baseline_cv": _baseline_cv(results, workload),
+            # the baseline's run-to-run CV, as the bench summarized its runs: what the intervals narrow from
+            "baseline_cv": baseline.cv if baseline else None,
             "rounds": stop.get("rounds"),
             "stopped": stop.get("reason"),
             "budget_s": stop.get("budget_s"),
@@ -197,17 +197,6 @@ def _judge(results: Results) -> dict[str, Any]:
             "planted": [_effect(e) | {"slowdown": s} for e, s in zip(effects[1:], planted, strict=True)],
         }
     return judged
-
-
-def _baseline_cv(results: Results, workload: str) -> float | None:
-    """The run-to-run CV of the baseline's measured runs of ``workload``: the spread that bounds the intervals."""
-    primary = results.workloads[workload]["primary"]
-    values = [
-        run.metrics[primary]
-        for run in runs_of(results, workload, results.commits[0].sha)
-        if run.metrics and run.metrics.get(primary)
-    ]
-    return cv(values)
 
 
 def _planted_slowdown(results: Results, sha: str) -> float | None:
