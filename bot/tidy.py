@@ -9,11 +9,12 @@ tools would, without touching what the bot did not write:
 * a file perfbot wrote whole (new, or a vendored ``_perfbot_*`` helper) gets the target's safe ruff fixes,
   ``ruff format``, and its comments, docstrings and strings fitted under the line limits ruff reports
   (:mod:`bot.rewrap`);
-* an edited file gets its imports sorted only when they were sorted before (else the sort would reorder imports
-  the commit does not name), and is formatted only when it was format-clean before;
-* in an edited file whose imports were not all sorted, and in any target that configures none of these tools
-  (ruff's default rules sort imports too), only the import blocks the bot added a line to, and that were
-  sorted before, are sorted, each by ruff's own fix for it.
+* an edited file gets sorted only the import blocks the bot added a line to and that were sorted before, each by
+  ruff's own fix for it (sorting another block would reorder imports the commit does not name), and is
+  formatted only when it was format-clean before.
+
+A target that configures none of these tools gets only that import sort, under ruff's defaults, which sort
+imports too (and which ``bot review`` lints it with).
 """
 
 from __future__ import annotations
@@ -144,12 +145,6 @@ def was_format_clean(root: Path, path: str, original: str, settings: tuple[str, 
     return _ruff(root, *args, stdin=original).returncode == 0
 
 
-def were_imports_sorted(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> bool:
-    """Whether ``original`` (the file before the change) had its imports sorted (ruff's ``I001``)."""
-    args = ("check", *settings, "--select", "I001", "--quiet", "--stdin-filename", path, "-")
-    return _ruff(root, *args, stdin=original).returncode == 0
-
-
 def line_limits(root: Path, path: str, settings: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
     """The limits the target's ruff holds ``path`` to, as its diagnostics name them: ``E501``'s line length
     and ``W505``'s doc length; None for one it does not report."""
@@ -236,22 +231,14 @@ def tidy(root: Path, originals: dict[str, str | None]) -> None:
     ``originals`` maps each changed path to its text before the change (``None`` for a new file).
     """
     found = style_settings(root)
+    settings = tuple(found or ())
     python = [p for p in originals if p.endswith(".py")]
     ours = [p for p in python if originals[p] is None or Path(p).name.startswith(VENDORED_PREFIX)]
     edited = [p for p in python if p not in ours]
-    if (
-        found is None
-    ):  # no style configured: only the blocks the bot added imports to, as ruff's defaults sort
-        for path in edited:
-            sort_added_import_blocks(root, path, originals[path])
-        return
-    settings = tuple(found)
-    sortable = [p for p in edited if were_imports_sorted(root, p, originals[p], settings)]
-    if sortable:
-        _ruff(root, "check", *settings, "--fix", "--select", "I001", "--quiet", *sortable)
     for path in edited:
-        if path not in sortable:
-            sort_added_import_blocks(root, path, originals[path], settings)
+        sort_added_import_blocks(root, path, originals[path], settings)
+    if found is None:
+        return
     if ours:  # the target's own rule set where it configures ruff, else only the import order
         rules = () if uses_ruff(root) else ("--select", "I001")
         _ruff(root, "check", *settings, "--fix", *rules, "--quiet", *ours)
