@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import IO, Any
 
+from benchmarks.stats import median
+
 # One line per sample: "2026/11/27 08:15:19.231, 86" (local time, percent).
 QUERY = ("--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits")
 TIMESTAMP = "%Y/%m/%d %H:%M:%S.%f"
@@ -57,11 +59,9 @@ def summarize(samples: Iterable[tuple[datetime, float]], start: datetime, end: d
             f"no utilisation sample between {start:%H:%M:%S.%f} and {end:%H:%M:%S.%f}: "
             "give the window more steps (the driver samples every 1/6 s to 1 s)"
         )
-    middle = len(inside) // 2
-    median = inside[middle] if len(inside) % 2 else (inside[middle - 1] + inside[middle]) / 2
     return Utilization(
         samples=len(inside),
-        median_percent=median,
+        median_percent=median(inside),
         mean_percent=sum(inside) / len(inside),
         min_percent=inside[0],
         max_percent=inside[-1],
