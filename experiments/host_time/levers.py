@@ -40,6 +40,11 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   compiled or recorded there (``flat-graphs`` crashed DPO's no-grad reference pass in Dynamo's grad-mode check);
 - ``cublas``: ``torch.backends.cuda.preferred_blas_library("cublas")``: matmuls through cuBLAS rather than
   cuBLASLt, whose per-call heuristic query costs host time.
+- ``cpp-wrapper``: inductor's C++ wrapper (``torch._inductor.config.cpp_wrapper = True``): every compiled
+  graph launches its kernels from generated C++ instead of generated Python, the same kernels with less host
+  time per launch (a C++ compilation per graph at start-up);
+- ``sdpa``: attention through SDPA instead of the picker's choice (``PERFBOT_ATTENTION=sdpa``): no block
+  mask built per batch, as FlexAttention builds one.
 
 ``PERFBOT_WORKLOAD=dpo`` runs ``train_dpo.py`` instead of ``train_sft.py`` (the SFT config levers do not apply).
 """
@@ -65,6 +70,8 @@ LEVERS = {
     "flat-graphs",
     "train-graphs-only",
     "cublas",
+    "cpp-wrapper",
+    "sdpa",
 }
 
 
@@ -152,6 +159,12 @@ def main() -> None:
         import torch
 
         torch.backends.cuda.preferred_blas_library("cublas")
+    if "cpp-wrapper" in levers:
+        import torch._inductor.config
+
+        torch._inductor.config.cpp_wrapper = True
+    if "sdpa" in levers:
+        os.environ["PERFBOT_ATTENTION"] = "sdpa"
     run_script(f"train_{os.environ.get('PERFBOT_WORKLOAD', 'sft')}.py")
 
 
