@@ -10,7 +10,10 @@ Ampere-or-newer GPU).
 
 TF32 keeps float32's range with a 10-bit mantissa in the products: a numerics change, so losses move in
 the last digits. Where the file already turns TF32 on (any API, or a config's ``tf32=`` that may be true) the
-site is reported as already done; a file that switches it off is refused.
+site is reported as already done; a file that switches it off is refused. A loss that back-propagates chunk by
+chunk in its ``__call__`` is no site (see :mod:`optimizations.program.training_loops`): flags set there would be
+set again every step, over whatever the program set in between (torchtitan turns TF32 off for its
+batch-invariant mode).
 """
 
 from __future__ import annotations
@@ -279,6 +282,47 @@ def train(model, loader, optimizer):
     for batch in loader:
         model(batch).backward()
         optimizer.step()
+""",
+        ),
+        Example(
+            "chunked_loss_back_propagating_per_call",
+            before="""\
+import torch
+
+
+class ChunkedLoss:
+    def __call__(self, hidden, head, labels):
+        total = 0.0
+        for h, y in zip(hidden.chunk(4), labels.chunk(4)):
+            loss = torch.nn.functional.cross_entropy(head(h), y)
+            loss.backward(retain_graph=True)
+            total += loss.detach()
+        return total
+""",
+        ),
+        Example(
+            "trainer_class_call_steps",
+            before="""\
+import torch
+
+
+class Trainer:
+    def __call__(self, model, loader, optimizer):
+        for batch in loader:
+            model(batch).backward()
+            optimizer.step()
+""",
+            after="""\
+import torch
+from _perfbot_gpu_flags import enable_tf32
+
+
+class Trainer:
+    def __call__(self, model, loader, optimizer):
+        enable_tf32()
+        for batch in loader:
+            model(batch).backward()
+            optimizer.step()
 """,
         ),
         Example(

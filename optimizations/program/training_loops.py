@@ -2,7 +2,9 @@
 AdamW, TF32) see them, and :class:`PlannedCodemod`, the codemod base they share.
 
 A *training loop* is the innermost ``for``/``while`` loop whose own body (outside nested functions, classes
-and loops) calls ``.backward()``. Its *loss names* are the names ``.backward()`` is called on
+and loops) calls ``.backward()``. To the transforms, a loop in a class's ``forward`` or ``__call__`` that steps
+no optimizer there is not one: it is part of one step's computation, run once per call (a loss that
+back-propagates chunk by chunk, as torchtitan's chunked cross-entropy does). Its *loss names* are the names ``.backward()`` is called on
 (``loss.backward()``, ``(loss / accumulation).backward()``, ``scaler.scale(loss).backward()``), or the one a
 framework's backward is given (``accelerator.backward(loss)``). A *logging
 block* is the body of an ``if`` in the loop that prints or logs: a host read there costs one sync per logged
@@ -39,6 +41,8 @@ from optimizations.program.reachability import program_of
 from optimizations.program.repository import ParsedFile, RepoContext
 
 LOOPS = (cst.For, cst.While)
+# Methods a class runs once per call: a module's forward, a loss object's __call__.
+PER_CALL_METHODS = ("forward", "__call__")
 # The method a training loop calls: a file without this word has no training loop.
 BACKWARD = "backward"
 LOG_METHODS = frozenset(
@@ -244,8 +248,23 @@ class PlannedCodemod(OptimizationCodemod):
 
     # -- planning helpers ---------------------------------------------------------------------------------
     def training_loops(self) -> list[cst.For | cst.While]:
-        """:func:`training_loops` of the module that the program runs, from the file's shared node index."""
-        return [loop for loop in training_loops(self.parsed) if self.runs(loop)]
+        """:func:`training_loops` of the module that the program runs, from the file's shared node index,
+        less those that are one step's computation (:meth:`computes_per_call`)."""
+        return [
+            loop
+            for loop in training_loops(self.parsed)
+            if self.runs(loop) and not self.computes_per_call(loop)
+        ]
+
+    def computes_per_call(self, loop: cst.For | cst.While) -> bool:
+        """``loop`` is in a class's ``forward`` or ``__call__``, which steps no optimizer (no ``.step()``)."""
+        owner = self.enclosing_body(loop)
+        return (
+            isinstance(owner, cst.FunctionDef)
+            and owner.name.value in PER_CALL_METHODS
+            and any(isinstance(ancestor, cst.ClassDef) for ancestor in self.ancestors(owner))
+            and not any(is_method_call(node, "step") for node in walk(owner.body, NESTED_SCOPES))
+        )
 
     def runs(self, node: cst.CSTNode) -> bool:
         """Whether the program's entry points reach ``node``: its file, and the top-level function or class
