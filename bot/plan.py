@@ -228,6 +228,7 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
     heading_tier: int | None = None
     document_tier: int | None = None
     list_depth = 0
+    already_done = 0  # the entries of a drafted plan's "Already done" list
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -256,6 +257,8 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
                         sum(1 for x in items if x.tier == heading_tier) + 1,
                     )
                 )
+            elif entry and "already done" in lowered:
+                already_done += 1
             context = caption or context
             if heading_tier is not None and list_depth == 1:
                 i = end  # nested items were folded into this one
@@ -283,6 +286,10 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
 
     if not any(item.auto_apply and not item.follow_on for item in items):
         where = f" in {source}" if source else ""
+        if already_done and not items:
+            raise PlanError(
+                f"the plan{where} has no items to apply: the {already_done} sites it lists are done"
+            )
         raise PlanError(f"no plan found{where}: {EXPECTED_SHAPE}")
     criteria = [replace(c, tier=document_tier) for c in criteria]
     return Plan(title=title, items=items, criteria=criteria, source=source)

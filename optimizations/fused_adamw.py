@@ -15,6 +15,12 @@ parameters move in place; on older torch the check keeps the default implementat
 built once, and gradient clipping over ``model.parameters()`` reuses it instead of walking the module tree
 every step. The fused kernel rounds differently from the foreach one: losses agree closely but not bit for bit.
 
+The same optimizer built from a YAML config by class name (torchtune's ``optimizer: {_component_:
+torch.optim.AdamW, ...}``, Hydra's ``_target_``), in a repository whose Python code instantiates components,
+gets ``fused: True`` in that mapping (:meth:`FusedAdamW.config_sites`): already where it is true; refused where it
+is false, beside ``foreach`` or ``differentiable``, in an inline mapping, or where the document asks for tensor
+parallelism (torchtune's distributed recipe rejects fused AdamW with it).
+
 Already done: ``fused=`` given and possibly true, also through a ``**kwargs`` dict built in the same function or
 module (``extra_args = dict(fused=True) if use_fused else dict()``). A splat whose keys can be read and hold no
 ``fused=`` gets the keyword beside it. Refused: ``fused=False``, ``foreach=`` or ``differentiable=`` set (torch
@@ -37,8 +43,16 @@ from optimizations.program.codemod import (
     qualified_under,
     star_kwargs,
 )
+from optimizations.program.components import (
+    Component,
+    add_keyword,
+    components,
+    config_files,
+    instantiates_components,
+)
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.program.values import dict_items, outcomes
@@ -48,6 +62,9 @@ RUNTIME_MODULE = "gpu_flags"
 CHECK = "fused_optimizer_supported"
 OPTIMIZERS = ("Adam", "AdamW")
 CLIPPING = ("clip_grad_norm_", "clip_grad_value_")
+# The optimizer classes a YAML config names, and the settings torch rejects beside ``fused``.
+CONFIG_CLASSES = tuple(f"torch.optim.{name}" for name in OPTIMIZERS)
+NOT_WITH_FUSED = ("foreach", "differentiable")
 INLINE_SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -241,6 +258,24 @@ class _Fuse(PlannedCodemod):
                 self.replacements[node.args[0]] = lambda updated: updated.with_changes(value=cst.Name(name))
 
 
+def _refusal(component: Component) -> str | None:
+    """Why ``fused: True`` cannot go into ``component``'s mapping, if it cannot."""
+    if "fused" in component.keywords:
+        value = component.keywords["fused"]
+        return f"fused is set to `{value}` at line {component.lines['fused']}"
+    given = [key for key in NOT_WITH_FUSED if key in component.keywords]
+    if given:
+        return f"`{given[0]}` is set at line {component.lines[given[0]]}; torch rejects it with fused"
+    if component.flow:
+        return "the mapping is written inline; add `fused: True` to it by hand"
+    parallel = component.settings.get("tensor_parallel_dim")
+    if isinstance(parallel, int) and parallel > 1:
+        return (
+            f"tensor_parallel_dim is {parallel}: torchtune's distributed recipe rejects fused AdamW with it"
+        )
+    return None
+
+
 def _where(code: str, path: str, line: int) -> str:
     shown = code if len(code) <= 60 else f"{code[:57]}..."
     return f"`{shown}` at {path}:{line}"
@@ -263,6 +298,30 @@ class FusedAdamW(Optimization):
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
     needs = OPTIMIZERS
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where
+        its Python code instantiates components; none otherwise."""
+        if not instantiates_components(ctx):
+            return []
+        sites: list[Site] = []
+        for path in config_files(ctx):
+            text = original = ctx.read(path)
+            for component in reversed(components(path, text, CONFIG_CLASSES)):
+                message = f"`{component.cls}` built from the config: fused: True"
+                reason = _refusal(component)
+                if component.keywords.get("fused") is True:
+                    sites.append(
+                        Site(path, component.lines["fused"], self.id, "fused: True", False, already=True)
+                    )
+                elif reason is not None:
+                    sites.append(Site(path, component.line, self.id, message, False, reason))
+                else:
+                    text = add_keyword(text, component, "fused", "True")
+                    sites.append(Site(path, component.line + 1, self.id, message))
+            if text != original:
+                ctx.edit(path, text)
+        return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
         Example(

@@ -219,6 +219,7 @@ class Optimization:
                         files[path] = result.source
                 if on_step is not None:
                     on_step(done, len(paths), path)
+        sites.extend(self.config_sites(ctx))
         for path, text in ctx.edits.items():
             if text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
@@ -227,6 +228,11 @@ class Optimization:
                 if not (root / target).exists() or (root / target).read_text(encoding="utf-8") != text:
                     files[target] = text
         return Change(self.id, files, sites)
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """Sites in the repository's config files that no Python file's transform reaches (an optimizer a YAML
+        config builds by class name), their edits recorded with ``ctx.edit``; none unless overridden."""
+        return []
 
     def find(
         self,

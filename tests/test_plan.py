@@ -8,6 +8,7 @@ import pytest
 from git_repos import make_repo
 
 from bot.plan import PlanError, clean, parse_criteria, parse_plan
+from bot.render import render
 from bot.scan import render_plan, scan
 from optimizations.registry import registry
 
@@ -101,6 +102,17 @@ def test_hidden_html_comments_and_invisible_characters_are_ignored():
 def test_body_without_a_plan_is_a_clear_error(body):
     with pytest.raises(PlanError, match="no plan found in issue 7: expected a markdown table"):
         parse_plan(body, registry().values(), "issue 7")
+
+
+def test_a_drafted_plan_that_lists_only_what_is_done_says_so():
+    already = [{"location": f"train.py:{line}", "what": "TF32 on", "optimization": "tf32"} for line in (3, 9)]
+    drafted = render(
+        "plan.md.j2", repo="r", tiers={}, opt_in=[], opt_in_tier=3, in_bf16=False, flagged=[], already=already
+    )
+    with pytest.raises(
+        PlanError, match="the plan in r-plan.md has no items to apply: the 2 sites it lists are done"
+    ):
+        parse_plan(drafted, registry().values(), "r-plan.md")
 
 
 def test_criteria_parsing():

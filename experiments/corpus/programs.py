@@ -57,9 +57,10 @@ PROGRAMS: tuple[Program, ...] = (
                 "already", TORCHTUNE_CONFIGS, "`dtype: bf16`: parameters and activations already bf16"
             ),
             "fused_adamw": Expect(
-                "change",
+                "already",
                 ("configs/llama3_2/*lora*.yaml",),
-                "`optimizer: _component_: torch.optim.AdamW` in the LoRA YAMLs: add `fused: True`",
+                "`optimizer: _component_: torch.optim.AdamW` with `fused: True` in every LoRA YAML (corrected "
+                "2026-11-27: the first reading said it was missing)",
             ),
         },
     ),

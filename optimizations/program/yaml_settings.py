@@ -40,7 +40,7 @@ class YamlSetting:
 
 
 @functools.lru_cache(maxsize=256)
-def _documents(text: str) -> tuple[yaml.Node, ...] | None:
+def composed_documents(text: str) -> tuple[yaml.Node, ...] | None:
     """The YAML documents of ``text`` as composed nodes (read, never changed), once per text; ``None`` when the
     text is not plain YAML."""
     try:
@@ -51,7 +51,7 @@ def _documents(text: str) -> tuple[yaml.Node, ...] | None:
 
 def settings(path: str, text: str, key: str) -> list[YamlSetting]:
     """Every scalar ``key:`` in any mapping of the file's documents; none when the file is not plain YAML."""
-    documents = _documents(text) if key in text else None
+    documents = composed_documents(text) if key in text else None
     if documents is None:
         return []
     found: list[YamlSetting] = []
@@ -63,7 +63,7 @@ def settings(path: str, text: str, key: str) -> list[YamlSetting]:
         if not isinstance(node, yaml.MappingNode):
             continue
         siblings = {
-            k.value: _scalar(v)
+            k.value: scalar_value(v)
             for k, v in node.value
             if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
         }
@@ -76,7 +76,7 @@ def settings(path: str, text: str, key: str) -> list[YamlSetting]:
                         path,
                         value.start_mark.line + 1,
                         key,
-                        _scalar(value),
+                        scalar_value(value),
                         text[start:end],
                         start,
                         end,
@@ -86,7 +86,7 @@ def settings(path: str, text: str, key: str) -> list[YamlSetting]:
     return sorted(found, key=lambda s: s.start)
 
 
-def _scalar(node: yaml.ScalarNode) -> object:
+def scalar_value(node: yaml.ScalarNode) -> object:
     """The Python value PyYAML's safe loader gives a scalar node."""
     return yaml.SafeLoader("").construct_object(node, deep=True)
 

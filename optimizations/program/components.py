@@ -1,0 +1,113 @@
+"""Objects a YAML config builds by class name: torchtune's ``_component_`` and Hydra's ``_target_`` mappings.
+
+A recipe such as torchtune's ``optimizer: {_component_: torch.optim.AdamW, lr: 3e-4}`` is read by
+``config.instantiate(cfg.optimizer, params)``, which calls the class with the mapping's other keys as keyword
+arguments: the mapping is the call, written in the config. This module finds those mappings with PyYAML's
+composed nodes (which know where each starts in the text) and adds a keyword to one without disturbing the rest
+of the file, as :mod:`optimizations.program.yaml_settings` does for single settings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from optimizations.program.repository import RepoContext, same_file
+from optimizations.program.yaml_settings import composed_documents, scalar_value
+
+# The keys that name the class a mapping builds: torchtune's, then Hydra's.
+CLASS_KEYS = ("_component_", "_target_")
+# A call of an instantiating function in Python source: ``config.instantiate(...)``, ``instantiate(...)``.
+INSTANTIATE = re.compile(r"\binstantiate\s*\(")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One mapping of a YAML file that builds ``cls``: its keyword values and lines, and where a key goes."""
+
+    path: str
+    line: int  # the class key's line
+    cls: str
+    keywords: dict[str, object]  # the mapping's other scalar keys -> their values
+    settings: dict[str, object]  # the scalar keys of the document's top-level mapping -> their values
+    lines: dict[str, int]  # the same keys -> their lines
+    indent: int  # the column of the mapping's keys
+    after_class: int  # the index just past the class key's line: where a new key line is inserted
+    flow: bool  # written inline (``{_component_: ..., lr: 1}``): no key line can be added
+
+
+def components(path: str, text: str, classes: tuple[str, ...]) -> list[Component]:
+    """Every block or flow mapping of the file that builds one of ``classes``; none when the file is not
+    plain YAML or never names them."""
+    documents = composed_documents(text) if any(cls in text for cls in classes) else None
+    if documents is None:
+        return []
+    found: list[Component] = []
+    pending = [(d, _scalars(d)) for d in documents if d is not None]
+    while pending:
+        node, settings = pending.pop()
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend((item, settings) for item in node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        pending.extend((value, settings) for _, value in node.value)
+        scalars = _scalar_pairs(node)
+        named = next(((k, v) for k, v in scalars if k.value in CLASS_KEYS and v.value in classes), None)
+        if named is None:
+            continue
+        key, value = named
+        newline = text.find("\n", value.end_mark.index)
+        found.append(
+            Component(
+                path=path,
+                line=key.start_mark.line + 1,
+                cls=value.value,
+                keywords={k.value: scalar_value(v) for k, v in scalars if k is not key},
+                settings=settings,
+                lines={k.value: k.start_mark.line + 1 for k, v in scalars if k is not key},
+                indent=key.start_mark.column,
+                after_class=len(text) if newline < 0 else newline + 1,
+                flow=node.flow_style,
+            )
+        )
+    return sorted(found, key=lambda c: c.after_class)
+
+
+def _scalar_pairs(node: yaml.MappingNode) -> list[tuple[yaml.ScalarNode, yaml.ScalarNode]]:
+    return [
+        (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+    ]
+
+
+def _scalars(node: yaml.Node) -> dict[str, object]:
+    """A mapping's scalar keys and their values; ``{}`` for anything else."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: scalar_value(v) for k, v in _scalar_pairs(node)}
+
+
+def add_keyword(text: str, component: Component, key: str, value: str) -> str | None:
+    """The file with ``key: value`` added to ``component``'s mapping on the line after its class key, at the
+    mapping's indentation; ``None`` for a flow mapping, which has no line of its own for a key."""
+    if component.flow:
+        return None
+    head = text[: component.after_class]
+    if not head.endswith("\n"):
+        head += "\n"
+    return f"{head}{' ' * component.indent}{key}: {value}\n{text[component.after_class :]}"
+
+
+def instantiates_components(ctx: RepoContext) -> bool:
+    """Whether any Python file of the repository calls an ``instantiate`` function: the program builds what its
+    configs name (torchtune's ``config.instantiate``, Hydra's ``hydra.utils.instantiate``). A plan's focus does
+    not narrow this: a config the plan names is read by code the plan need not name."""
+    whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
+    return any(INSTANTIATE.search(ctx.read(path)) for path in whole.python_files())
+
+
+def config_files(ctx: RepoContext) -> list[str]:
+    """The repository's YAML files in scope; those a plan's focus names, when it names any."""
+    found = ctx.files("*.yaml", "*.yml")
+    return [path for path in found if any(same_file(path, hint) for hint in ctx.focus)] or found

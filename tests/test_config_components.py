@@ -1,0 +1,97 @@
+"""Optimizers a YAML config builds by class name (torchtune's ``_component_``, Hydra's ``_target_``): found,
+given ``fused: True`` in place, or reported as already fused or refused, through ``fused_adamw``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from optimizations.program.components import add_keyword, components
+from optimizations.registry import get
+from tests.git_repos import make_repo
+
+ADAMW = ("torch.optim.AdamW",)
+RECIPE = """\
+# LoRA recipe
+model:
+  _component_: torchtune.models.llama3_2.lora_llama3_2_1b
+  lora_rank: 64
+optimizer:
+  _component_: torch.optim.AdamW  # the paper's optimizer
+  weight_decay: 0.01
+  lr: 3e-4
+lr_scheduler:
+  _component_: torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup
+"""
+TRAINER = """\
+from torchtune import config
+
+
+def setup(cfg, model):
+    return config.instantiate(cfg.optimizer, model.parameters())
+"""
+
+
+def test_components_finds_the_mapping_that_builds_the_class_with_its_keywords_and_lines():
+    [found] = components("r.yaml", RECIPE, ADAMW)
+    assert (found.line, found.cls, found.indent, found.flow) == (6, "torch.optim.AdamW", 2, False)
+    assert found.keywords == {"weight_decay": 0.01, "lr": "3e-4"}
+    assert found.lines == {"weight_decay": 7, "lr": 8}
+    hydra = "optim:\n  _target_: torch.optim.AdamW\n  lr: 0.1\ntensor_parallel_dim: 2\n"
+    [target] = components("h.yaml", hydra, ADAMW)
+    assert target.cls == "torch.optim.AdamW" and target.settings["tensor_parallel_dim"] == 2
+    assert components("r.yaml", RECIPE, ("torch.optim.SGD",)) == []
+    assert components("r.yaml", "optimizer: {_component_: torch.optim.AdamW\n", ADAMW) == []  # not YAML
+
+
+def test_add_keyword_puts_one_line_after_the_class_key_and_keeps_the_rest():
+    [found] = components("r.yaml", RECIPE, ADAMW)
+    edited = add_keyword(RECIPE, found, "fused", "True")
+    assert edited == RECIPE.replace(
+        "  _component_: torch.optim.AdamW  # the paper's optimizer\n",
+        "  _component_: torch.optim.AdamW  # the paper's optimizer\n  fused: True\n",
+    )
+    assert yaml.safe_load(edited)["optimizer"]["fused"] is True
+    last = "optimizer:\n  _component_: torch.optim.AdamW"  # no newline at the end of the file
+    assert (
+        add_keyword(last, components("r.yaml", last, ADAMW)[0], "fused", "True") == last + "\n  fused: True\n"
+    )
+    inline = "optimizer: {_component_: torch.optim.AdamW, lr: 0.1}\n"
+    [flow] = components("r.yaml", inline, ADAMW)
+    assert flow.flow and add_keyword(inline, flow, "fused", "True") is None
+
+
+def test_fused_adamw_fuses_what_the_configs_build_and_reports_the_rest(tmp_path: Path):
+    configs = {
+        "configs/lora.yaml": RECIPE,
+        "configs/fused.yaml": "optimizer:\n  _component_: torch.optim.AdamW\n  fused: True\n",
+        "configs/off.yaml": "optimizer:\n  _component_: torch.optim.Adam\n  fused: false  # CPU offload\n",
+        "configs/foreach.yaml": "optimizer:\n  _component_: torch.optim.AdamW\n  foreach: True\n",
+        "configs/parallel.yaml": "tensor_parallel_dim: 2\noptimizer:\n  _component_: torch.optim.AdamW\n",
+        "configs/inline.yaml": "optimizer: {_component_: torch.optim.AdamW, lr: 0.1}\n",
+        "configs/paged.yaml": "optimizer:\n  _component_: bitsandbytes.optim.PagedAdamW8bit\n",
+    }
+    make_repo(tmp_path, {"recipe.py": TRAINER, **configs})
+    change = get("fused_adamw").dry_run(tmp_path)
+    rows = {(s.path, s.line): (s.applicable, s.already, s.reason) for s in change.sites}
+    assert rows[("configs/lora.yaml", 7)] == (True, False, "")
+    assert rows[("configs/fused.yaml", 3)] == (False, True, "")
+    assert "fused is set to `False` at line 3" in rows[("configs/off.yaml", 2)][2]
+    assert "`foreach` is set at line 3" in rows[("configs/foreach.yaml", 2)][2]
+    assert "tensor_parallel_dim is 2" in rows[("configs/parallel.yaml", 3)][2]
+    assert "inline" in rows[("configs/inline.yaml", 1)][2]
+    assert len(rows) == 6  # nothing for the 8-bit optimizer of another package
+    assert set(change.files) == {"configs/lora.yaml"}
+    assert yaml.safe_load(change.files["configs/lora.yaml"])["optimizer"]["fused"] is True
+
+    change.write(tmp_path)
+    again = get("fused_adamw").dry_run(tmp_path)
+    assert not again.files
+    assert ("configs/lora.yaml", 7) in {(s.path, s.line) for s in again.sites if s.already}
+
+
+def test_configs_no_python_file_instantiates_are_left_alone(tmp_path: Path):
+    make_repo(tmp_path, {"train.py": "print('configs are only read')\n", "configs/lora.yaml": RECIPE})
+    change = get("fused_adamw").dry_run(tmp_path)
+    assert change.sites == [] and change.files == {}
