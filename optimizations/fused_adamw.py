@@ -308,13 +308,14 @@ class FusedAdamW(Optimization):
         for path in config_files(ctx):
             text = original = ctx.read(path)
             for component in reversed(components(path, text, CONFIG_CLASSES)):
-                message = f"`{component.cls}` built from the config: fused: True"
-                reason = _refusal(component)
                 if component.keywords.get("fused") is True:
                     sites.append(
                         Site(path, component.lines["fused"], self.id, "fused: True", False, already=True)
                     )
-                elif reason is not None:
+                    continue
+                message = f"`{component.cls}` built from the config: fused: True"
+                reason = _refusal(component)
+                if reason is not None:
                     sites.append(Site(path, component.line, self.id, message, False, reason))
                 else:
                     text = add_keyword(text, component, "fused", "True")

@@ -95,3 +95,11 @@ def test_configs_no_python_file_instantiates_are_left_alone(tmp_path: Path):
     make_repo(tmp_path, {"train.py": "print('configs are only read')\n", "configs/lora.yaml": RECIPE})
     change = get("fused_adamw").dry_run(tmp_path)
     assert change.sites == [] and change.files == {}
+
+
+def test_a_plan_naming_one_config_fuses_that_config_only(tmp_path: Path):
+    other = "optimizer:\n  _component_: torch.optim.AdamW\n"
+    make_repo(tmp_path, {"recipe.py": TRAINER, "configs/lora.yaml": RECIPE, "configs/other.yaml": other})
+    change = get("fused_adamw").dry_run(tmp_path, focus=("configs/lora.yaml",))
+    assert [(s.path, s.line, s.applicable) for s in change.sites] == [("configs/lora.yaml", 7, True)]
+    assert set(change.files) == {"configs/lora.yaml"}

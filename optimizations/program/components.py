@@ -31,8 +31,8 @@ class Component:
     line: int  # the class key's line
     cls: str
     keywords: dict[str, object]  # the mapping's other scalar keys -> their values
-    settings: dict[str, object]  # the scalar keys of the document's top-level mapping -> their values
     lines: dict[str, int]  # the same keys -> their lines
+    settings: dict[str, object]  # the scalar keys of the document's top-level mapping -> their values
     indent: int  # the column of the mapping's keys
     after_class: int  # the index just past the class key's line: where a new key line is inserted
     flow: bool  # written inline (``{_component_: ..., lr: 1}``): no key line can be added
@@ -65,8 +65,8 @@ def components(path: str, text: str, classes: tuple[str, ...]) -> list[Component
                 line=key.start_mark.line + 1,
                 cls=value.value,
                 keywords={k.value: scalar_value(v) for k, v in scalars if k is not key},
-                settings=settings,
                 lines={k.value: k.start_mark.line + 1 for k, v in scalars if k is not key},
+                settings=settings,
                 indent=key.start_mark.column,
                 after_class=len(text) if newline < 0 else newline + 1,
                 flow=node.flow_style,

@@ -4,10 +4,10 @@ AdamW, TF32) see them, and :class:`PlannedCodemod`, the codemod base they share.
 A *training loop* is the innermost ``for``/``while`` loop whose own body (outside nested functions, classes
 and loops) calls ``.backward()``. To the transforms, a loop in a class's ``forward`` or ``__call__`` that steps
 no optimizer there is not one: it is part of one step's computation, run once per call (a loss that
-back-propagates chunk by chunk, as torchtitan's chunked cross-entropy does). Its *loss names* are the names ``.backward()`` is called on
-(``loss.backward()``, ``(loss / accumulation).backward()``, ``scaler.scale(loss).backward()``), or the one a
-framework's backward is given (``accelerator.backward(loss)``). A *logging
-block* is the body of an ``if`` in the loop that prints or logs: a host read there costs one sync per logged
+back-propagates chunk by chunk, as torchtitan's chunked cross-entropy does). Its *loss names* are the names
+``.backward()`` is called on (``loss.backward()``, ``(loss / accumulation).backward()``,
+``scaler.scale(loss).backward()``), or the one a framework's backward is given (``accelerator.backward(loss)``).
+A *logging block* is the body of an ``if`` in the loop that prints or logs: a host read there costs one sync per logged
 step, not one per step.
 
 :class:`PlannedCodemod` walks the whole module first (``plan``), with qualified names, positions and
