@@ -21,6 +21,10 @@ gets ``fused: True`` in that mapping (:meth:`FusedAdamW.config_sites`): already 
 is false, beside ``foreach`` or ``differentiable``, in an inline mapping, or where the document asks for tensor
 parallelism (torchtune's distributed recipe rejects fused AdamW with it).
 
+litgpt's ``instantiate_torch_optimizer(optimizer, model.parameters())`` is the same call by way of a factory,
+with the parameters second: it passes on only the keywords the chosen optimizer class takes, so ``fused=`` is
+safe whatever class the run's config names; litgpt's own pretraining script passes it.
+
 Already done: ``fused=`` given and possibly true, also through a ``**kwargs`` dict built in the same function or
 module (``extra_args = dict(fused=True) if use_fused else dict()``). A splat whose keys can be read and hold no
 ``fused=`` gets the keyword beside it. Refused: ``fused=False``, ``foreach=`` or ``differentiable=`` set (torch
@@ -62,6 +66,9 @@ RUNTIME_MODULE = "gpu_flags"
 CHECK = "fused_optimizer_supported"
 OPTIMIZERS = ("Adam", "AdamW")
 CLIPPING = ("clip_grad_norm_", "clip_grad_value_")
+# Factories that build an optimizer from its parameters and keywords, dropping those its class does not take:
+# (module, function) -> the parameters' position and keyword.
+FACTORIES = {("litgpt.utils", "instantiate_torch_optimizer"): (1, "model_parameters")}
 # The optimizer classes a YAML config names, and the settings torch rejects beside ``fused``.
 CONFIG_CLASSES = tuple(f"torch.optim.{name}" for name in OPTIMIZERS)
 NOT_WITH_FUSED = ("foreach", "differentiable")
@@ -75,7 +82,11 @@ class _Refused(Exception):
 class _Fuse(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         for call in self.nodes(cst.Call):
-            if qualified_under(self.names(call.func), ("torch.optim",), OPTIMIZERS) and self.runs(call):
+            names = self.names(call.func)
+            factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)
+            if factory is not None and self.runs(call):
+                self._plan_optimizer(call, FACTORIES[factory])
+            elif qualified_under(names, ("torch.optim",), OPTIMIZERS) and self.runs(call):
                 self._plan_optimizer(call)
 
     def _options(self, call: cst.Call) -> list[dict[str, cst.BaseExpression]] | None:
@@ -92,7 +103,8 @@ class _Fuse(PlannedCodemod):
             return None
         return [given | items for items in built]
 
-    def _plan_optimizer(self, call: cst.Call) -> None:
+    def _plan_optimizer(self, call: cst.Call, params_at: tuple[int, str] = (0, "params")) -> None:
+        """Fuse the optimizer ``call`` builds; ``params_at``: the position and keyword of its parameters."""
         callee = code_of(call.func)
         message = (
             f"{callee}(...): fused=True where every parameter is a floating-point tensor on a device torch fuses "
@@ -120,7 +132,7 @@ class _Fuse(PlannedCodemod):
                         f"{name}= is set (`{name}={code_of(given[0])}`), and torch does not combine it with "
                         "fused=True"
                     )
-            params = self._params_argument(call)
+            params = self._params_argument(call, *params_at)
             statement = self.statement_of(call)
             if not isinstance(statement, cst.SimpleStatementLine) or any(
                 isinstance(a, INLINE_SCOPES) for a in self._ancestors_until(call, statement)
@@ -188,12 +200,13 @@ class _Fuse(PlannedCodemod):
             found.append(ancestor)
         return found
 
-    def _params_argument(self, call: cst.Call) -> cst.Arg:
-        named = keyword(call, "params")
+    def _params_argument(self, call: cst.Call, position: int, name: str) -> cst.Arg:
+        named = keyword(call, name)
         if named is not None:
             return named
-        if call.args and call.args[0].keyword is None and not call.args[0].star:
-            return call.args[0]
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if len(positional) > position and not any(arg.star for arg in positional[: position + 1]):
+            return positional[position]
         raise _Refused("no parameters argument to check")
 
     def _check_is_list(self, body: cst.CSTNode, name: str) -> None:
@@ -297,7 +310,7 @@ class FusedAdamW(Optimization):
     measured_on = (ProgramShape.LOOP,)
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (_Fuse,)
-    needs = OPTIMIZERS
+    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES))
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where
@@ -325,6 +338,43 @@ class FusedAdamW(Optimization):
         return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
+        Example(
+            "litgpt_optimizer_factory",
+            before="""\
+from litgpt.utils import instantiate_torch_optimizer
+
+
+def fit(fabric, model, optimizer, loader):
+    model = fabric.setup(model)
+    optimizer = instantiate_torch_optimizer(optimizer, model.parameters())
+    for batch in loader:
+        fabric.backward(model(batch))
+        optimizer.step()
+
+
+def pretrain(fabric, model, optimizer):
+    extra_kwargs = {"fused": fabric.device.type == "cuda"}
+    return instantiate_torch_optimizer(optimizer, model.parameters(), **extra_kwargs)
+""",
+            after="""\
+from litgpt.utils import instantiate_torch_optimizer
+from _perfbot_gpu_flags import fused_optimizer_supported
+
+
+def fit(fabric, model, optimizer, loader):
+    model = fabric.setup(model)
+    model_parameters = list(model.parameters())
+    optimizer = instantiate_torch_optimizer(optimizer, model_parameters, fused=fused_optimizer_supported(model_parameters))
+    for batch in loader:
+        fabric.backward(model(batch))
+        optimizer.step()
+
+
+def pretrain(fabric, model, optimizer):
+    extra_kwargs = {"fused": fabric.device.type == "cuda"}
+    return instantiate_torch_optimizer(optimizer, model.parameters(), **extra_kwargs)
+""",
+        ),
         Example(
             "adamw_and_clipping",
             before="""\
