@@ -53,6 +53,7 @@ from optimizations.program.components import (
     components,
     config_files,
     instantiates_components,
+    read_text,
 )
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
@@ -319,7 +320,9 @@ class FusedAdamW(Optimization):
             return []
         sites: list[Site] = []
         for path in config_files(ctx):
-            text = original = ctx.read(path)
+            text = original = read_text(ctx, path)
+            if text is None:
+                continue
             for component in reversed(components(path, text, CONFIG_CLASSES)):
                 if component.keywords.get("fused") is True:
                     sites.append(

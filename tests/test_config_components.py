@@ -9,7 +9,7 @@ import yaml
 
 from optimizations.program.components import add_keyword, components
 from optimizations.registry import get
-from tests.git_repos import make_repo
+from tests.git_repos import commit_all, make_repo
 
 ADAMW = ("torch.optim.AdamW",)
 RECIPE = """\
@@ -103,3 +103,13 @@ def test_a_plan_naming_one_config_fuses_that_config_only(tmp_path: Path):
     change = get("fused_adamw").dry_run(tmp_path, focus=("configs/lora.yaml",))
     assert [(s.path, s.line, s.applicable) for s in change.sites] == [("configs/lora.yaml", 7, True)]
     assert set(change.files) == {"configs/lora.yaml"}
+
+
+def test_a_config_that_is_not_utf8_is_skipped_not_a_crash(tmp_path: Path):
+    repo = make_repo(tmp_path, {"recipe.py": TRAINER, "configs/lora.yaml": RECIPE})
+    (tmp_path / "configs" / "notes.yaml").write_bytes(
+        "name: caf\xe9\n_component_: torch.optim.AdamW\n".encode("latin-1")
+    )
+    commit_all(repo, "a Latin-1 config")
+    change = get("fused_adamw").dry_run(tmp_path)
+    assert [(s.path, s.applicable) for s in change.sites] == [("configs/lora.yaml", True)]

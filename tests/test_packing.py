@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import git
 import git_repos
 import pytest
 
@@ -60,6 +61,14 @@ def test_config_driven_packing_switches_on_the_yaml_the_call_reads(tmp_path):
     assert 'packing=training.get("packing", False),' in (root / "train.py").read_text()
     assert [(s.path, s.line) for s in change.applied] == [("train.py", 6), ("configs/sft.yaml", 4)]
     assert Packing().apply(root) is None
+
+
+def test_a_yaml_file_that_is_not_utf8_is_skipped_not_a_crash(tmp_path):
+    root = make_repo(tmp_path, {"train.py": TRAINER, "configs/sft.yaml": SFT_YAML})
+    (root / "configs" / "notes.yaml").write_bytes("packing: false  # caf\xe9\n".encode("latin-1"))
+    git_repos.commit_all(git.Repo(root), "Latin-1 notes")
+    change = Packing().apply(root)
+    assert change is not None and sorted(change.files) == ["configs/sft.yaml", "train.py"]
 
 
 def test_a_plan_focus_on_the_python_file_still_reaches_its_yaml(tmp_path):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import git
 import pytest
 import yaml
 
@@ -15,7 +16,7 @@ from optimizations.program.recipes import RecipeSetting, launches, switch
 from optimizations.program.repository import RepoContext
 from optimizations.program.yaml_settings import add_keys
 from optimizations.registry import get
-from tests.git_repos import make_repo
+from tests.git_repos import commit_all, make_repo
 
 FIXTURE = Path(__file__).parent / "fixtures" / "trl_recipes"
 PERFBOT = Path(__file__).resolve().parents[1]
@@ -140,6 +141,13 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
         "--packing true --packing_strategy bfd; echo --seed 1\npython -m pip install trl\necho train/sft.py\n"
     )
     assert switch(ctx, "other.py", PACKING, "packing") is None
+
+
+def test_a_document_that_is_not_utf8_is_skipped_not_a_crash(tmp_path):
+    ctx = _repo(tmp_path, {"sft.py": "", "run.sh": "python sft.py --packing false\n", "NOTES.md": ""})
+    (tmp_path / "r" / "NOTES.md").write_bytes("```\npython sft.py  # caf\xe9\n```\n".encode("latin-1"))
+    commit_all(git.Repo(tmp_path / "r"), "Latin-1 notes")
+    assert [(f.path, f.line) for f in launches(ctx, "sft.py")] == [("run.sh", 1)]
 
 
 def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_is_already_done(tmp_path):

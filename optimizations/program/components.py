@@ -104,7 +104,15 @@ def instantiates_components(ctx: RepoContext) -> bool:
     configs name (torchtune's ``config.instantiate``, Hydra's ``hydra.utils.instantiate``). A plan's focus does
     not narrow this: a config the plan names is read by code the plan need not name."""
     whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
-    return any(INSTANTIATE.search(ctx.read(path)) for path in whole.python_files())
+    return any(INSTANTIATE.search(read_text(ctx, path) or "") for path in whole.python_files())
+
+
+def read_text(ctx: RepoContext, path: str) -> str | None:
+    """The file's text; ``None`` when it cannot be read as UTF-8 (no config perfbot can read or edit)."""
+    try:
+        return ctx.read(path)
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def config_files(ctx: RepoContext) -> list[str]:

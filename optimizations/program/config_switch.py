@@ -341,7 +341,10 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
         sites: list[Site] = []
         already = 0
         for path in self.repo.files("*.yaml", "*.yml"):
-            text = original = self.repo.read(path)
+            try:
+                text = original = self.repo.read(path)
+            except (OSError, UnicodeDecodeError):
+                continue
             for setting in reversed(settings(path, text, self.setting)):
                 if not belongs(setting.siblings):
                     continue

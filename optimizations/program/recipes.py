@@ -171,7 +171,10 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
     scripts, and those its Markdown documents show in code blocks."""
     found = []
     for path in repo.files(*SHELL_FILES, *DOCUMENT_FILES):
-        text = repo.read(path)
+        try:
+            text = repo.read(path)
+        except (OSError, UnicodeDecodeError):
+            continue
         for line, start, end, command in _commands(text if path.endswith(".sh") else _code_blocks(text)):
             words = _words(command)
             runs = next((i for i, w in enumerate(words) if _same_script(w, script, path)), None)
