@@ -11,6 +11,11 @@ the function: ``nn.Module.compile()`` in place, so the class, ``isinstance`` che
 they were (``model = torch.compile(model)`` would prefix every key with ``_orig_mod.``). It does nothing when no
 parameter is on a CUDA device, when torch is older than 2.2, or when ``PERFBOT_COMPILE=0``.
 
+A program that builds its parts from YAML configs by class name and reads a ``compile`` setting from them
+(torchtune's recipes: ``cfg.get("compile", False)``, then its own per-layer compilation) is compiled by its
+configs: a top-level ``compile: false`` becomes true (:meth:`CompileModel.config_sites`), in its own spelling;
+``true`` is already done, and a commented ``false`` is left to a human, with the comment quoted.
+
 Compiled kernels fuse element-wise work and round differently: losses agree closely, not bit for bit, and the
 first steps pay the compilation. A model already compiled (``torch.compile(model)``, ``model.compile()``, in the
 function or a caller in the same file) is reported as already done. Refused: a file that calls
@@ -24,6 +29,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.codemod import code_of, walk
+from optimizations.program.components import (
+    builds_components,
+    config_files,
+    instantiates_components,
+    read_text,
+    reads_config_key,
+)
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
     BACKWARD,
@@ -32,6 +45,7 @@ from optimizations.program.training_loops import (
     argument_for,
     is_method_call,
 )
+from optimizations.program.yaml_settings import settings, turn_on
 from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
@@ -293,6 +307,43 @@ class CompileModel(Optimization):
     capabilities = ("compile model", "torch.compile")
     codemods = (_Compile,)
     needs = (BACKWARD,)
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """``compile: false`` -> true at the top of the component configs of a program that instantiates
+        components and reads a ``compile`` setting; none otherwise."""
+        if not instantiates_components(ctx) or not reads_config_key(ctx, "compile"):
+            return []
+        sites: list[Site] = []
+        for path in config_files(ctx):
+            text = original = read_text(ctx, path)
+            if text is None or not builds_components(text):
+                continue
+            lines = text.splitlines()
+            for setting in reversed(settings(path, text, "compile")):
+                if not lines[setting.line - 1].startswith("compile:"):
+                    continue  # a key of a nested mapping, not the run's setting
+                message = f"compile: {setting.text} -> true (the recipe compiles its model)"
+                comment = text[setting.end :].split("\n", 1)[0].strip()
+                if setting.value is True:
+                    sites.append(
+                        Site(path, setting.line, self.id, f"compile: {setting.text}", False, already=True)
+                    )
+                elif setting.value is not False:
+                    sites.append(
+                        Site(path, setting.line, self.id, message, False, "compile is not a boolean here")
+                    )
+                elif comment.startswith("#"):
+                    reason = (
+                        f"the config comments on compile: {setting.text} ({comment}); "
+                        "a commented choice is a human's"
+                    )
+                    sites.append(Site(path, setting.line, self.id, message, False, reason))
+                else:
+                    text = turn_on(text, setting) or text
+                    sites.append(Site(path, setting.line, self.id, message))
+            if text != original:
+                ctx.edit(path, text)
+        return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
         Example(

@@ -1,5 +1,6 @@
-"""Optimizers a YAML config builds by class name (torchtune's ``_component_``, Hydra's ``_target_``): found,
-given ``fused: True`` in place, or reported as already fused or refused, through ``fused_adamw``."""
+"""YAML configs that build a program's parts by class name (torchtune's ``_component_``, Hydra's ``_target_``):
+the optimizers they build given ``fused: True`` in place (``fused_adamw``) and their ``compile`` setting turned on
+(``compile_model``), or reported as already done or refused."""
 
 from __future__ import annotations
 
@@ -113,3 +114,45 @@ def test_a_config_that_is_not_utf8_is_skipped_not_a_crash(tmp_path: Path):
     commit_all(repo, "a Latin-1 config")
     change = get("fused_adamw").dry_run(tmp_path)
     assert [(s.path, s.applicable) for s in change.sites] == [("configs/lora.yaml", True)]
+
+
+RECIPE_READING_COMPILE = """\
+from torchtune import config
+
+
+class Recipe:
+    def setup(self, cfg):
+        self._compile = cfg.get("compile", False)
+        self._model = config.instantiate(cfg.model)
+"""
+
+
+def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Path):
+    configs = {
+        "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: False\n",
+        "configs/commented.yaml": "model:\n  _component_: m.build\ncompile: false  # True increases speed\n",
+        "configs/on.yaml": "model:\n  _component_: m.build\ncompile: true\n",
+        "configs/nested.yaml": "model:\n  _component_: m.build\n  compile: false\n",
+        "configs/no_components.yaml": "compile: false\n",
+    }
+    make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, **configs})
+    change = get("compile_model").dry_run(tmp_path)
+    rows = {(s.path, s.line): (s.applicable, s.already, s.reason) for s in change.sites}
+    assert rows == {
+        ("configs/plain.yaml", 3): (True, False, ""),
+        ("configs/commented.yaml", 3): (
+            False,
+            False,
+            "the config comments on compile: false (# True increases speed); a commented choice is a human's",
+        ),
+        ("configs/on.yaml", 3): (False, True, ""),
+    }
+    assert change.files == {"configs/plain.yaml": "model:\n  _component_: m.build\ncompile: True\n"}
+
+
+def test_compile_needs_a_program_that_reads_the_setting(tmp_path: Path):
+    calls_only = RECIPE_READING_COMPILE.replace('cfg.get("compile", False)', "self._model.compile()")
+    make_repo(
+        tmp_path, {"recipe.py": calls_only, "configs/plain.yaml": "m:\n  _component_: b\ncompile: False\n"}
+    )
+    assert get("compile_model").dry_run(tmp_path).sites == []

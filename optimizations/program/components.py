@@ -115,6 +115,20 @@ def read_text(ctx: RepoContext, path: str) -> str | None:
         return None
 
 
+def reads_config_key(ctx: RepoContext, key: str) -> bool:
+    """Whether any Python file of the repository reads ``key`` from a config: ``.get("key", ...)``,
+    ``["key"]``, or an attribute ``.key`` that is not called (``cfg.compile``, not ``model.compile()``)."""
+    k = re.escape(key)
+    read = re.compile(rf"""\.get\(\s*["']{k}["']|\[\s*["']{k}["']\s*\]|\.{k}\b(?!\s*\()""")
+    whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
+    return any(read.search(read_text(ctx, path) or "") for path in whole.python_files())
+
+
+def builds_components(text: str) -> bool:
+    """Whether a YAML text names a class to build in any mapping (``_component_:`` or ``_target_:``)."""
+    return any(f"{key}:" in text for key in CLASS_KEYS)
+
+
 def config_files(ctx: RepoContext) -> list[str]:
     """The repository's YAML files in scope; those a plan's focus names, when it names any."""
     found = ctx.files("*.yaml", "*.yml")
