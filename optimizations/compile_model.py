@@ -18,7 +18,8 @@ configs: a top-level ``compile: false`` becomes true (:meth:`CompileModel.config
 
 Compiled kernels fuse element-wise work and round differently: losses agree closely, not bit for bit, and the
 first steps pay the compilation. A model already compiled (``torch.compile(model)``, ``model.compile()``, in the
-function or a caller in the same file) is reported as already done. Refused: a file that calls
+function or a caller in the same file) is reported as already done, as is a file that calls a training
+framework's own compilation (torchtune's ``training.compile_model``). Refused: a file that calls
 ``torch.compile`` on something else, a model wrapped in DistributedDataParallel or FSDP (compile the inner
 module before wrapping, by hand), a loop that trains several modules or none the function can name.
 """
@@ -50,6 +51,8 @@ from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
 COMPILE = "compile_model"
+# Training frameworks' own in-place compilation of a model: a program that calls one compiles its model itself.
+FRAMEWORK_COMPILERS = ("torchtune.training.compile_model",)
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel", "fully_shard")
 # Methods only a module has: a parameter the function calls them on is a model.
 MODULE_METHODS = ("train", "eval", "parameters", "named_parameters", "state_dict")
@@ -74,6 +77,10 @@ class _Compile(PlannedCodemod):
         done = next((c for c in calls if any(n.endswith(vendored) for n in self.names(c.func))), None)
         if done is not None:
             self.already(done, f"the model is compiled: `{code_of(done)}`")
+            return
+        framework = next((c for c in calls if self.names(c.func) & set(FRAMEWORK_COMPILERS)), None)
+        if framework is not None:
+            self.already(framework, f"the program compiles its model itself: `{code_of(framework)}`")
             return
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
@@ -346,6 +353,21 @@ class CompileModel(Optimization):
         return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
+        Example(
+            "framework_compiles_the_model",
+            before="""\
+from torchtune import training
+
+
+def train(model, loader, optimizer, compile_model):
+    if compile_model:
+        training.compile_model(model)
+    model.train()
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        ),
         Example(
             "built_and_moved",
             before="""\
