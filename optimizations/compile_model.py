@@ -36,6 +36,7 @@ from optimizations.program.components import (
     instantiates_components,
     read_text,
     reads_config_key,
+    switch_on,
 )
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
@@ -46,7 +47,7 @@ from optimizations.program.training_loops import (
     argument_for,
     is_method_call,
 )
-from optimizations.program.yaml_settings import settings, turn_on
+from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
@@ -327,27 +328,9 @@ class CompileModel(Optimization):
                 continue
             lines = text.splitlines()
             for setting in reversed(settings(path, text, "compile")):
-                if not lines[setting.line - 1].startswith("compile:"):
-                    continue  # a key of a nested mapping, not the run's setting
-                message = f"compile: {setting.text} -> true (the recipe compiles its model)"
-                comment = text[setting.end :].split("\n", 1)[0].strip()
-                if setting.value is True:
-                    sites.append(
-                        Site(path, setting.line, self.id, f"compile: {setting.text}", False, already=True)
-                    )
-                elif setting.value is not False:
-                    sites.append(
-                        Site(path, setting.line, self.id, message, False, "compile is not a boolean here")
-                    )
-                elif comment.startswith("#"):
-                    reason = (
-                        f"the config comments on compile: {setting.text} ({comment}); "
-                        "a commented choice is a human's"
-                    )
-                    sites.append(Site(path, setting.line, self.id, message, False, reason))
-                else:
-                    text = turn_on(text, setting) or text
-                    sites.append(Site(path, setting.line, self.id, message))
+                if lines[setting.line - 1].startswith("compile:"):  # not a key of a nested mapping
+                    text, site = switch_on(text, setting, self.id, "the recipe compiles its model")
+                    sites.append(site)
             if text != original:
                 ctx.edit(path, text)
         return sorted(sites, key=lambda site: (site.path, site.line))

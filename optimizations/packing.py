@@ -21,6 +21,12 @@ Config-driven, with the default the file has (off), where the call reads its set
 Recipe YAMLs the call reads that say ``packing: false`` are switched on, as are the recipes and flag defaults of
 ``HfArgumentParser``/``TrlParser`` scripts; where nothing turns it on, the site says which key does. See
 :mod:`optimizations.program.config_switch`. A recipe with a ``packing_strategy`` other than bfd is left to a human.
+
+torchtune builds its datasets from the config (``dataset: {_component_: torchtune.datasets.alpaca_dataset,
+packed: False}``) and packs them into rows of the tokenizer's ``max_seq_len``: in a program that instantiates
+components, a dataset mapping's ``packed: false`` becomes true (:meth:`Packing.config_sites`), refused where the
+document's tokenizer has no ``max_seq_len`` (torchtune raises without it), for a multimodal dataset (torchtune
+does not pack those), or where the line comments on it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,16 @@ from __future__ import annotations
 import libcst as cst
 
 from optimizations.program.codemod import code_of, expr, keyword, literal_value
+from optimizations.program.components import (
+    components,
+    config_files,
+    instantiates_components,
+    read_text,
+    switch_on,
+)
 from optimizations.program.config_switch import SettingSwitch
+from optimizations.program.repository import RepoContext, Site
+from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
 
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
@@ -78,6 +93,16 @@ class _Pack(SettingSwitch):
         return None
 
 
+# The modules whose dataset builders take ``packed`` (torchtune's), as :func:`components` matches them.
+DATASET_BUILDERS = ("torchtune.datasets.",)
+MULTIMODAL_BUILDERS = "torchtune.datasets.multimodal."
+
+
+def _of_tokenizer(siblings: dict[str, object]) -> bool:
+    """A mapping that builds a tokenizer (``_component_: torchtune.models.llama3.llama3_tokenizer``)."""
+    return "tokenizer" in str(siblings.get("_component_", ""))
+
+
 class Packing(Optimization):
     """Padding-free best-fit-decreasing packing of SFT examples, config-driven where the repository has a config."""
 
@@ -104,6 +129,36 @@ class Packing(Optimization):
     )
     codemods = (_Pack,)
     needs = _Pack.needs()
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
+        instantiates components; none otherwise."""
+        if not instantiates_components(ctx):
+            return []
+        sites: list[Site] = []
+        for path in config_files(ctx):
+            text = original = read_text(ctx, path)
+            datasets = components(path, text, DATASET_BUILDERS) if text is not None else []
+            builders = {c.lines["packed"]: c.cls for c in datasets if "packed" in c.keywords}
+            if not builders:
+                continue
+            lengths = [s.value for s in settings(path, text, "max_seq_len") if _of_tokenizer(s.siblings)]
+            unset = not any(isinstance(length, int) and length > 0 for length in lengths)
+            for setting in reversed(settings(path, text, "packed")):
+                if setting.line not in builders:
+                    continue
+                blocked = None
+                if builders[setting.line].startswith(MULTIMODAL_BUILDERS):
+                    blocked = "torchtune does not pack multimodal datasets"
+                elif unset:
+                    blocked = "torchtune packs into rows of the tokenizer's max_seq_len, which this config does not set"
+                text, site = switch_on(
+                    text, setting, self.id, "examples packed into max_seq_len rows", blocked
+                )
+                sites.append(site)
+            if text != original:
+                ctx.edit(path, text)
+        return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
         Example(

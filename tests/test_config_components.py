@@ -156,3 +156,38 @@ def test_compile_needs_a_program_that_reads_the_setting(tmp_path: Path):
         tmp_path, {"recipe.py": calls_only, "configs/plain.yaml": "m:\n  _component_: b\ncompile: False\n"}
     )
     assert get("compile_model").dry_run(tmp_path).sites == []
+
+
+def _torchtune_config(max_seq_len: str, packed: str) -> str:
+    return (
+        f"tokenizer:\n  _component_: torchtune.models.llama3.llama3_tokenizer\n  max_seq_len: {max_seq_len}\n"
+        f"dataset:\n  - _component_: torchtune.datasets.alpaca_dataset\n    packed: {packed}\n"
+        "  - _component_: torchtune.datasets.slimorca_dataset\n"
+    )
+
+
+def test_packing_turns_on_a_torchtune_dataset_where_the_tokenizer_sets_the_row_length(tmp_path: Path):
+    configs = {
+        "configs/set.yaml": _torchtune_config("2048", "False"),
+        "configs/unset.yaml": _torchtune_config("null", "False"),
+        "configs/commented.yaml": _torchtune_config("2048", "False  # True increases speed"),
+        "configs/on.yaml": _torchtune_config("2048", "True"),
+        "configs/model_length.yaml": _torchtune_config("null", "False")
+        + "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n  max_seq_len: 4096\n",
+    }
+    make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, **configs})
+    change = get("packing").dry_run(tmp_path)
+    rows = {s.path: (s.line, s.applicable, s.already, s.reason) for s in change.sites}
+    assert rows["configs/set.yaml"] == (6, True, False, "")
+    assert rows["configs/on.yaml"] == (6, False, True, "")
+    assert "does not set" in rows["configs/unset.yaml"][3]
+    assert "does not set" in rows["configs/model_length.yaml"][3]  # the model's length is not the rows'
+    assert "comments on packed" in rows["configs/commented.yaml"][3]
+    assert change.files == {"configs/set.yaml": _torchtune_config("2048", "True")}
+
+
+def test_packing_leaves_a_multimodal_torchtune_dataset_alone(tmp_path: Path):
+    config = _torchtune_config("2048", "False").replace("datasets.alpaca", "datasets.multimodal.the_cauldron")
+    make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, "configs/vision.yaml": config})
+    [site] = get("packing").dry_run(tmp_path).sites
+    assert site.refused and site.reason == "torchtune does not pack multimodal datasets"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from optimizations.program.repository import RepoContext, same_file
-from optimizations.program.yaml_settings import composed_documents, scalar_value
+from optimizations.program.repository import RepoContext, Site, same_file
+from optimizations.program.yaml_settings import YamlSetting, composed_documents, scalar_value, turn_on
 
 # The keys that name the class a mapping builds: torchtune's, then Hydra's.
 CLASS_KEYS = ("_component_", "_target_")
@@ -39,8 +39,8 @@ class Component:
 
 
 def components(path: str, text: str, classes: tuple[str, ...]) -> list[Component]:
-    """Every block or flow mapping of the file that builds one of ``classes``; none when the file is not
-    plain YAML or never names them."""
+    """Every block or flow mapping of the file that builds one of ``classes`` (a name ending in a dot: any class
+    of that module); none when the file is not plain YAML or never names them."""
     documents = composed_documents(text) if any(cls in text for cls in classes) else None
     if documents is None:
         return []
@@ -54,7 +54,9 @@ def components(path: str, text: str, classes: tuple[str, ...]) -> list[Component
             continue
         pending.extend((value, settings) for _, value in node.value)
         scalars = _scalar_pairs(node)
-        named = next(((k, v) for k, v in scalars if k.value in CLASS_KEYS and v.value in classes), None)
+        named = next(
+            ((k, v) for k, v in scalars if k.value in CLASS_KEYS and _builds(v.value, classes)), None
+        )
         if named is None:
             continue
         key, value = named
@@ -75,6 +77,11 @@ def components(path: str, text: str, classes: tuple[str, ...]) -> list[Component
     return sorted(found, key=lambda c: c.after_class)
 
 
+def _builds(cls: str, classes: tuple[str, ...]) -> bool:
+    """``cls`` is one of ``classes``, or in a module one of them names with a trailing dot."""
+    return any(cls == name or (name.endswith(".") and cls.startswith(name)) for name in classes)
+
+
 def _scalar_pairs(node: yaml.MappingNode) -> list[tuple[yaml.ScalarNode, yaml.ScalarNode]]:
     return [
         (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
@@ -86,6 +93,32 @@ def _scalars(node: yaml.Node) -> dict[str, object]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {k.value: scalar_value(v) for k, v in _scalar_pairs(node)}
+
+
+def switch_on(
+    text: str, setting: YamlSetting, optimization: str, why: str, blocked: str | None = None
+) -> tuple[str, Site]:
+    """The file with a false boolean ``setting`` turned true in its own spelling, and its site (``why``: what
+    turning it on does). Already done where it is true; refused where it is not a boolean, where ``blocked``
+    says why, or where its line comments on it (a commented choice is the author's, quoted for a human)."""
+    message = f"{setting.key}: {setting.text} -> true ({why})"
+    comment = text[setting.end :].split("\n", 1)[0].strip()
+    if setting.value is True:
+        return text, Site(
+            setting.path, setting.line, optimization, f"{setting.key}: {setting.text}", False, already=True
+        )
+    reasons = []
+    if setting.value is not False:
+        reasons.append(f"{setting.key} is not a boolean here")
+    if comment.startswith("#"):
+        reasons.append(
+            f"the config comments on {setting.key}: {setting.text} ({comment}); a commented choice is a human's"
+        )
+    if blocked is not None:
+        reasons.append(blocked)
+    if reasons:
+        return text, Site(setting.path, setting.line, optimization, message, False, "; ".join(reasons))
+    return turn_on(text, setting) or text, Site(setting.path, setting.line, optimization, message)
 
 
 def add_keyword(text: str, component: Component, key: str, value: str) -> str | None:
