@@ -34,6 +34,14 @@ def setup(cfg, model):
 """
 
 
+def _dry_run(tmp_path: Path, optimization: str, recipe: str, configs: dict[str, str]):
+    """``optimization``'s change on a new repository of ``recipe`` and ``configs``, and its sites by place:
+    ``(path, line) -> (applicable, already, reason)``."""
+    make_repo(tmp_path, {"recipe.py": recipe, **configs})
+    change = get(optimization).dry_run(tmp_path)
+    return change, {(s.path, s.line): (s.applicable, s.already, s.reason) for s in change.sites}
+
+
 def test_components_finds_the_mapping_that_builds_the_class_with_its_keywords_and_lines():
     [found] = components("r.yaml", RECIPE, ADAMW)
     assert (found.line, found.cls, found.indent, found.flow) == (6, "torch.optim.AdamW", 2, False)
@@ -73,9 +81,7 @@ def test_fused_adamw_fuses_what_the_configs_build_and_reports_the_rest(tmp_path:
         "configs/inline.yaml": "optimizer: {_component_: torch.optim.AdamW, lr: 0.1}\n",
         "configs/paged.yaml": "optimizer:\n  _component_: bitsandbytes.optim.PagedAdamW8bit\n",
     }
-    make_repo(tmp_path, {"recipe.py": TRAINER, **configs})
-    change = get("fused_adamw").dry_run(tmp_path)
-    rows = {(s.path, s.line): (s.applicable, s.already, s.reason) for s in change.sites}
+    change, rows = _dry_run(tmp_path, "fused_adamw", TRAINER, configs)
     assert rows[("configs/lora.yaml", 7)] == (True, False, "")
     assert rows[("configs/fused.yaml", 3)] == (False, True, "")
     assert "fused is set to `False` at line 3" in rows[("configs/off.yaml", 2)][2]
@@ -135,9 +141,7 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
         "configs/nested.yaml": "model:\n  _component_: m.build\n  compile: false\n",
         "configs/no_components.yaml": "compile: false\n",
     }
-    make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, **configs})
-    change = get("compile_model").dry_run(tmp_path)
-    rows = {(s.path, s.line): (s.applicable, s.already, s.reason) for s in change.sites}
+    change, rows = _dry_run(tmp_path, "compile_model", RECIPE_READING_COMPILE, configs)
     assert rows == {
         ("configs/plain.yaml", 3): (True, False, ""),
         ("configs/commented.yaml", 3): (
@@ -175,14 +179,12 @@ def test_packing_turns_on_a_torchtune_dataset_where_the_tokenizer_sets_the_row_l
         "configs/model_length.yaml": _torchtune_config("null", "False")
         + "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n  max_seq_len: 4096\n",
     }
-    make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, **configs})
-    change = get("packing").dry_run(tmp_path)
-    rows = {s.path: (s.line, s.applicable, s.already, s.reason) for s in change.sites}
-    assert rows["configs/set.yaml"] == (6, True, False, "")
-    assert rows["configs/on.yaml"] == (6, False, True, "")
-    assert "does not set" in rows["configs/unset.yaml"][3]
-    assert "does not set" in rows["configs/model_length.yaml"][3]  # the model's length is not the rows'
-    assert "comments on packed" in rows["configs/commented.yaml"][3]
+    change, rows = _dry_run(tmp_path, "packing", RECIPE_READING_COMPILE, configs)
+    assert rows[("configs/set.yaml", 6)] == (True, False, "")
+    assert rows[("configs/on.yaml", 6)] == (False, True, "")
+    assert "does not set" in rows[("configs/unset.yaml", 6)][2]
+    assert "does not set" in rows[("configs/model_length.yaml", 6)][2]  # the model's length is not the rows'
+    assert "comments on packed" in rows[("configs/commented.yaml", 6)][2]
     assert change.files == {"configs/set.yaml": _torchtune_config("2048", "True")}
 
 

@@ -4,7 +4,9 @@ A recipe such as torchtune's ``optimizer: {_component_: torch.optim.AdamW, lr: 3
 ``config.instantiate(cfg.optimizer, params)``, which calls the class with the mapping's other keys as keyword
 arguments: the mapping is the call, written in the config. This module finds those mappings with PyYAML's
 composed nodes (which know where each starts in the text) and adds a keyword to one without disturbing the rest
-of the file, as :mod:`optimizations.program.yaml_settings` does for single settings.
+of the file, as :mod:`optimizations.program.yaml_settings` does for single settings; it switches on a boolean
+setting of such a config (:func:`switch_on`); and it tells whether the program instantiates components or reads
+a setting at all.
 """
 
 from __future__ import annotations
@@ -136,8 +138,7 @@ def instantiates_components(ctx: RepoContext) -> bool:
     """Whether any Python file of the repository calls an ``instantiate`` function: the program builds what its
     configs name (torchtune's ``config.instantiate``, Hydra's ``hydra.utils.instantiate``). A plan's focus does
     not narrow this: a config the plan names is read by code the plan need not name."""
-    whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
-    return any(INSTANTIATE.search(read_text(ctx, path) or "") for path in whole.python_files())
+    return _python_matches(ctx, INSTANTIATE)
 
 
 def read_text(ctx: RepoContext, path: str) -> str | None:
@@ -152,9 +153,15 @@ def reads_config_key(ctx: RepoContext, key: str) -> bool:
     """Whether any Python file of the repository reads ``key`` from a config: ``.get("key", ...)``,
     ``["key"]``, or an attribute ``.key`` that is not called (``cfg.compile``, not ``model.compile()``)."""
     k = re.escape(key)
-    read = re.compile(rf"""\.get\(\s*["']{k}["']|\[\s*["']{k}["']\s*\]|\.{k}\b(?!\s*\()""")
+    return _python_matches(
+        ctx, re.compile(rf"""\.get\(\s*["']{k}["']|\[\s*["']{k}["']\s*\]|\.{k}\b(?!\s*\()""")
+    )
+
+
+def _python_matches(ctx: RepoContext, pattern: re.Pattern[str]) -> bool:
+    """Whether ``pattern`` occurs in any Python file of the repository, whatever a plan's focus names."""
     whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
-    return any(read.search(read_text(ctx, path) or "") for path in whole.python_files())
+    return any(pattern.search(read_text(ctx, path) or "") for path in whole.python_files())
 
 
 def builds_components(text: str) -> bool:
