@@ -52,7 +52,7 @@ from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
 COMPILE = "compile_model"
-# Training frameworks' own in-place compilation of a model: a program that calls one compiles its model itself.
+# Training frameworks' own in-place compilation of a model: a program that calls one has its own compilation.
 FRAMEWORK_COMPILERS = ("torchtune.training.compile_model",)
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel", "fully_shard")
 # Methods only a module has: a parameter the function calls them on is a model.
@@ -81,7 +81,7 @@ class _Compile(PlannedCodemod):
             return
         framework = next((c for c in calls if self.names(c.func) & set(FRAMEWORK_COMPILERS)), None)
         if framework is not None:
-            self.already(framework, f"the program compiles its model itself: `{code_of(framework)}`")
+            self.already(framework, f"the program has its own compilation: `{code_of(framework)}`")
             return
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
