@@ -59,8 +59,9 @@ def train(
     model = get_peft_model(model, lora)
     before = _adapter(model)
     total = SFT_GLOBAL if workload == "sft" else DPO_GLOBAL
+    output = tempfile.TemporaryDirectory()
     common = dict(
-        output_dir=tempfile.mkdtemp(),
+        output_dir=output.name,
         max_steps=steps,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=total // micro,
@@ -87,7 +88,7 @@ def train(
         )
     if not per_token:
         trainer.model_accepts_loss_kwargs = False  # the Trainer then averages each micro-batch's own mean
-    with contextlib.redirect_stdout(io.StringIO()):
+    with output, contextlib.redirect_stdout(io.StringIO()):
         trainer.train()
     after = _adapter(model)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -129,9 +130,11 @@ def main() -> None:
     for workload, bf16, optim, dropout, small, large, normalised, reference, run in rows:
         total = SFT_GLOBAL if workload == "sft" else DPO_GLOBAL
         error = relative_error(run["update"], reference["update"])
+        precision = "bf16 autocast" if bf16 else "fp32"
+        shapes = f"{small} × {total // small} → {large} × {total // large}"
+        losses = f"{reference['losses'][-1]:.6f}, {run['losses'][-1]:.6f}"
         print(
-            f"| {workload} | {'bf16 autocast' if bf16 else 'fp32'} | {optim} | {dropout} | {small} × {total // small} → {large} × {total // large} "
-            f"| {normalised} | {error:.2e} | {reference['losses'][-1]:.6f}, {run['losses'][-1]:.6f} |"
+            f"| {workload} | {precision} | {optim} | {dropout} | {shapes} | {normalised} | {error:.2e} | {losses} |"
         )
 
 
