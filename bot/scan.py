@@ -51,8 +51,9 @@ BF16_TRAINING = "bf16_autocast"
 
 def trains_in_bf16(findings: list[Finding]) -> bool:
     """True when the scan shows the program already trains in bf16 wherever it looked: bf16 autocast finds a
-    loop under bf16 autocast, or Accelerate, Lightning or DeepSpeed set to bf16, and nothing to change or
-    refused. A Trainer config's ``bf16=`` is not read, so a Trainer-driven program reads False."""
+    loop under bf16 autocast, Accelerate, Lightning or DeepSpeed set to bf16, or component configs that all
+    build the model in bf16 (torchtune's ``dtype: bf16``), and nothing to change or refused. A Trainer config's
+    ``bf16=`` is not read, so a Trainer-driven program reads False."""
     finding = next((f for f in findings if f.optimization.id == BF16_TRAINING), None)
     return finding is not None and bool(finding.already) and not finding.applied and not finding.refused
 

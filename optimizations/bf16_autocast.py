@@ -19,6 +19,11 @@ gets ``mixed_precision="bf16" if bf16_supported() else None``, Lightning's ``Tra
 ``precision="bf16-mixed" if bf16_supported() else "32-true"``, a DeepSpeed dict config gets ``"bf16":
 {"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
 
+A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them (torchtune's
+recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such config says
+``dtype: bf16``: each of those lines is already done (:meth:`Bf16Autocast.config_sites`), and its loops get no
+autocast. Where any says another dtype, the loops are judged as any other.
+
 Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
 or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
 loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()``.
@@ -43,6 +48,11 @@ from optimizations.program.codemod import (
     qualified_under,
     walk,
 )
+from optimizations.program.components import (
+    instantiates_components,
+    reads_config_key,
+    top_level_settings,
+)
 from optimizations.program.frameworks import (
     ACCELERATE,
     DEEPSPEED,
@@ -53,7 +63,7 @@ from optimizations.program.frameworks import (
     json_config,
     launch_setting,
 )
-from optimizations.program.repository import Site
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
     BACKWARD,
@@ -64,6 +74,7 @@ from optimizations.program.training_loops import (
     loss_names,
 )
 from optimizations.program.values import dict_items, outcomes
+from optimizations.program.yaml_settings import YamlSetting
 from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "precision"
@@ -124,6 +135,19 @@ def _read(statement: cst.BaseStatement) -> set[str]:
     return {n.value for n in m.findall(statement, m.Name())}
 
 
+# How a config spells bfloat16 (torchtune's ``dtype: bf16``).
+BF16_DTYPES = ("bf16", "bfloat16", "torch.bfloat16")
+
+
+def configured_bf16(repo: RepoContext) -> list[YamlSetting]:
+    """The ``dtype: bf16`` lines of a program whose component configs all set its dtype to bf16, and that reads
+    that setting; ``[]`` otherwise."""
+    if not instantiates_components(repo) or not reads_config_key(repo, "dtype"):
+        return []
+    found = top_level_settings(repo, "dtype")
+    return found if found and all(str(s.value) in BF16_DTYPES for s in found) else []
+
+
 class _Autocast(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
         frameworks = [f for f in framework_calls(self.nodes(cst.Call), self.names) if self.runs(f.call)]
@@ -131,6 +155,8 @@ class _Autocast(PlannedCodemod):
             self._plan_framework(found)
         if frameworks:
             return  # the framework owns the precision of every loop in this file
+        if configured_bf16(self.repo):
+            return  # the configs build the model in bf16: their lines are the sites (config_sites)
         self.scaler = next(
             (
                 call
@@ -456,6 +482,20 @@ class Bf16Autocast(Optimization):
     )
     codemods = (_Autocast,)
     needs = (BACKWARD, *FRAMEWORK_WORDS)
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done."""
+        return [
+            Site(
+                s.path,
+                s.line,
+                self.id,
+                f"dtype: {s.text}: the program builds its model in bf16",
+                False,
+                already=True,
+            )
+            for s in configured_bf16(ctx)
+        ]
 
     examples = (
         Example(

@@ -193,3 +193,36 @@ def test_packing_leaves_a_multimodal_torchtune_dataset_alone(tmp_path: Path):
     make_repo(tmp_path, {"recipe.py": RECIPE_READING_COMPILE, "configs/vision.yaml": config})
     [site] = get("packing").dry_run(tmp_path).sites
     assert site.refused and site.reason == "torchtune does not pack multimodal datasets"
+
+
+LOOP_RECIPE = """\
+import torch
+from torchtune import config, training
+
+
+def train(cfg, loader):
+    dtype = training.get_dtype(cfg.dtype)
+    model = config.instantiate(cfg.model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in loader:
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_bf16_autocast_reads_a_program_built_in_bf16_by_its_configs(tmp_path: Path):
+    model = "model:\n  _component_: m.build\n"
+    nested = "checkpointer:\n  _component_: c.save\n  dtype: fp32\n"  # a part's own setting, not the run's
+    configs = {
+        "configs/a.yaml": f"{model}dtype: bf16\n{nested}",
+        "configs/b.yaml": f"{model}dtype: bf16  # A100\n",
+    }
+    change, rows = _dry_run(tmp_path / "bf16", "bf16_autocast", LOOP_RECIPE, configs)
+    assert rows == {("configs/a.yaml", 3): (False, True, ""), ("configs/b.yaml", 3): (False, True, "")}
+    assert change.files == {}
+
+    configs["configs/c.yaml"] = f"{model}dtype: fp32\n"  # one config trains in float32: the loop is judged
+    change, rows = _dry_run(tmp_path / "mixed", "bf16_autocast", LOOP_RECIPE, configs)
+    assert list(rows) == [("recipe.py", 10)] and rows[("recipe.py", 10)][0]
+    assert "torch.autocast" in change.files["recipe.py"]

@@ -12,17 +12,27 @@ a setting at all.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import yaml
 
 from optimizations.program.repository import RepoContext, Site, same_file
-from optimizations.program.yaml_settings import YamlSetting, composed_documents, scalar_value, turn_on
+from optimizations.program.yaml_settings import (
+    YamlSetting,
+    composed_documents,
+    scalar_value,
+    settings,
+    turn_on,
+)
 
 # The keys that name the class a mapping builds: torchtune's, then Hydra's.
 CLASS_KEYS = ("_component_", "_target_")
 # A call of an instantiating function in Python source: ``config.instantiate(...)``, ``instantiate(...)``.
 INSTANTIATE = re.compile(r"\binstantiate\s*\(")
+# What one optimization's pass found in the repository's Python files and component configs, by question: asked
+# once per pass, whichever files' transforms ask (a pass edits configs only after its Python files).
+_FOUND: weakref.WeakKeyDictionary[RepoContext, dict[str, object]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -160,8 +170,36 @@ def reads_config_key(ctx: RepoContext, key: str) -> bool:
 
 def _python_matches(ctx: RepoContext, pattern: re.Pattern[str]) -> bool:
     """Whether ``pattern`` occurs in any Python file of the repository, whatever a plan's focus names."""
-    whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
-    return any(pattern.search(read_text(ctx, path) or "") for path in whole.python_files())
+
+    def search() -> bool:
+        whole = RepoContext(ctx.root, ctx.exclude, sources=ctx.sources)
+        return any(pattern.search(read_text(ctx, path) or "") for path in whole.python_files())
+
+    return _once(ctx, f"python:{pattern.pattern}", search)
+
+
+def top_level_settings(ctx: RepoContext, key: str) -> list[YamlSetting]:
+    """The top-level ``key:`` of every component config of the repository (a YAML that builds something by
+    class name), once per pass."""
+
+    def find() -> list[YamlSetting]:
+        found = []
+        for path in config_files(ctx):
+            text = read_text(ctx, path)
+            if text is not None and builds_components(text):
+                lines = text.splitlines()
+                found += [s for s in settings(path, text, key) if lines[s.line - 1].startswith(f"{key}:")]
+        return found
+
+    return _once(ctx, f"top:{key}", find)
+
+
+def _once(ctx: RepoContext, question: str, answer):
+    """``answer()`` for ``question`` about ``ctx``'s repository, computed once per pass over it."""
+    found = _FOUND.setdefault(ctx, {})
+    if question not in found:
+        found[question] = answer()
+    return found[question]
 
 
 def builds_components(text: str) -> bool:
