@@ -19,10 +19,10 @@ gets ``mixed_precision="bf16" if bf16_supported() else None``, Lightning's ``Tra
 ``precision="bf16-mixed" if bf16_supported() else "32-true"``, a DeepSpeed dict config gets ``"bf16":
 {"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
 
-A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them (torchtune's
-recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such config says
-``dtype: bf16``: each of those lines is already done (:meth:`Bf16Autocast.config_sites`), and its loops get no
-autocast. Where any says another dtype, the loops are judged as any other.
+A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them
+(torchtune's recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such
+config says ``dtype: bf16``: each of those lines is already done (:meth:`Bf16Autocast.config_sites`), and its
+loops get no autocast. Where any says another dtype, the loops are judged as any other.
 
 Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
 or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
