@@ -26,17 +26,17 @@ module before wrapping, by hand), a loop that trains several modules or none the
 
 from __future__ import annotations
 
+from itertools import groupby
+
 import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.codemod import code_of, walk
 from optimizations.program.components import (
-    builds_components,
-    config_files,
     instantiates_components,
-    read_text,
     reads_config_key,
     switch_on,
+    top_level_settings,
 )
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
@@ -47,7 +47,6 @@ from optimizations.program.training_loops import (
     argument_for,
     is_method_call,
 )
-from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "compile"
@@ -322,15 +321,11 @@ class CompileModel(Optimization):
         if not instantiates_components(ctx) or not reads_config_key(ctx, "compile"):
             return []
         sites: list[Site] = []
-        for path in config_files(ctx):
-            text = original = read_text(ctx, path)
-            if text is None or not builds_components(text):
-                continue
-            lines = text.splitlines()
-            for setting in reversed(settings(path, text, "compile")):
-                if lines[setting.line - 1].startswith("compile:"):  # not a key of a nested mapping
-                    text, site = switch_on(text, setting, self.id, "the recipe compiles its model")
-                    sites.append(site)
+        for path, found in groupby(top_level_settings(ctx, "compile"), key=lambda setting: setting.path):
+            text = original = ctx.read(path)
+            for setting in reversed(list(found)):
+                text, site = switch_on(text, setting, self.id, "the recipe compiles its model")
+                sites.append(site)
             if text != original:
                 ctx.edit(path, text)
         return sorted(sites, key=lambda site: (site.path, site.line))

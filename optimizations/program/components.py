@@ -186,7 +186,7 @@ def top_level_settings(ctx: RepoContext, key: str) -> list[YamlSetting]:
         found = []
         for path in config_files(ctx):
             text = read_text(ctx, path)
-            if text is not None and builds_components(text):
+            if text is not None and _builds_components(text):
                 lines = text.splitlines()
                 found += [s for s in settings(path, text, key) if lines[s.line - 1].startswith(f"{key}:")]
         return found
@@ -202,7 +202,7 @@ def _once(ctx: RepoContext, question: str, answer):
     return found[question]
 
 
-def builds_components(text: str) -> bool:
+def _builds_components(text: str) -> bool:
     """Whether a YAML text names a class to build in any mapping (``_component_:`` or ``_target_:``)."""
     return any(f"{key}:" in text for key in CLASS_KEYS)
 
