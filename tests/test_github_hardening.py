@@ -146,7 +146,6 @@ def test_token_reaches_git_through_the_environment_and_the_port_is_kept(api, tmp
 def test_commit_message_secrets_never_reach_a_comment_or_a_log(
     api, bare_remote, tmp_path, monkeypatch, caplog
 ):
-    caplog.set_level(logging.DEBUG)
     checkout = tmp_path / "checkout"
     repo = committed_example(checkout)
     (checkout / "NOTES.md").write_text("rotated\n")
@@ -158,6 +157,8 @@ def test_commit_message_secrets_never_reach_a_comment_or_a_log(
     repo.git.push(str(bare_remote), "main")
     add_target(api, str(bare_remote), (checkout / "PLAN.md").read_text())
     monkeypatch.chdir(checkout)
+    # From here on: the set-up's own commit is logged by GitPython (3.2 logs each command line at DEBUG).
+    caplog.set_level(logging.DEBUG)
 
     assert trigger(api, tmp_path, 12, "/bot review HEAD") == 1  # FAIL: a credential
 

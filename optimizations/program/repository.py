@@ -255,17 +255,54 @@ class RepoContext:
         """Record new contents for a non-Python file (Python files are edited through ``transform_source``)."""
         self.edits[path] = text
 
-    def vendor(self, runtime_module: str, next_to: str) -> str:
-        """Copy ``optimizations/runtime/<runtime_module>.py`` beside ``next_to``; return the import target.
+    def vendor(self, runtime_module: str, next_to: str, syntax: ast.Module | None) -> str:
+        """Copy ``optimizations/runtime/<runtime_module>.py`` where the file ``next_to`` (``syntax``: its text as
+        Python parses it) can import it; return the import target.
 
-        The result is what the edited file imports from: ``._perfbot_x`` inside a package, ``_perfbot_x`` for
-        a script directory.
+        * A file that imports a neighbour relatively runs only as part of its package: beside it, imported as
+          ``._perfbot_x``.
+        * A file that imports a package of this repository absolutely: in that package (its own package first,
+          beside it), imported absolutely as ``pkg._perfbot_x``. Whatever makes the file's own imports work
+          makes this one work, however the file runs: as a module, as a script, or by path through
+          ``runpy.run_path`` (torchtune's ``tune run``), which puts neither a parent package nor the file's
+          folder on the path.
+        * Otherwise beside it: ``._perfbot_x`` in a package, ``_perfbot_x`` in a script directory.
         """
-        directory = Path(next_to).parent
-        target = (directory / f"{VENDORED_PREFIX}{runtime_module}.py").as_posix()
-        self.vendored[target] = runtime_source(runtime_module)
-        in_package = (self.root / directory / "__init__.py").exists()
-        return f".{VENDORED_PREFIX}{runtime_module}" if in_package else f"{VENDORED_PREFIX}{runtime_module}"
+        module = f"{VENDORED_PREFIX}{runtime_module}"
+        directory = posixpath.dirname(next_to)
+        in_package = bool(directory) and (self.root / directory / "__init__.py").exists()
+        home = self._absolute_home(next_to, syntax, in_package)
+        folder, package = home or (directory, "" if in_package else None)
+        self.vendored[posixpath.join(folder, f"{module}.py")] = runtime_source(runtime_module)
+        return module if package is None else f"{package}.{module}"
+
+    def _absolute_home(
+        self, path: str, syntax: ast.Module | None, in_package: bool
+    ) -> tuple[str, str] | None:
+        """The folder and dotted package of the repository that the file ``path`` imports absolutely (its own
+        package first); None where it imports relatively, or nothing of this repository."""
+        if syntax is None:
+            return None
+        imports = [n for n in ast.walk(syntax) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        if any(isinstance(n, ast.ImportFrom) and n.level for n in imports):
+            return None
+        names = [a.name for n in imports if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in imports if isinstance(n, ast.ImportFrom) and n.module]
+        top_levels = list(dict.fromkeys(name.partition(".")[0] for name in names))
+        directory = posixpath.dirname(path)
+        if in_package:
+            for root in SOURCE_ROOTS:
+                parts = posixpath.relpath(directory, root or ".").split("/")
+                if parts[0] in top_levels and not parts[0].startswith("."):
+                    return directory, ".".join(parts)
+        # A package file's absolute imports start at the source roots; a script's at its own folder too.
+        roots = SOURCE_ROOTS if in_package else import_roots(path)
+        for name in top_levels:
+            for root in roots:
+                folder = posixpath.join(root, name)
+                if (self.root / folder / "__init__.py").exists():
+                    return folder, name
+        return None
 
 
 # Where the modules a repository's code imports live, besides the importing file's own folder (a script's).
