@@ -4,7 +4,9 @@ In a hand-written loop ``for batch in loader:`` whose body moves the batch with 
 copies are blocking (pageable memory, default stream) and nothing overlaps them. The loop is rewritten to
 iterate over ``CudaPrefetcher(loader, device)`` (vendored next to the file as ``_perfbot_prefetcher.py``),
 which pins each batch and copies it one step ahead on its own stream, and the ``.to(device)`` calls on the
-batch are dropped. The ``DataLoader`` that builds the loader gets ``pin_memory`` and, when it has no
+batch are dropped. A library helper that moves the whole batch in place (torchtune's
+``utils.batch_to_device(batch, device)``, :data:`IN_PLACE_MOVERS`) counts as the loop's copy too: its
+statement is dropped. The ``DataLoader`` that builds the loader gets ``pin_memory`` and, when it has no
 ``collate_fn`` of its own, ``NumpyPinnedCollate`` (``default_collate`` that stacks straight into pinned
 memory). On a CPU-only machine the prefetcher is a plain loop that calls ``.to(device)``.
 
@@ -12,10 +14,18 @@ memory). On a CPU-only machine the prefetcher is a plain loop that calls ``.to(d
 accelerate then copies the pinned batches without blocking the host.
 
 A loop is refused when the batch is also used on the host (``.tolist()``, ``.numpy()``, ...), when its
-tensors are moved to different devices, or when the device is chosen inside the loop.
+tensors are moved to different devices, when the device is chosen inside the loop, or when the file
+checkpoints the loader's position (``loader.state_dict()``: the prefetcher draws one batch ahead, so a
+resumed run would skip one). A helper call is refused when it moves only part of the batch or runs under a
+condition or in a nested statement. The loop's copy is refused where it moves values that ``CudaPrefetcher``
+leaves where they are (a flex-attention ``BlockMask``: ``{k: v.to(device) ...}`` and torchtune's helper move
+it) and the file uses library code that puts one in a batch (``padded_collate_packed``,
+:data:`BLOCK_MASK_SOURCES`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
@@ -51,6 +61,42 @@ DEVICE_INDEPENDENT_METHODS = ("size", "numel", "dim")
 DEVICE_HINTS = ("device", "cuda", "rank")
 
 
+@dataclass(frozen=True)
+class InPlaceMover:
+    """A library function that moves a whole batch to a device in place and returns nothing."""
+
+    batch: tuple[int, str]  # the batch parameter: position, keyword
+    device: tuple[int, str]  # the device parameter: position, keyword
+    moves_block_masks: bool  # it moves flex-attention BlockMasks, which CudaPrefetcher leaves where they are
+
+
+# torchtune's `batch_to_device(batch, device)`: tensors and nested dicts (as CudaPrefetcher does),
+# flex-attention BlockMasks too; any other value raises.
+TORCHTUNE_BATCH_TO_DEVICE = InPlaceMover(batch=(0, "batch"), device=(1, "device"), moves_block_masks=True)
+# Known "move this batch to the device" helpers, by qualified name.
+IN_PLACE_MOVERS = {
+    "torchtune.utils.batch_to_device": TORCHTUNE_BATCH_TO_DEVICE,
+    "torchtune.utils._device.batch_to_device": TORCHTUNE_BATCH_TO_DEVICE,
+}
+# Library code that puts a flex-attention BlockMask in a batch, as (packages, names): a BlockMask has `.to()`,
+# so `{k: v.to(device) ...}` and the movers above move it, and CudaPrefetcher, which moves tensors, does not.
+BLOCK_MASK_SOURCES = (
+    (("torch.nn.attention.flex_attention",), ("BlockMask", "create_block_mask")),
+    (("torchtune",), ("padded_collate_packed", "packed_block_causal_mask", "create_block_causal_mask_flex")),
+)
+
+
+@dataclass(frozen=True)
+class _InPlaceMove:
+    """A call of an :class:`InPlaceMover` on the loop's batch, and its top-level statement in the loop."""
+
+    call: cst.Call
+    mover: InPlaceMover
+    batch: cst.Name
+    device: cst.BaseExpression
+    statement: cst.CSTNode
+
+
 class _Refused(Exception):
     """A check failed; the message is the reason."""
 
@@ -72,20 +118,34 @@ class _Prefetch(PlannedCodemod):
             return
         batch_names = self._batch_names(loop.target, enumerated)
         moves, dict_moves = self._moves(loop, batch_names)
-        if not moves and not dict_moves:
+        helper_calls = self._helper_calls(loop, batch_names)
+        if not moves and not dict_moves and not helper_calls:
             return
-        targets = [_device_of(move) for move in moves] + [_device_of(d.value) for d in dict_moves]
-        devices = {code_of(device): device for device in targets}
+        copies = "blocking `.to(device)` copies dropped"
+        if helper_calls:
+            copies = f"blocking `{code_of(helper_calls[0].func)}(...)` copy dropped"
+            if moves or dict_moves:
+                copies = f"blocking `.to(device)` and `{code_of(helper_calls[0].func)}(...)` copies dropped"
         message = (
             f"`for {code_of(loop.target)} in {code_of(loop.iter)}`: batches copied to the device one step "
-            "ahead on a side stream (CudaPrefetcher); blocking `.to(device)` copies dropped"
+            f"ahead on a side stream (CudaPrefetcher); {copies}"
         )
         try:
+            in_place = [self._in_place_move(loop, call, batch_names) for call in helper_calls]
+            targets = [_device_of(move) for move in moves] + [_device_of(d.value) for d in dict_moves]
+            targets += [move.device for move in in_place]
+            devices = {code_of(device): device for device in targets}
             if len(devices) > 1:
                 raise _Refused(f"the batch goes to different devices ({', '.join(sorted(devices))})")
             device = next(iter(devices.values()))
             self._check_device_fixed(loop, device)
-            self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves)
+            self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves, in_place)
+            movers = [f"`{code_of(move.call.func)}`" for move in in_place if move.mover.moves_block_masks]
+            if dict_moves:
+                movers.append("`{k: v.to(device) ...}`")
+            if movers:
+                self._check_no_block_masks(movers[0])
+            self._check_loader_state_not_saved(source)
         except _Refused as refusal:
             self.refused(loop, message, str(refusal))
             return
@@ -102,6 +162,12 @@ class _Prefetch(PlannedCodemod):
             assignment = self.parent(comprehension)
             if isinstance(assignment, cst.Assign) and _assigns_only(assignment, batch):
                 self.dropped.add(self.statement_of(assignment))
+        for move in in_place:
+            # `helper(batch, device)` alone goes; the whole line if nothing else is on it.
+            expression = self.parent(move.call)
+            line = self.parent(expression)
+            alone = isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            self.dropped.add(line if alone else expression)
         self.runtime_imports.add((RUNTIME_MODULE, PREFETCHER))
         if isinstance(source, cst.Name):
             self._plan_dataloader(loop, source.value)
@@ -134,17 +200,90 @@ class _Prefetch(PlannedCodemod):
                 dict_moves.append(node)
         return moves, dict_moves
 
+    def _helper_calls(self, loop: cst.For, batch_names: set[str]) -> list[cst.Call]:
+        """Calls of a known in-place batch mover (:data:`IN_PLACE_MOVERS`) whose arguments name the batch."""
+        return [
+            node
+            for node in walk(loop.body, NESTED_SCOPES)
+            if isinstance(node, cst.Call)
+            and self.names(node.func) & IN_PLACE_MOVERS.keys()
+            and any(name.value in batch_names for arg in node.args for name in m.findall(arg.value, m.Name()))
+        ]
+
+    def _in_place_move(self, loop: cst.For, call: cst.Call, batch_names: set[str]) -> _InPlaceMove:
+        """The helper call as the loop's copy of the whole batch, or the reason it cannot be one."""
+        mover = IN_PLACE_MOVERS[min(self.names(call.func) & IN_PLACE_MOVERS.keys())]
+        shown = f"`{code_of(call)}` (line {self.line(call)})"
+        batch, device = _argument(call, *mover.batch), _argument(call, *mover.device)
+        if batch is None or device is None:
+            raise _Refused(f"{shown}: the batch or the device is not a plain argument")
+        if not (isinstance(batch, cst.Name) and {batch.value} == batch_names):
+            raise _Refused(
+                f"{shown} moves `{code_of(batch)}`, not the whole batch `{code_of(loop.target)}`; "
+                "CudaPrefetcher would move all of it"
+            )
+        if any(name.value in batch_names for name in m.findall(device, m.Name())):
+            raise _Refused(f"{shown}: the device is read from the batch")
+        expression = self.parent(call)
+        holder = self.parent(expression) if isinstance(expression, cst.Expr) else None
+        if holder is not loop.body and not (
+            isinstance(holder, cst.SimpleStatementLine) and self.parent(holder) is loop.body
+        ):
+            raise _Refused(f"{shown} is not a statement of its own in the loop's body (a condition, a value)")
+        statement = expression if holder is loop.body else holder
+        return _InPlaceMove(call, mover, batch, device, statement)
+
+    def _check_no_block_masks(self, mover: str) -> None:
+        """Refused where the file uses library code that can put a BlockMask in the batch
+        (:data:`BLOCK_MASK_SOURCES`): the loop's own copy (``mover``) moves it, CudaPrefetcher would not."""
+        for packages, attrs in BLOCK_MASK_SOURCES:
+            for node in self.nodes(cst.Name, cst.Attribute):
+                last = node.value if isinstance(node, cst.Name) else node.attr.value
+                if last in attrs and qualified_under(self.names(node), packages, attrs):
+                    raise _Refused(
+                        f"{mover} also moves flex-attention BlockMasks, which CudaPrefetcher leaves where "
+                        "they are, and this file can put one in the batch "
+                        f"(`{code_of(node)}` at line {self.line(node)})"
+                    )
+
+    def _check_loader_state_not_saved(self, loader: cst.BaseExpression) -> None:
+        """Refused where the file checkpoints the loader's position (``loader.state_dict()``, a
+        ``StatefulDataLoader``'s): the prefetcher has drawn one batch more than the loop has trained on, so a
+        run resumed from that state would skip a batch. The loader is matched by its last name (``_loader`` of
+        ``self._loader``), wherever the file reads it (a checkpoint method, a function given the recipe)."""
+        name = _last_name(loader)
+        for call in self.nodes(cst.Call):
+            func = call.func
+            if (
+                name is not None
+                and isinstance(func, cst.Attribute)
+                and func.attr.value == "state_dict"
+                and _last_name(func.value) == name
+            ):
+                raise _Refused(
+                    f"the loader's position is checkpointed (`{code_of(call)}` at line {self.line(call)}): "
+                    "prefetching draws one batch ahead, so a run resumed from that state would skip a batch"
+                )
+
     def _check_device_fixed(self, loop: cst.For, device: cst.BaseExpression) -> None:
         device_names = {name.value for name in m.findall(device, m.Name())}
+        for name in m.findall(loop.target, m.Name()):
+            if name.value in device_names:
+                raise _Refused(f"`{name.value}` (in the device `{code_of(device)}`) changes with each batch")
         for node in walk(loop.body, NESTED_SCOPES):
             if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
                 if node.target.value in device_names:
                     raise _Refused(f"`{node.target.value}` (the device) is assigned inside the loop")
+            elif isinstance(node, cst.AssignTarget) and code_of(node.target) == code_of(device):
+                raise _Refused(f"`{code_of(device)}` (the device) is assigned inside the loop")
 
-    def _check_batch_stays_on_device(self, loop, batch_names, moves, dict_moves) -> None:
-        """Every use of the batch before it is rebound must be a move or device-independent metadata."""
+    def _check_batch_stays_on_device(self, loop, batch_names, moves, dict_moves, in_place=()) -> None:
+        """Every use of the batch before it is rebound (or moved in place) must be a move or
+        device-independent metadata."""
         inside_moves = {id(n) for move in moves for n in (move.func.value, *walk(move.func.value, ()))}
         inside_moves |= {id(d.for_in.iter.func.value) for d in dict_moves}
+        inside_moves |= {id(move.batch) for move in in_place}
+        moved_by = {id(move.statement): move.batch.value for move in in_place}
         rebound: set[str] = set()
         for statement in loop.body.body:
             for node in walk(statement, NESTED_SCOPES):
@@ -160,6 +299,8 @@ class _Prefetch(PlannedCodemod):
                         f"(`{code_of(self._use_of(node))}`); after prefetching it is on the device"
                     )
             rebound |= _assigned_names(statement) & batch_names
+            if id(statement) in moved_by:
+                rebound.add(moved_by[id(statement)])  # on the device from here on, prefetched or not
 
     def _use_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """``node`` with the subscripts and attributes applied to it (the expression a reader would quote)."""
@@ -259,6 +400,24 @@ def _root_name(node: cst.BaseExpression) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
+def _last_name(node: cst.BaseExpression) -> str | None:
+    """``loader`` for ``loader`` and ``self._data.loader``; None for any other expression."""
+    if isinstance(node, cst.Name):
+        return node.value
+    return node.attr.value if isinstance(node, cst.Attribute) else None
+
+
+def _argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | None:
+    """The value passed for parameter ``name`` (at ``position``); None when ``*args``/``**kwargs`` hide it."""
+    if any(arg.star for arg in call.args):
+        return None
+    given = keyword(call, name)
+    if given is not None:
+        return given.value
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return positional[position].value if position < len(positional) else None
+
+
 def _device_of(move: cst.Call) -> cst.BaseExpression:
     device = keyword(move, "device")
     return device.value if device is not None else move.args[0].value
@@ -315,7 +474,9 @@ def _assigned_names(statement: cst.CSTNode) -> set[str]:
 
 
 def _is_binding(node: cst.Name, parent: cst.CSTNode | None) -> bool:
-    """A name being assigned (``batch = ...``), not read."""
+    """A name being assigned (``batch = ...``), or a keyword's name (``f(batch=...)``), not read."""
+    if isinstance(parent, cst.Arg):
+        return parent.keyword is node
     return isinstance(parent, (cst.AssignTarget, cst.AnnAssign)) and parent.target is node
 
 
@@ -439,6 +600,43 @@ def train(model, loader, optimizer, device):
         loss = model(inputs, labels)
         loss.backward()
         optimizer.step()
+""",
+        ),
+        Example(
+            "library_batch_to_device_in_place",
+            before="""\
+from torchtune import utils
+
+
+class Recipe:
+    def __init__(self, model, loader, optimizer, device):
+        self._model, self._loader, self._optimizer = model, loader, optimizer
+        self._device = utils.get_device(device)
+
+    def train(self):
+        for step, batch in enumerate(self._loader):
+            utils.batch_to_device(batch, self._device)
+            tokens = (batch["labels"] != -100).sum()
+            loss = self._model(**batch) / tokens
+            loss.backward()
+            self._optimizer.step()
+""",
+            after="""\
+from torchtune import utils
+from _perfbot_prefetcher import CudaPrefetcher
+
+
+class Recipe:
+    def __init__(self, model, loader, optimizer, device):
+        self._model, self._loader, self._optimizer = model, loader, optimizer
+        self._device = utils.get_device(device)
+
+    def train(self):
+        for step, batch in enumerate(CudaPrefetcher(self._loader, self._device)):
+            tokens = (batch["labels"] != -100).sum()
+            loss = self._model(**batch) / tokens
+            loss.backward()
+            self._optimizer.step()
 """,
         ),
         Example(
