@@ -1,7 +1,8 @@
 """Dataloader workers: load and collate batches in worker processes, into pinned memory, ahead of the GPU.
 
 Targets ``TrainingArguments``-family configs (``transformers``, ``trl``) and raw
-``torch.utils.data.DataLoader(...)`` calls. The worker count is computed once per module at run time
+``torch.utils.data.DataLoader(...)`` calls (torchdata's ``StatefulDataLoader`` too, which takes the same
+arguments and saves its workers' positions). The worker count is computed once per module at run time
 (``min(4, cpu_count - 1)``) so a one-core machine gets 0, and the options that torch rejects with 0 workers
 (persistent workers, a prefetch factor) are only switched on when there are workers. Memory is pinned only
 where ``torch.cuda.is_available()``: without an accelerator torch warns that pinning does nothing.
@@ -22,6 +23,7 @@ from optimizations.program.codemod import (
     code_of,
     defines,
     insert_after_imports,
+    is_data_loader,
     keyword,
     literal_value,
     qualified_under,
@@ -167,7 +169,7 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             return updated_node
         if is_training_config(names):
             settings, label = HF_SETTINGS, "dataloader_num_workers"
-        elif qualified_under(names, ("torch.utils.data",), ("DataLoader",)):
+        elif is_data_loader(names):
             settings, label = TORCH_SETTINGS, "num_workers"
         else:
             return updated_node
@@ -436,6 +438,47 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 def loader(ds):
     return DataLoader(ds, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+""",
+        ),
+        Example(
+            "stateful_dataloader",
+            before="""\
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+
+class Recipe:
+    def _setup_data(self, ds, sampler, batch_size, collate_fn):
+        return StatefulDataLoader(
+            dataset=ds,
+            batch_size=batch_size,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            drop_last=True,
+        )
+""",
+            after="""\
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+import os
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+class Recipe:
+    def _setup_data(self, ds, sampler, batch_size, collate_fn):
+        return StatefulDataLoader(
+            dataset=ds,
+            batch_size=batch_size,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            drop_last=True,
+            num_workers=DATALOADER_WORKERS,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=DATALOADER_WORKERS > 0,
+            prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
+        )
 """,
         ),
         Example(

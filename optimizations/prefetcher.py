@@ -35,6 +35,7 @@ from optimizations.program.codemod import (
     call_expr,
     code_of,
     expr,
+    is_data_loader,
     keyword,
     literal_value,
     qualified_under,
@@ -335,7 +336,7 @@ class _Prefetch(PlannedCodemod):
             if isinstance(node, cst.Assign)
             and _assigns_only(node, loader)
             and isinstance(node.value, cst.Call)
-            and qualified_under(self.names(node.value.func), ("torch.utils.data",), ("DataLoader",))
+            and is_data_loader(self.names(node.value.func))
         ]
         if len(builders) != 1 or star_kwargs(builders[0]) is not None:
             return

@@ -113,6 +113,18 @@ def qualified_under(names: Iterable[str], packages: Sequence[str], attrs: Iterab
     return False
 
 
+# Data-loader classes that take torch's DataLoader arguments (num_workers, pin_memory, persistent_workers,
+# prefetch_factor, collate_fn), as (package, class): torch's own, and torchdata's StatefulDataLoader, a subclass
+# that can save its position mid-epoch (torchtune's recipes build one).
+DATA_LOADERS = (("torch.utils.data", "DataLoader"), ("torchdata.stateful_dataloader", "StatefulDataLoader"))
+
+
+def is_data_loader(names: Iterable[str]) -> bool:
+    """True when one of ``names`` (a callee's qualified names) is a class of :data:`DATA_LOADERS`."""
+    names = set(names)
+    return any(qualified_under(names, (package,), (loader,)) for package, loader in DATA_LOADERS)
+
+
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     """The keyword argument ``name=`` of a call, if given."""
     for arg in call.args:
