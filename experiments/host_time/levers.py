@@ -44,7 +44,10 @@ Levers (``PERFBOT_LEVER``, comma-separated):
   graph launches its kernels from generated C++ instead of generated Python, the same kernels with less host
   time per launch (a C++ compilation per graph at start-up);
 - ``sdpa``: attention through SDPA instead of the picker's choice (``PERFBOT_ATTENTION=sdpa``): no block
-  mask built per batch, as FlexAttention builds one.
+  mask built per batch, as FlexAttention builds one;
+- ``no-prologue-fusion``: inductor's prologue fusion off (``torch._inductor.config.prologue_fusion = False``):
+  pointwise work before a template kernel (RoPE before FlexAttention's) runs as a kernel of its own instead of
+  inside the template's loads, where each block of the template may compute it again.
 
 ``PERFBOT_WORKLOAD=dpo`` runs ``train_dpo.py`` instead of ``train_sft.py`` (the SFT config levers do not apply).
 """
@@ -72,6 +75,7 @@ LEVERS = {
     "cublas",
     "cpp-wrapper",
     "sdpa",
+    "no-prologue-fusion",
 }
 
 
@@ -165,6 +169,10 @@ def main() -> None:
         torch._inductor.config.cpp_wrapper = True
     if "sdpa" in levers:
         os.environ["PERFBOT_ATTENTION"] = "sdpa"
+    if "no-prologue-fusion" in levers:
+        import torch._inductor.config
+
+        torch._inductor.config.prologue_fusion = False
     run_script(f"train_{os.environ.get('PERFBOT_WORKLOAD', 'sft')}.py")
 
 
