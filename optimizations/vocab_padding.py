@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from optimizations.program.codemod import code_of, keyword, qualified_under
-from optimizations.program.repository import RepoContext, parse_module
+from optimizations.program.positions import start_line
+from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import PlannedCodemod
 from optimizations.registry import Example, Numerics, Optimization
@@ -74,26 +74,25 @@ class _Repository:
         for path in RepoContext(repo.root).python_files():
             text = repo.read(path)
             if FIELD in text or any(s in text for s in SAMPLERS):
-                self._scan(path, text)
+                self._scan(path, text, repo.sources)
 
-    def _scan(self, path: str, text: str) -> None:
-        wrapper = MetadataWrapper(parse_module(text, path))
-        positions = wrapper.resolve(PositionProvider)
-        parents = wrapper.resolve(ParentNodeProvider)
-        module = wrapper.module
-        for cls in m.findall(module, m.ClassDef()):
+    def _scan(self, path: str, text: str, sources: SourceCache) -> None:
+        """One file's config classes, reads of the field and samplers, from the run's shared parse of it."""
+        parsed = sources.parse(path, text)
+        parents = parsed.parents()
+        for cls in parsed.nodes(cst.ClassDef):
             if _holds_field(cls):
                 self.config_classes.add(cls.name.value)
-        for node in m.findall(module, m.Attribute(attr=m.Name(FIELD))):
-            if not self._sizes_a_layer(node, parents):
-                where = f"{path}:{positions[node].start.line}"
+        for node in parsed.nodes(cst.Attribute):
+            if node.attr.value == FIELD and not self._sizes_a_layer(node, parents):
+                where = f"{path}:{start_line(parsed, node)}"
                 self.problems.append(f"`{code_of(node)}` is read at {where} beyond sizing the layers")
-        for function in m.findall(module, m.FunctionDef()):
+        for function in parsed.nodes(cst.FunctionDef):
             name = function.name.value
             if name.startswith(("generate", "sample")):
                 calls = [c for c in m.findall(function, m.Call()) if _callee(c) in SAMPLERS]
                 if calls:
-                    where = f"{path}:{positions[calls[0]].start.line}"
+                    where = f"{path}:{start_line(parsed, calls[0])}"
                     self.problems.append(
                         f"{name}() samples from the logits at {where}: a padded id could come out"
                     )

@@ -25,7 +25,6 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.metadata import ParentNodeProvider
 
@@ -135,7 +134,7 @@ def name_reads_and_writes(
     reads: list[cst.Name] = []
     writes: list[cst.CSTNode] = []
     nested: list[cst.Name] = []
-    for node in m.findall(body, m.Name(name)):
+    for node in (n for n in walk(body, ()) if isinstance(n, cst.Name) and n.value == name):
         up = parent(node)
         if (
             isinstance(up, cst.Attribute)
@@ -331,9 +330,9 @@ class PlannedCodemod(OptimizationCodemod):
             text = self.parsed.source if here else self.repo.read(path)
             if name not in text or (not here and module not in text):
                 continue
-            tree = self.parsed.module if here else self.repo.sources.parse(path, text).module
-            spelled = _spellings(tree, name, module, here)
-            for scope in (tree, *m.findall(tree, m.FunctionDef())):
+            parsed = self.parsed if here else self.repo.sources.parse(path, text)
+            spelled = _spellings(parsed, name, module, here)
+            for scope in (parsed.module, *parsed.nodes(cst.FunctionDef)):
                 body = scope if isinstance(scope, cst.Module) else scope.body
                 for call in walk(body, NESTED_SCOPES):
                     if isinstance(call, cst.Call) and code_of(call.func) in spelled:
@@ -341,12 +340,12 @@ class PlannedCodemod(OptimizationCodemod):
         return sites
 
 
-def _spellings(tree: cst.Module, name: str, module: str, here: bool) -> set[str]:
+def _spellings(parsed: ParsedFile, name: str, module: str, here: bool) -> set[str]:
     """How a file calls ``name`` of ``module``: bare in the module itself, else as it imports it."""
     if here:
         return {name}
     spelled = set()
-    for node in m.findall(tree, m.ImportFrom() | m.Import()):
+    for node in parsed.nodes(cst.ImportFrom, cst.Import):
         if isinstance(node.names, cst.ImportStar):
             continue
         if isinstance(node, cst.ImportFrom):
