@@ -137,6 +137,12 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
     configs = {
         "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: False\n",
         "configs/commented.yaml": "model:\n  _component_: m.build\ncompile: false  # True increases speed\n",
+        # The lines right above it explain the setting: commented too. A section title above it is not.
+        "configs/explained.yaml": (
+            "model:\n  _component_: m.build\n# Performance\n# compile True: torch.compile every component\n"
+            "# (model, loss, optimizer step)\ncompile: False\n"
+        ),
+        "configs/titled.yaml": "model:\n  _component_: m.build\n# Memory management / performance\ncompile: False\n",
         "configs/on.yaml": "model:\n  _component_: m.build\ncompile: true\n",
         "configs/nested.yaml": "model:\n  _component_: m.build\n  compile: false\n",
         "configs/no_components.yaml": "compile: false\n",
@@ -149,9 +155,19 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
             False,
             "the config comments on compile: false (# True increases speed); a commented choice is a human's",
         ),
+        ("configs/explained.yaml", 6): (
+            False,
+            False,
+            "the config comments on compile: False (# compile True: torch.compile every component); "
+            "a commented choice is a human's",
+        ),
+        ("configs/titled.yaml", 4): (True, False, ""),
         ("configs/on.yaml", 3): (False, True, ""),
     }
-    assert change.files == {"configs/plain.yaml": "model:\n  _component_: m.build\ncompile: True\n"}
+    assert change.files == {
+        "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: True\n",
+        "configs/titled.yaml": "model:\n  _component_: m.build\n# Memory management / performance\ncompile: True\n",
+    }
 
 
 def test_compile_needs_a_program_that_reads_the_setting(tmp_path: Path):

@@ -112,9 +112,10 @@ def switch_on(
 ) -> tuple[str, Site]:
     """The file with a false boolean ``setting`` turned true in its own spelling, and its site (``why``: what
     turning it on does). Already done where it is true; refused where it is not a boolean, where ``blocked``
-    says why, or where its line comments on it (a commented choice is the author's, quoted for a human)."""
+    says why, or where a comment is on it (a commented choice is the author's, quoted for a human): on its line,
+    or in the comment lines right above it that name its key."""
     message = f"{setting.key}: {setting.text} -> true ({why})"
-    comment = text[setting.end :].split("\n", 1)[0].strip()
+    comment = _comment_on(text, setting)
     if setting.value is True:
         return text, Site(
             setting.path, setting.line, optimization, f"{setting.key}: {setting.text}", False, already=True
@@ -131,6 +132,20 @@ def switch_on(
     if reasons:
         return text, Site(setting.path, setting.line, optimization, message, False, "; ".join(reasons))
     return turn_on(text, setting) or text, Site(setting.path, setting.line, optimization, message)
+
+
+def _comment_on(text: str, setting: YamlSetting) -> str:
+    """The comment on ``setting``: the one ending its line, else the first of the comment lines right above it
+    that names its key (``# compile True means ...`` above ``compile: False``; a section title such as
+    ``# Memory management`` is not one); ``""`` for none."""
+    inline = text[setting.end :].split("\n", 1)[0].strip()
+    if inline.startswith("#"):
+        return inline
+    above = text[: text.rfind("\n", 0, setting.start) + 1].splitlines()
+    block = []
+    while above and above[-1].strip().startswith("#"):
+        block.insert(0, above.pop().strip())
+    return next((line for line in block if setting.key.lower() in line.lower()), "")
 
 
 def add_keyword(text: str, component: Component, key: str, value: str) -> str | None:
