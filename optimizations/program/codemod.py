@@ -447,7 +447,8 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
             AddImportsVisitor.add_needed_import(self.context, module)
 
     def import_runtime(self, runtime_module: str, name: str) -> None:
-        """Vendor ``optimizations/runtime/<runtime_module>.py`` beside this file and import ``name`` from it."""
+        """Vendor ``optimizations/runtime/<runtime_module>.py`` where this file can import it
+        (:meth:`RepoContext.vendor`) and import ``name`` from it."""
         target = self.repo.vendor(runtime_module, self.path, self.parsed.syntax())
         relative = 1 if target.startswith(".") else 0
         AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
