@@ -17,6 +17,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
+from optimizations.program.classes import repository_classes
 from optimizations.program.codemod import (
     OptimizationCodemod,
     add_keywords,
@@ -28,10 +29,13 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     replace_keyword,
+    walk,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
+from optimizations.program.names import scoped_names
+from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
-from optimizations.program.repository import RepoContext
+from optimizations.program.repository import ParsedFile, RepoContext
 from optimizations.program.values import SettingsPlacement
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -85,6 +89,37 @@ def _is_main_guard(node: cst.If) -> bool:
     )
 
 
+def _dataset_of(call: cst.Call) -> cst.BaseExpression | None:
+    """The dataset a DataLoader call is given: its ``dataset=`` or first positional argument."""
+    dataset = keyword(call, "dataset")
+    if dataset is not None:
+        return dataset.value
+    return call.args[0].value if call.args and not call.args[0].keyword else None
+
+
+def _uses_cuda(parsed: ParsedFile, class_name: str) -> str | None:
+    """Where the class ``class_name`` (dotted: ``module.Class``) of ``parsed`` uses CUDA: a ``torch.cuda``
+    name, a ``.cuda()`` call or a ``"cuda..."`` device string, as ``code`` at line N; None where it does not."""
+    short = class_name.rpartition(".")[2]
+    cls = next((c for c in parsed.nodes(cst.ClassDef) if c.name.value == short), None)
+    if cls is None:
+        return None
+    names = scoped_names(parsed)
+    for node in walk(cls, ()):
+        uses = (
+            isinstance(node, cst.Attribute)
+            and qualified_under({q.name for q in names.of(node)}, ("torch.cuda",), (node.attr.value,))
+            or isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "cuda"
+            or isinstance(node, cst.SimpleString)
+            and str(literal_value(node)).startswith("cuda")
+        )
+        if uses:
+            return f"`{code_of(node)}` at {parsed.path}:{start_line(parsed, node)}"
+    return None
+
+
 class _AddWorkers(SettingsPlacement, OptimizationCodemod):
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
@@ -135,17 +170,44 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         )
 
     def _dataset_is_iterable(self, call: cst.Call) -> bool:
-        dataset = keyword(call, "dataset")
-        value = (
-            dataset.value
-            if dataset
-            else (call.args[0].value if call.args and not call.args[0].keyword else None)
-        )
+        value = _dataset_of(call)
         if value is None:
             return False
         return self._builds_iterable(value) or (
             isinstance(value, cst.Name) and value.value in self.iterable_instances
         )
+
+    def _dataset_on_device(self, call: cst.Call) -> str | None:
+        """Why the loader's dataset may hold its items on a CUDA device, or None: its class is one of the
+        repository's and its code uses CUDA (a replay buffer that keeps experience on the GPU). A worker process
+        cannot touch CUDA tensors, and perfbot cannot tell that the items stay on the host."""
+        dataset = _dataset_of(call)
+        builder = dataset if isinstance(dataset, cst.Call) else self._built_by(dataset)
+        if builder is None:
+            return None
+        found = repository_classes(self.repo).class_of(self.path, self.qualified(builder.func))
+        if found is None:
+            return None
+        definition, path = found
+        evidence = _uses_cuda(self.repo.sources.parse(path, self.repo.read(path)), definition.name)
+        if evidence is None:
+            return None
+        return (
+            f"the dataset `{code_of(dataset)}` is a `{code_of(builder.func)}`, whose code uses CUDA "
+            f"({evidence}): its items may be on the GPU, which worker processes cannot touch"
+        )
+
+    def _built_by(self, dataset: cst.BaseExpression | None) -> cst.Call | None:
+        """The call whose result the file assigns to ``dataset`` (a name, ``self.buffer``), when there is one."""
+        if dataset is None:
+            return None
+        built = [
+            node.value
+            for node in self.nodes(cst.Assign)
+            if isinstance(node.value, cst.Call)
+            and any(code_of(target.target) == code_of(dataset) for target in node.targets)
+        ]
+        return built[0] if len(built) == 1 else None
 
     def _parser(self, call: cst.Call) -> None:
         """An argument parser filling a TrainingArguments-family config: workers where its launches set them."""
@@ -220,6 +282,10 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
                 "the dataset is an IterableDataset: every worker would replay the whole stream unless it "
                 "shards by torch.utils.data.get_worker_info()",
             )
+            return updated_node
+        on_device = self._dataset_on_device(original_node) if settings is TORCH_SETTINGS else None
+        if on_device is not None:
+            self.refused(original_node, message, on_device)
             return updated_node
 
         call = updated_node

@@ -250,6 +250,16 @@ class RepositoryClasses:
             self._named[key] = frozenset(found)
         return self._named[key]
 
+    def class_of(self, path: str, qualified: Iterable[QualifiedName]) -> tuple[ClassDefinition, str] | None:
+        """The repository class (and the file defining it) that ``qualified``, as libcst resolved a name in the
+        file ``path`` (a relative import's included), names; ``None`` for anything else."""
+        for q in qualified:
+            name = self._from_file(path, q)
+            found = self.definition(name, path) if name is not None else None
+            if found is not None:
+                return found
+        return None
+
     def _from_file(self, path: str, q: QualifiedName) -> str | None:
         """A libcst qualified name made absolute: a relative import's against the file's package, a class of
         the file under the file's module; ``None`` when it cannot name a repository class."""
