@@ -29,6 +29,7 @@ from optimizations.program.codemod import (
     star_kwargs,
 )
 from optimizations.program.hf import trainer_class
+from optimizations.program.model_use import enclosing_function, kept_as_data
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -62,7 +63,15 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             self.already(original_node, f"`{HELPER}({callee}(...))`: the {WHAT}")
             return updated_node
         message = f"{callee}(...): {WHAT}"
-        if (current := keyword(original_node, FLAG)) is not None:
+        parents = self.parsed.parents()
+        function = enclosing_function(original_node, parents)
+        kept = kept_as_data(function or self.parsed.module, original_node, parents)
+        if kept is not None:
+            reason = (
+                f"the adapters are only made and saved here (`{code_of(kept)}` at line {self.line(kept)}); "
+                "nothing in this function trains them"
+            )
+        elif (current := keyword(original_node, FLAG)) is not None:
             reason = f"{FLAG}={code_of(current.value)} is set here and perfbot keeps that choice"
         elif (hidden := star_kwargs(original_node)) is not None:
             reason = f"its arguments are passed through `**{code_of(hidden.value)}`, which may set {FLAG}"
@@ -242,6 +251,19 @@ def train(model, args, data):
     SFTTrainer(model=model, args=args, train_dataset=data, peft_config=LoraConfig(r=8)).train()
 """,
             refusal="is not assigned on a line of its own",
+        ),
+        Example(
+            "adapters_made_only_to_be_saved",
+            before="""\
+from peft import LoraConfig, get_peft_model
+
+
+def initialise_adapters(model, out):
+    peft_model = get_peft_model(model, LoraConfig(r=8, init_lora_weights="pissa"))
+    peft_model.peft_config["default"].init_lora_weights = True
+    peft_model.save_pretrained(out)
+""",
+            refusal="the adapters are only made and saved here (`peft_model.save_pretrained` at line 7)",
         ),
         Example(
             "trainer_without_an_adapter",

@@ -40,7 +40,7 @@ from optimizations.program.codemod import (
     replace_keyword,
 )
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
-from optimizations.program.model_use import loaded_only_to_read
+from optimizations.program.model_use import READS, kept_as_data
 from optimizations.program.repository import RepoContext
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
@@ -204,12 +204,14 @@ class _PickAttention(OptimizationCodemod):
             return updated_node
         message = _message(code_of(func), fallback)
         function = self.links.values.function_of(original_node)
-        read = loaded_only_to_read(function, original_node) if function is not None else None
-        if read is not None:
+        parents = self.parsed.parents()
+        kept = kept_as_data(function or self.parsed.module, original_node, parents)
+        if kept is not None:
+            how = "to copy from" if kept.attr.value in READS else "to be converted and saved"
             self.refused(
                 original_node,
                 message,
-                f"the model is loaded only to copy from (`{code_of(read)}` at line {self.line(read)}); "
+                f"the model is loaded only {how} (`{code_of(kept)}` at line {self.line(kept)}); "
                 "it is never trained or run, so its attention does not matter",
             )
             return updated_node
@@ -472,6 +474,70 @@ def pretrained_tiny_gpt(name):
     return model
 """,
             refusal="the model is loaded only to copy from (`source.state_dict` at line 11)",
+        ),
+        Example(
+            "model_loaded_to_put_adapters_on_and_save",
+            before="""\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+
+def initialise_adapters(name, out, head):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
+    if not isinstance(model, AutoModelForCausalLM) or not hasattr(model, "lm_head"):
+        raise TypeError(name)
+    model.lm_head = head
+    peft_model = get_peft_model(model, LoraConfig(r=8, init_lora_weights="pissa"))
+    peft_model.save_pretrained(f"{out}/adapter")
+    base = peft_model.unload()
+    base.save_pretrained(out)
+""",
+            refusal="the model is loaded only to be converted and saved (`peft_model.save_pretrained` at line 11)",
+        ),
+        Example(
+            "model_loaded_to_merge_adapters_into_a_part",
+            before="""\
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+
+def merge(name, adapter, out):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
+    part = getattr(model, "model")
+    with_adapter = PeftModel.from_pretrained(part, adapter)
+    merged = with_adapter.merge_and_unload()
+    setattr(model, "model", merged)
+    model.save_pretrained(out)
+""",
+            refusal="the model is loaded only to be converted and saved (`model.save_pretrained` at line 11)",
+        ),
+        Example(
+            "model_converted_and_then_evaluated_is_run",
+            before="""\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+
+def initialise_and_check(name, out, batch):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
+    peft_model = get_peft_model(model, LoraConfig(r=8))
+    peft_model.save_pretrained(out)
+    merged = peft_model.merge_and_unload()
+    return merged(**batch).loss
+""",
+            after="""\
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def initialise_and_check(name, out, batch):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="auto", attn_implementation=pick_attention_implementation(AutoModelForCausalLM, name, dtype="auto", fallback=None))
+    peft_model = get_peft_model(model, LoraConfig(r=8))
+    peft_model.save_pretrained(out)
+    merged = peft_model.merge_and_unload()
+    return merged(**batch).loss
+""",
         ),
         Example(
             "a_loaded_model_that_is_returned_is_trained",

@@ -1,12 +1,14 @@
-"""What a function does with a model it loads: train or run it, or only read it (its weights copied into
-another model, its config looked at). An optimization of the loaded model's attention or training has no
-site on a model that is only read."""
+"""What a function does with a model it loads: train or run it, or only keep it as data (its weights copied
+into another model, its config looked at, adapters put on it and the result saved). An optimization of the
+loaded model's attention or training has no site on a model that is only kept as data."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libcst as cst
 
-from optimizations.program.codemod import walk
+from optimizations.program.codemod import code_of, walk
 
 # Attributes whose use reads a model without running it.
 READS = frozenset(
@@ -17,40 +19,108 @@ READS = frozenset(
         "named_buffers",
         "buffers",
         "config",
+        "generation_config",
+        "peft_config",
         "get_input_embeddings",
         "get_output_embeddings",
     }
 )
+# Methods that keep a model as data: save or publish it, take its adapters off or merge them in (the result,
+# when a name is bound to it, is followed the same way).
+KEEPS = frozenset({"save_pretrained", "push_to_hub", "unload", "merge_and_unload"})
+# Functions that wrap a model given as their first argument in adapters, without running it.
+WRAPPERS = frozenset({"get_peft_model", "PeftModel.from_pretrained"})
+# Built-ins that look at a model or set a part of it without running it (``getattr`` gives a part, followed).
+INSPECTS = frozenset({"isinstance", "hasattr", "setattr"})
 
 
-def loaded_only_to_read(function: cst.FunctionDef, call: cst.Call) -> cst.Attribute | None:
-    """The first read (``hf.state_dict``) of the model ``call`` loads, when ``function`` binds it to a name
-    (``hf = X.from_pretrained(...)``) and reads its weights or config is all it ever does with that name:
-    never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
-    name = next(
-        (
-            node.targets[0].target.value
-            for node in walk(function)
-            if isinstance(node, cst.Assign)
-            and node.value is call
-            and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
-        ),
-        None,
-    )
+def kept_as_data(
+    scope: cst.FunctionDef | cst.Module, call: cst.Call, parents: Mapping[cst.CSTNode, cst.CSTNode]
+) -> cst.Attribute | None:
+    """Where the model ``call`` builds is kept (``model.save_pretrained``), else first read
+    (``hf.state_dict``), when ``scope`` (a function, or a script's module) binds it to a name and all it does
+    with that name is: read its weights or config; delete, set or look at its parts (:data:`INSPECTS`); put
+    adapters on it (:data:`WRAPPERS`); save, publish, unload or merge it (:data:`KEEPS`); and the same of what
+    those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
+    name = _bound_name(parents, call)
     if name is None:
         return None
-    nodes = list(walk(function, stop=()))
-    mentions = sum(isinstance(n, cst.Name) and n.value == name for n in nodes)
-    reads = [
-        n
-        for n in nodes
-        if isinstance(n, cst.Attribute)
-        and isinstance(n.value, cst.Name)
-        and n.value.value == name
-        and n.attr.value in READS
-    ]
-    deleted = sum(
-        isinstance(n, cst.Del) and isinstance(n.target, cst.Name) and n.target.value == name for n in nodes
-    )
-    return reads[0] if reads and mentions == 1 + len(reads) + deleted else None
+    uses: list[cst.Attribute] = []
+    pending, seen = [name], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for node in walk(scope, stop=()):
+            if not (isinstance(node, cst.Name) and node.value == current) or _binds(parents, node):
+                continue
+            use = _data_use(node, parents)
+            if use is None:
+                return None
+            if isinstance(use, str):
+                pending.append(use)
+            elif isinstance(use, cst.Attribute):
+                uses.append(use)
+    kept = [use for use in uses if use.attr.value in KEEPS] or uses
+    return min(kept, key=lambda node: _position(scope, node), default=None)
+
+
+def enclosing_function(
+    node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]
+) -> cst.FunctionDef | None:
+    """The innermost function that holds ``node``."""
+    holder = parents.get(node)
+    while holder is not None and not isinstance(holder, cst.FunctionDef):
+        holder = parents.get(holder)
+    return holder
+
+
+def _bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -> str | None:
+    """The name ``name = value`` (or ``name: T = value``) binds, where ``value`` is the whole right side."""
+    holder = parents.get(value)
+    if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+        target = holder.targets[0].target
+        return target.value if isinstance(target, cst.Name) else None
+    if isinstance(holder, cst.AnnAssign) and holder.value is value and isinstance(holder.target, cst.Name):
+        return holder.target.value
+    return None
+
+
+def _binds(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:
+    """``name`` is the target of an assignment, not a use."""
+    holder = parents.get(name)
+    return isinstance(holder, (cst.AssignTarget, cst.AnnAssign)) and holder.target is name
+
+
+def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst.CSTNode | str | bool | None:
+    """What one mention of the model does: a read or a keep (the node to quote), a conversion whose result is
+    bound to another name (that name), a deletion or type check (True); ``None`` for any other use."""
+    holder = parents.get(name)
+    if isinstance(holder, cst.Attribute) and holder.value is name:
+        above = parents.get(holder)
+        if isinstance(above, cst.Del) or isinstance(above, cst.AssignTarget) and above.target is holder:
+            return True
+        if holder.attr.value in READS:
+            return holder
+        if holder.attr.value in KEEPS and isinstance(above, cst.Call) and above.func is holder:
+            return _bound_name(parents, above) or holder
+        return None
+    if isinstance(holder, cst.Del):
+        return True
+    if isinstance(holder, cst.Arg) and holder.value is name:
+        call = parents.get(holder)
+        if not isinstance(call, cst.Call) or holder.keyword is not None:
+            return None
+        callee = code_of(call.func)
+        first = call.args[0] is holder
+        if callee in INSPECTS and (first or callee == "setattr"):
+            return True
+        wraps = any(callee == wrapper or callee.endswith(f".{wrapper}") for wrapper in WRAPPERS)
+        if first and (callee == "getattr" or wraps):
+            return _bound_name(parents, call)
+    return None
+
+
+def _position(scope: cst.CSTNode, node: cst.CSTNode) -> int:
+    return next(index for index, found in enumerate(walk(scope, stop=())) if found is node)
