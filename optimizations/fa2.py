@@ -205,6 +205,14 @@ class _PickAttention(OptimizationCodemod):
         message = _message(code_of(func), fallback)
         function = self.links.values.function_of(original_node)
         parents = self.parsed.parents()
+        if isinstance(parents.get(original_node), cst.Expr):
+            self.refused(
+                original_node,
+                message,
+                "the loaded model is thrown away (the call is a statement of its own): it is loaded for what "
+                "loading does (a remote module imported), never trained or run",
+            )
+            return updated_node
         kept = kept_as_data(function or self.parsed.module, original_node, parents)
         if kept is not None:
             how = "to copy from" if kept.attr.value in READS else "to be converted and saved"
@@ -510,6 +518,22 @@ def merge(name, adapter, out):
     model.save_pretrained(out)
 """,
             refusal="the model is loaded only to be converted and saved (`model.save_pretrained` at line 11)",
+        ),
+        Example(
+            "model_loaded_for_its_remote_code_and_thrown_away",
+            before="""\
+import importlib
+
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def patch_remote_attention(name, attention):
+    config = AutoConfig.from_pretrained(name, trust_remote_code=True)
+    AutoModelForCausalLM.from_pretrained(name, trust_remote_code=True)
+    modeling = importlib.import_module(config.__class__.__module__.replace("configuration_", "modeling_"))
+    modeling.Attention.forward = attention
+""",
+            refusal="the loaded model is thrown away (the call is a statement of its own)",
         ),
         Example(
             "model_converted_and_then_evaluated_is_run",

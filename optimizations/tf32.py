@@ -301,6 +301,25 @@ class ChunkedLoss:
 """,
         ),
         Example(
+            "autograd_function_backward_per_shard",
+            before="""\
+import torch
+
+
+class TiledMLP(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        grads = []
+        for shard, grad_shard in zip(x.chunk(4, dim=1), grad.chunk(4, dim=1)):
+            shard = shard.detach().requires_grad_()
+            with torch.enable_grad():
+                ctx.fn(shard).backward(grad_shard)
+            grads.append(shard.grad)
+        return torch.cat(grads, dim=1), None
+""",
+        ),
+        Example(
             "trainer_class_call_steps",
             before="""\
 import torch

@@ -40,8 +40,9 @@ from optimizations.program.reachability import program_of
 from optimizations.program.repository import ParsedFile, RepoContext
 
 LOOPS = (cst.For, cst.While)
-# Methods a class runs once per call: a module's forward, a loss object's __call__.
-PER_CALL_METHODS = ("forward", "__call__")
+# Methods a class runs once per call: a module's forward, a loss object's __call__, an autograd Function's
+# backward.
+PER_CALL_METHODS = ("forward", "__call__", "backward")
 # The method a training loop calls: a file without this word has no training loop.
 BACKWARD = "backward"
 LOG_METHODS = frozenset(
@@ -256,7 +257,8 @@ class PlannedCodemod(OptimizationCodemod):
         ]
 
     def computes_per_call(self, loop: cst.For | cst.While) -> bool:
-        """``loop`` is in a class's ``forward`` or ``__call__``, which steps no optimizer (no ``.step()``)."""
+        """``loop`` is in a class's ``forward``, ``__call__`` or ``backward`` (an autograd Function's, say), which
+        steps no optimizer (no ``.step()``)."""
         owner = self.enclosing_body(loop)
         return (
             isinstance(owner, cst.FunctionDef)
