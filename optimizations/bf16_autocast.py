@@ -192,6 +192,14 @@ class _Autocast(PlannedCodemod):
         message = (
             f"{code_of(call.func)}(...): {framework.precision}={bf16!r} where the GPU has bf16 tensor cores"
         )
+        if isinstance(self.parent(call), cst.Expr):
+            self.refused(
+                call,
+                message,
+                f"the `{code_of(call.func)}(...)` built here is thrown away (the call is a statement of its own): "
+                "it sets up shared state, and the one that drives training is built elsewhere",
+            )
+            return
         setting = found.setting
         if setting is not None:
             self._judge_setting(found, message, setting.value)
@@ -600,6 +608,27 @@ def train(model, loader, optimizer):
         scaler.scale(loss).backward()
         scaler.step(optimizer)
 """,
+        ),
+        Example(
+            "accelerator_built_only_to_set_up_shared_state",
+            before="""\
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+
+
+def device_mesh():
+    Accelerator()
+    return AcceleratorState().device_mesh
+
+
+def train(model, loader, optimizer, accelerator):
+    mesh = device_mesh()
+    for x, y in loader:
+        loss = model(x, y, mesh)
+        accelerator.backward(loss)
+        optimizer.step()
+""",
+            refusal="the `Accelerator(...)` built here is thrown away",
         ),
         Example(
             "accelerate_mixed_precision",

@@ -32,6 +32,7 @@ from optimizations.program.codemod import (
     walk,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
+from optimizations.program.model_use import enclosing_function
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
@@ -197,6 +198,28 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             f"({evidence}): its items may be on the GPU, which worker processes cannot touch"
         )
 
+    def _only_measured(self, call: cst.Call) -> cst.Call | None:
+        """The first ``len(loader)`` where the loader ``call`` builds is bound to a name that is only ever
+        measured (a step count estimated from it) in its function; None where it is used any other way."""
+        parents = self.parsed.parents()
+        holder = parents.get(call)
+        if not (isinstance(holder, cst.Assign) and len(holder.targets) == 1):
+            return None
+        target = holder.targets[0].target
+        if not isinstance(target, cst.Name):
+            return None
+        scope = enclosing_function(call, parents) or self.parsed.module
+        lengths = []
+        for node in walk(scope, ()):
+            if isinstance(node, cst.Name) and node.value == target.value and node is not target:
+                argument, measure = parents.get(node), parents.get(parents.get(node))
+                if not (isinstance(argument, cst.Arg) and isinstance(measure, cst.Call)):
+                    return None
+                if code_of(measure.func) != "len":
+                    return None
+                lengths.append(measure)
+        return lengths[0] if lengths else None
+
     def _built_by(self, dataset: cst.BaseExpression | None) -> cst.Call | None:
         """The call whose result the file assigns to ``dataset`` (a name, ``self.buffer``), when there is one."""
         if dataset is None:
@@ -286,6 +309,15 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         on_device = self._dataset_on_device(original_node) if settings is TORCH_SETTINGS else None
         if on_device is not None:
             self.refused(original_node, message, on_device)
+            return updated_node
+        measured = self._only_measured(original_node) if settings is TORCH_SETTINGS else None
+        if measured is not None:
+            self.refused(
+                original_node,
+                message,
+                f"the loader is only measured (`{code_of(measured)}` at line {self.line(measured)}), never "
+                "iterated: workers would load nothing",
+            )
             return updated_node
 
         call = updated_node
@@ -545,6 +577,51 @@ class Recipe:
             persistent_workers=DATALOADER_WORKERS > 0,
             prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
         )
+""",
+        ),
+        Example(
+            "loader_only_measured_for_a_step_count",
+            before="""\
+import math
+
+from torch.utils.data import DataLoader
+
+
+def total_steps(dataset, sampler, epochs):
+    data_loader = DataLoader(dataset, batch_sampler=sampler)
+    return math.floor(len(data_loader) * epochs)
+""",
+            refusal="the loader is only measured (`len(data_loader)` at line 8), never iterated",
+        ),
+        Example(
+            "loader_measured_and_iterated",
+            before="""\
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(model, dataset, optimizer):
+    loader = DataLoader(dataset, batch_size=8)
+    print(f"{len(loader)} steps")
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+            after="""\
+import torch
+from torch.utils.data import DataLoader
+import os
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def train(model, dataset, optimizer):
+    loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    print(f"{len(loader)} steps")
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
 """,
         ),
         Example(
