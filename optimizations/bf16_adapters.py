@@ -27,6 +27,7 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     star_kwargs,
+    walk,
 )
 from optimizations.program.hf import trainer_class
 from optimizations.program.model_use import enclosing_function, kept_as_data
@@ -66,10 +67,15 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
         parents = self.parsed.parents()
         function = enclosing_function(original_node, parents)
         kept = kept_as_data(function or self.parsed.module, original_node, parents)
+        other = self._other_adapter(original_node, function or self.parsed.module)
         if kept is not None:
             reason = (
                 f"the adapters are only made and saved here (`{code_of(kept)}` at line {self.line(kept)}); "
                 "nothing in this function trains them"
+            )
+        elif other is not None:
+            reason = (
+                f"the adapter is built from `{other}`, not LoRA: it has no LoRA layers to compute in bf16"
             )
         elif (current := keyword(original_node, FLAG)) is not None:
             reason = f"{FLAG}={code_of(current.value)} is set here and perfbot keeps that choice"
@@ -81,6 +87,28 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             return call_expr(HELPER, updated_node)
         self.refused(original_node, message, reason)
         return updated_node
+
+    def _other_adapter(self, call: cst.Call, scope: cst.CSTNode) -> str | None:
+        """The PEFT config class other than ``LoraConfig`` that ``get_peft_model``'s config is built from in
+        ``scope`` (``AdaptionPromptConfig``, ``IA3Config``), where one assignment there builds it."""
+        config = call.args[1].value if len(call.args) > 1 and call.args[1].keyword is None else None
+        given = keyword(call, "peft_config")
+        config = given.value if given is not None else config
+        if isinstance(config, cst.Name):
+            built = [
+                node.value
+                for node in walk(scope, ())
+                if isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and node.targets[0].target.value == config.value
+            ]
+            config = built[0] if len(built) == 1 else None
+        if not isinstance(config, cst.Call):
+            return None
+        classes = {name.rpartition(".")[2] for name in self.names(config.func) if name.startswith("peft.")}
+        other = sorted(c for c in classes if c.endswith("Config") and c != "LoraConfig")
+        return other[0] if other else None
 
 
 class Bf16Adapters(Optimization):
@@ -264,6 +292,18 @@ def initialise_adapters(model, out):
     peft_model.save_pretrained(out)
 """,
             refusal="the adapters are only made and saved here (`peft_model.save_pretrained` at line 7)",
+        ),
+        Example(
+            "prompt_adapter_has_no_lora_layers",
+            before="""\
+from peft import AdaptionPromptConfig, get_peft_model
+
+
+def wrap(model):
+    config = AdaptionPromptConfig(adapter_layers=8, adapter_len=10, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+""",
+            refusal="the adapter is built from `AdaptionPromptConfig`, not LoRA",
         ),
         Example(
             "trainer_without_an_adapter",
