@@ -7,6 +7,10 @@ arguments and saves its workers' positions). The worker count is computed once p
 (persistent workers, a prefetch factor) are only switched on when there are workers. Memory is pinned only
 where ``torch.cuda.is_available()``: without an accelerator torch warns that pinning does nothing.
 
+A loader is left alone where workers would break it or do nothing: it is built at import time, its dataset is
+an ``IterableDataset`` (every worker would replay the stream), its dataset is a repository class whose code
+uses CUDA (items a worker process cannot touch), or it is only measured (``len(loader)``), never iterated.
+
 A script whose ``HfArgumentParser``/``TrlParser`` fills such a config from flags gets the settings where each
 shell launch of it takes them from: its ``--dataloader_num_workers`` flag or its ``--config`` recipe
 (``dataloader_num_workers: 4``, pinned memory, persistent workers; :mod:`optimizations.program.recipes`).
