@@ -27,11 +27,11 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
     star_kwargs,
-    walk,
 )
 from optimizations.program.hf import trainer_class
-from optimizations.program.model_use import enclosing_function, kept_as_data
+from optimizations.program.model_use import kept_as_data
 from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.values import assignments
 from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "precision"
@@ -64,10 +64,9 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             self.already(original_node, f"`{HELPER}({callee}(...))`: the {WHAT}")
             return updated_node
         message = f"{callee}(...): {WHAT}"
-        parents = self.parsed.parents()
-        function = enclosing_function(original_node, parents)
-        kept = kept_as_data(function or self.parsed.module, original_node, parents)
-        other = self._other_adapter(original_node, function or self.parsed.module)
+        scope = self.links.values.function_of(original_node) or self.parsed.module
+        kept = kept_as_data(scope, original_node, self.parsed.parents())
+        other = self._other_adapter(original_node, scope)
         if kept is not None:
             reason = (
                 f"the adapters are only made and saved here (`{code_of(kept)}` at line {self.line(kept)}); "
@@ -95,15 +94,8 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
         given = keyword(call, "peft_config")
         config = given.value if given is not None else config
         if isinstance(config, cst.Name):
-            built = [
-                node.value
-                for node in walk(scope, ())
-                if isinstance(node, cst.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0].target, cst.Name)
-                and node.targets[0].target.value == config.value
-            ]
-            config = built[0] if len(built) == 1 else None
+            built = assignments(scope, config.value)
+            config = built[0].value if len(built) == 1 else None
         if not isinstance(config, cst.Call):
             return None
         classes = {name.rpartition(".")[2] for name in self.names(config.func) if name.startswith("peft.")}

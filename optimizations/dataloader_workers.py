@@ -36,7 +36,7 @@ from optimizations.program.codemod import (
     walk,
 )
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
-from optimizations.program.model_use import enclosing_function
+from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
@@ -206,16 +206,18 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         """The first ``len(loader)`` where the loader ``call`` builds is bound to a name that is only ever
         measured (a step count estimated from it) in its function; None where it is used any other way."""
         parents = self.parsed.parents()
-        holder = parents.get(call)
-        if not (isinstance(holder, cst.Assign) and len(holder.targets) == 1):
+        name, binding = bound_name(parents, call), parents.get(call)
+        if name is None:
             return None
-        target = holder.targets[0].target
-        if not isinstance(target, cst.Name):
-            return None
-        scope = enclosing_function(call, parents) or self.parsed.module
+        scope = self.values.function_of(call) or self.parsed.module
         lengths = []
         for node in walk(scope, ()):
-            if isinstance(node, cst.Name) and node.value == target.value and node is not target:
+            # every mention of the name but the one the loader is bound to
+            if (
+                isinstance(node, cst.Name)
+                and node.value == name
+                and parents.get(parents.get(node)) is not binding
+            ):
                 argument, measure = parents.get(node), parents.get(parents.get(node))
                 if not (isinstance(argument, cst.Arg) and isinstance(measure, cst.Call)):
                     return None

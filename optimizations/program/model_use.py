@@ -42,7 +42,7 @@ def kept_as_data(
     with that name is: read its weights or config; delete, set or look at its parts (:data:`INSPECTS`); put
     adapters on it (:data:`WRAPPERS`); save, publish, unload or merge it (:data:`KEEPS`); and the same of what
     those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
-    name = _bound_name(parents, call)
+    name = bound_name(parents, call)
     if name is None:
         return None
     uses: list[cst.Attribute] = []
@@ -66,17 +66,7 @@ def kept_as_data(
     return min(kept, key=lambda node: _position(scope, node), default=None)
 
 
-def enclosing_function(
-    node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]
-) -> cst.FunctionDef | None:
-    """The innermost function that holds ``node``."""
-    holder = parents.get(node)
-    while holder is not None and not isinstance(holder, cst.FunctionDef):
-        holder = parents.get(holder)
-    return holder
-
-
-def _bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -> str | None:
+def bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -> str | None:
     """The name ``name = value`` (or ``name: T = value``) binds, where ``value`` is the whole right side."""
     holder = parents.get(value)
     if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
@@ -104,7 +94,7 @@ def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst
         if holder.attr.value in READS:
             return holder
         if holder.attr.value in KEEPS and isinstance(above, cst.Call) and above.func is holder:
-            return _bound_name(parents, above) or holder
+            return bound_name(parents, above) or holder
         return None
     if isinstance(holder, cst.Del):
         return True
@@ -118,7 +108,7 @@ def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst
             return True
         wraps = any(callee == wrapper or callee.endswith(f".{wrapper}") for wrapper in WRAPPERS)
         if first and (callee == "getattr" or wraps):
-            return _bound_name(parents, call)
+            return bound_name(parents, call)
     return None
 
 
