@@ -1,5 +1,6 @@
 """The decoder's training steps replayed as CUDA graphs: ``compile_repeated_layers(model, fixed_budget=args)``
-at a TRL ``SFTTrainer`` becomes ``compile_repeated_layers(model, fixed_budget=args, cuda_graphs=True)``.
+at a TRL ``SFTTrainer`` (or a ``DPOTrainer``: ``packed_pairs``) becomes ``compile_repeated_layers(model,
+fixed_budget=args, cuda_graphs=True)``.
 
 Where the token budget gives every step one shape and the decoder is compiled whole, the vendored
 ``_perfbot_compile.py`` compiles its forward with inductor's CUDA graphs without trees (``TrainingGraphs``).
@@ -25,8 +26,8 @@ The helper reads these settings at run time, so a config that takes them from a 
 graphs only a run without them. Refused, as an edit that would not take effect: a file that turns activation
 checkpointing on in code (``gradient_checkpointing=True`` or ``activation_checkpointing=True`` in the config
 the budget reads, ``model.gradient_checkpointing_enable()``), and an argument-parser script every launch of
-which turns it on (its flag, or every recipe it passes with ``--config``). Applies after ``token_budget`` (it
-needs its ``fixed_budget=``), on the model argument or on the call that follows a built trainer.
+which turns it on (its flag, or every recipe it passes with ``--config``). Applies after ``token_budget`` or
+``packed_pairs`` (it needs their ``fixed_budget=``), on the model argument or on the call that follows a built trainer.
 """
 
 from __future__ import annotations
@@ -193,6 +194,27 @@ def train(name, dataset):
 """,
             after=None,
             refusal="line 6 turns activation checkpointing on",
+        ),
+        Example(
+            "dpo_pairs_packed_into_a_token_budget",
+            before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=True)
+    DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset).train()
+""",
+            after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=True)
+    DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config, cuda_graphs=True), args=config, train_dataset=dataset).train()
+""",
         ),
         Example(
             "decoder_compiled_whole_at_a_token_budget",

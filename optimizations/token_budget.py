@@ -8,8 +8,7 @@ each layer: one guard check and one autograd wrapper a step instead of 24. Measu
 host-bound LoRA SFT step (benchmarks/RESULTS.md). The whole decoder compiles in the first step, once a run:
 105 s on an H100 for the example's 24 layers with flex attention (with ``decoder_graphs``'s graphs). Any other
 config (no packing, another strategy, a ``pad_to_multiple_of`` of its own) keeps the per-layer compilation.
-DPO is left alone: its batches vary in length, and compiling the whole decoder once per length took 106-111 s a
-length on an H100 (benchmarks/RESULTS.md).
+DPO is :mod:`optimizations.packed_pairs`'s: its batches are padded per batch, not packed.
 
 Each pad token is a one-token sequence with label -100: no real token attends to it and the loss, normalised
 by the real tokens, is the same; the padded matmuls and the fused decoder round differently. Applies after
@@ -40,15 +39,22 @@ KEYWORD = "fixed_budget"
 
 
 class _FixBudget(TrainerFollowUp):
+    """Adds ``fixed_budget=<the trainer's args>`` to the helper call that compiles one kind of trainer's model;
+    :mod:`optimizations.packed_pairs` reuses it for DPO with its own trainer, message and hooks."""
+
+    TRAINER = "SFTTrainer"
+    CHANGE = "one token budget per packed batch, the decoder compiled whole"
+    GIVEN_THE_TRAINER = "the trainer's collator padded once it is built"
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if (follow_up := self.pending_keywords(original_node, updated_node)) is not None:
             return follow_up
-        if trainer_class(self.names(original_node.func)) != "SFTTrainer":
+        if trainer_class(self.names(original_node.func)) != self.TRAINER:
             return updated_node
         compiled = self.helper_call(original_node, HELPER)
         if compiled is None:
             return updated_node
-        message = f"{code_of(original_node.func)}(...): one token budget per packed batch, the decoder compiled whole"
+        message = f"{code_of(original_node.func)}(...): {self.CHANGE}"
         if keyword(compiled, KEYWORD) is not None:
             self.already(original_node, f"{HELPER}(..., {KEYWORD}=...)")
             return updated_node
@@ -58,19 +64,7 @@ class _FixBudget(TrainerFollowUp):
                 original_node, message, "the trainer is given no args= to read the batch and max length from"
             )
             return updated_node
-        # SFTTrainer(model, args, data_collator, ...); settings hidden in **kwargs may carry a collator too
-        positional = [arg for arg in original_node.args if arg.keyword is None and not arg.star]
-        collator = keyword(original_node, "data_collator") or star_kwargs(original_node)
-        if collator is None and len(positional) > 2:
-            collator = positional[2]
-        if collator is not None:
-            given = code_of(collator.with_changes(comma=cst.MaybeSentinel.DEFAULT))
-            self.refused(
-                original_node,
-                message,
-                f"the trainer may be given its own collator (`{given}`): the config's token budget does not "
-                "reach it, and a decoder compiled whole would recompile for each new batch length",
-            )
+        if self.refuses_collator(original_node, message):
             return updated_node
         follows = compiled is not self.links.model_argument(original_node)
         if not follows and not isinstance(config, (cst.Name, cst.Attribute)):
@@ -81,25 +75,47 @@ class _FixBudget(TrainerFollowUp):
                 "trainer and the compilation share one config object",
             )
             return updated_node
-        if self._never_packs(config):
-            return updated_node  # no packed batch to pad: not a site
+        if self.never_applies(config):
+            return updated_node  # the config has nothing the budget fixes: not a site
         if follows:  # the built trainer is given: its config, and the collator it built from it
             config = self.links.assigned_line(original_node)[0]
-            message += " (the trainer's collator padded once it is built)"
+            message += f" ({self.GIVEN_THE_TRAINER})"
         self.changed(original_node, message)
         return self.add_helper_keywords(
             original_node, updated_node, compiled, [(KEYWORD, config.deep_clone())]
         )
 
-    def _never_packs(self, config: cst.BaseExpression) -> bool:
-        """``config`` builds (or is a name every binding of which builds) a TRL config that leaves ``packing``
+    def refuses_collator(self, trainer: cst.Call, message: str) -> bool:
+        """Refuses a trainer that may be given its own collator, which the config's budget does not reach."""
+        # SFTTrainer(model, args, data_collator, ...); settings hidden in **kwargs may carry a collator too
+        positional = [arg for arg in trainer.args if arg.keyword is None and not arg.star]
+        collator = keyword(trainer, "data_collator") or star_kwargs(trainer)
+        if collator is None and len(positional) > 2:
+            collator = positional[2]
+        if collator is None:
+            return False
+        given = code_of(collator.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        self.refused(
+            trainer,
+            message,
+            f"the trainer may be given its own collator (`{given}`): the config's token budget does not "
+            "reach it, and a decoder compiled whole would recompile for each new batch length",
+        )
+        return True
+
+    def never_applies(self, config: cst.BaseExpression) -> bool:
+        """``config`` never packs: see :meth:`never_sets`."""
+        return self.never_sets(config, "packing")
+
+    def never_sets(self, config: cst.BaseExpression, setting: str) -> bool:
+        """``config`` builds (or is a name every binding of which builds) a TRL config that leaves ``setting``
         unset (off by default) or sets it to a literal ``False``, with nothing hidden in ``**kwargs``."""
         values = [config] if isinstance(config, cst.Call) else self.links.bound_values(config)
         return bool(values) and all(
             isinstance(value, cst.Call)
             and is_training_config(self.names(value.func))
             and star_kwargs(value) is None
-            and ((packing := keyword(value, "packing")) is None or literal_value(packing.value) is False)
+            and ((given := keyword(value, setting)) is None or literal_value(given.value) is False)
             for value in values
         )
 

@@ -48,6 +48,10 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 - ``no-prologue-fusion``: inductor's prologue fusion off (``torch._inductor.config.prologue_fusion = False``):
   pointwise work before a template kernel (RoPE before FlexAttention's) runs as a kernel of its own instead of
   inside the template's loads, where each block of the template may compute it again.
+- ``packed-pairs`` (DPO): the shipped helper given the DPO config and ``cuda_graphs=True``
+  (``compile_repeated_layers(model, fixed_budget=dpo_config, cuda_graphs=True)``): each step's chosen and
+  rejected sequences packed into one row of batch × max length tokens, the decoder compiled whole and replayed
+  as CUDA graphs.
 
 ``PERFBOT_WORKLOAD=dpo`` runs ``train_dpo.py`` instead of ``train_sft.py`` (the SFT config levers do not apply).
 """
@@ -76,7 +80,9 @@ LEVERS = {
     "cpp-wrapper",
     "sdpa",
     "no-prologue-fusion",
+    "packed-pairs",
 }
+CONFIGS: list = []  # the configs the workload built, latest last
 
 
 def loss_only(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -106,7 +112,8 @@ def configured(config_class, levers: set[str]):
             kwargs["pad_to_multiple_of"] = kwargs["max_length"]
         if "pad-to-bucket" in levers:
             kwargs["pad_to_multiple_of"] = 128
-        return config_class(**kwargs)
+        CONFIGS.append(config_class(**kwargs))
+        return CONFIGS[-1]
 
     return config
 
@@ -155,6 +162,12 @@ def main() -> None:
             return model
 
         trainer.compile_repeated_layers = compile_decoder
+    if "packed-pairs" in levers:
+        from _perfbot_compile import compile_repeated_layers as shipped
+
+        trainer.compile_repeated_layers = lambda model, **_: shipped(
+            model, fixed_budget=CONFIGS[-1], cuda_graphs=True
+        )
     if "flat-graphs" in levers:
         import torch._inductor.config
 

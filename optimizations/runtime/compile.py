@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, TypeVar
 
 import torch
 import torch._functorch.config
+
+LOG = logging.getLogger(__name__)
 
 # Set to 0 (or false/no/off) to train without compiling.
 SWITCH = "PERFBOT_COMPILE"
@@ -73,6 +76,10 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     one per layer. A decoder compiled whole without a fixed shape recompiles for new lengths, so any other
     config keeps the per-layer compilation.
 
+    ``fixed_budget`` may also be a TRL ``DPOConfig`` (or a ``DPOTrainer``) that precomputes its reference
+    log-probs: each step's chosen and rejected sequences are then packed into one row of :func:`pair_budget`
+    tokens (:class:`PackedPairs`), and the decoder compiled whole runs that one shape.
+
     ``cuda_graphs``: a decoder compiled whole replays its training forward and backward as CUDA graphs
     (:class:`TrainingGraphs`), and the config's logged loss is no longer filtered (:func:`unfilter_logged_loss`).
     It is compiled without graphs when ``PERFBOT_CUDA_GRAPHS=0``, under activation checkpointing
@@ -86,12 +93,22 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     layers = repeated_layers(model)
     config, collator = _config_and_collator(fixed_budget)
     decoder = _holder(model, layers) if config is not None else None
+    graphs = cuda_graphs and not _switched_off(GRAPHS_SWITCH) and decoder is not None
+    graphs = graphs and not _graphs_unsafe(model, config)
     if decoder is not None and fix_token_budget(config, collator):
-        if cuda_graphs and not _switched_off(GRAPHS_SWITCH) and not _graphs_unsafe(model, config):
+        if graphs:
             decoder.forward = TrainingGraphs(decoder.forward)
             unfilter_logged_loss(config)
         else:
             decoder.compile()
+        return model
+    budget = pair_budget(config) if decoder is not None and feeds_token_ids(model) else None
+    if budget is not None:
+        eager = decoder.forward
+        packed = TrainingGraphs(eager) if graphs else torch.compile(eager, dynamic=False)
+        decoder.forward = PackedPairs(packed, eager, budget)
+        if graphs:
+            unfilter_logged_loss(config)
         return model
     for block in layers:
         block.compile()
@@ -125,6 +142,110 @@ def fix_token_budget(config: Any, collator: Any = None) -> bool:
         collator.pad_to_multiple_of = config.pad_to_multiple_of
     padded = collator is None or getattr(collator, "pad_to_multiple_of", None) == batch * length
     return config.pad_to_multiple_of == batch * length and padded
+
+
+def pair_budget(config: Any) -> int | None:
+    """The token budget of a TRL ``DPOConfig``'s packed step: ``per_device_train_batch_size * max_length``, the
+    tokens of its pairs' chosen and rejected sequences where they average half the longest allowed. None for any
+    other config, one without both settings, and one that does not precompute its reference log-probs (its
+    reference pass each step would run uncompiled, see :class:`PackedPairs`)."""
+    if not any(cls.__name__ == "DPOConfig" for cls in type(config).__mro__):
+        return None
+    batch = getattr(config, "per_device_train_batch_size", None)
+    length = getattr(config, "max_length", None)
+    precomputed = getattr(config, "precompute_ref_log_probs", False) is True
+    return batch * length if batch and length and precomputed else None
+
+
+def feeds_token_ids(model: torch.nn.Module) -> bool:
+    """Whether ``model`` gives its decoder token ids, which :class:`PackedPairs` packs: not a vision-language
+    model (its language decoder is given embeddings with the image's in them), nor one under a prompt-learning
+    PEFT adapter (virtual tokens prepended as embeddings)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    adapter = getattr(model, "active_peft_config", None)
+    return text is config and not getattr(adapter, "is_prompt_learning", False)
+
+
+class PackedPairs:
+    """A decoder's forward that runs a padded batch (a DPO step's chosen and rejected sequences, one a row) as one
+    packed row of a fixed token budget, and hands back the hidden states in the batch's padded layout.
+
+    The real tokens (the attention mask's ones) are laid end to end, each sequence with its own positions from 0;
+    the budget's unused slots are one-token sequences of their own. transformers reads sequence boundaries from
+    the positions, so no token attends across sequences, and padded positions come back as zeros: the caller's
+    loss sees what it saw before, without computing the padding. With gradients on, the row has one shape a step
+    (``budget``), so ``packed`` (the decoder compiled whole, or its CUDA graphs) compiles once.
+
+    ``eager`` (the decoder uncompiled) runs the rest, packed to its real tokens: a pass without gradients (the
+    reference log-probs computed before training, evaluation), and a training step with more real tokens than the
+    budget. Once more than one step in 16 has been over it, the budget doubles (a new shape, compiled once). A
+    call this cannot pack (embeddings given, a cache, positions of its own, other per-token inputs) goes to
+    ``eager`` unchanged. Reading the real tokens' count is one device sync a step.
+    """
+
+    PASSED = frozenset({"use_cache", "return_dict", "output_attentions", "output_hidden_states"})
+    OVER_BUDGET_SHARE = 16  # one step in this many may run over the budget before it grows
+
+    def __init__(self, packed: Any, eager: Any, budget: int) -> None:
+        self.packed = packed
+        self.eager = eager
+        self.budget = budget
+        self.steps = self.over_budget = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        if args or not self._packable(ids, mask, kwargs):
+            return self.eager(*args, **kwargs)
+        real = mask.reshape(-1).bool()
+        tokens = int(real.sum())
+        fits = torch.is_grad_enabled() and self._fits(tokens)
+        length = self.budget if fits else tokens
+        slot = torch.cumsum(real, 0) - 1  # each real token's place in the row
+        source = torch.zeros(length + 1, dtype=torch.long, device=ids.device)
+        source.scatter_(0, torch.where(real, slot, length), torch.arange(real.numel(), device=ids.device))
+        source = source[:length]
+        used = torch.arange(length, device=ids.device) < tokens
+        positions = (torch.cumsum(mask, 1) - 1).reshape(-1)[source]
+        row = {key: value for key, value in kwargs.items() if key in self.PASSED}
+        row["input_ids"] = torch.where(used, ids.reshape(-1)[source], 0)[None]
+        row["position_ids"] = torch.where(used, positions, 0)[None]
+        # no cache: where transformers builds one, it reads no sequence boundaries from the positions
+        row["use_cache"] = False
+        output = (self.packed if fits else self.eager)(**row)
+        hidden = output.last_hidden_state[0].index_select(0, slot.clamp(0, length - 1))
+        hidden = hidden * real[:, None].to(hidden.dtype)
+        output.last_hidden_state = hidden.view(*ids.shape, -1)
+        return output
+
+    def _fits(self, tokens: int) -> bool:
+        """Whether a training step of ``tokens`` real tokens runs at the budget, which grows where too many
+        steps are over it."""
+        self.steps += 1
+        if tokens <= self.budget:
+            return True
+        self.over_budget += 1
+        if self.over_budget * self.OVER_BUDGET_SHARE <= max(self.steps, self.OVER_BUDGET_SHARE):
+            return False
+        while tokens > self.budget:
+            self.budget *= 2
+        LOG.warning(
+            "%d of %d packed steps had more tokens than the budget: it is now %d tokens (compiled once more)",
+            self.over_budget,
+            self.steps,
+            self.budget,
+        )
+        self.steps = self.over_budget = 0
+        return True
+
+    def _packable(self, ids: Any, mask: Any, kwargs: dict[str, Any]) -> bool:
+        tensors = isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor)
+        if not tensors or ids.dim() != 2 or mask.shape != ids.shape or kwargs.get("use_cache"):
+            return False
+        if kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
+            return False
+        given = {key for key, value in kwargs.items() if value is not None}
+        return given <= self.PASSED | {"input_ids", "attention_mask"}
 
 
 def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
