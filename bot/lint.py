@@ -103,8 +103,10 @@ def _diagnostics(repo: git.Repo, touched: list[Touched]) -> dict[tuple[str, str]
             files = sorted(
                 root / rev / path for r, path in wanted if r == rev and (root / rev / path).is_file()
             )
-            # a target that configures black or isort and not ruff: under their settings, as edits are tidied
-            for item in _ruff(root, files, style_settings(root / rev) or []):
+            # a target that configures black or isort and not ruff: under their settings, as edits are tidied;
+            # run from the checkout, whose folder ruff takes for the project's where no config names one (its
+            # isort tells first-party modules, a vendored helper among them, by what lies there)
+            for item in _ruff(root / rev, files, style_settings(root / rev) or []):
                 path = Path(item["filename"]).resolve().relative_to((root / rev).resolve()).as_posix()
                 diagnostics.setdefault((rev, path), []).append(item)
     return diagnostics

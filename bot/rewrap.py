@@ -121,7 +121,7 @@ class _Rewrap(cst.CSTTransformer):
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
         comment = original_node.trailing_whitespace.comment
-        if comment is None or self._column(comment) + len(comment.value) <= self.limit:
+        if not self._movable(comment):
             return updated_node
         column = self._column(original_node)
         above = [
@@ -138,11 +138,7 @@ class _Rewrap(cst.CSTTransformer):
     ) -> cst.IndentedBlock:
         """A block header's comment (``else:  # why``) that makes its line too long opens the block instead."""
         comment = original_node.header.comment
-        if (
-            comment is None
-            or self._column(comment) + len(comment.value) <= self.limit
-            or not updated_node.body
-        ):
+        if not self._movable(comment) or not updated_node.body:
             return updated_node
         first = updated_node.body[0]
         column = self._column(original_node.body[0])
@@ -155,6 +151,13 @@ class _Rewrap(cst.CSTTransformer):
             header=cst.TrailingWhitespace(newline=updated_node.header.newline),
             body=[first, *updated_node.body[1:]],
         )
+
+    def _movable(self, comment: cst.Comment | None) -> bool:
+        """A trailing comment over the limit that may move: a tool's pragma (``# noqa: BLE001``) only works on
+        its own line, so it stays there, long or not."""
+        if comment is None or self._column(comment) + len(comment.value) <= self.limit:
+            return False
+        return not _PRAGMA.match(_comment_text(comment))
 
     # -- string literals ------------------------------------------------------------------------------
     def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> None:

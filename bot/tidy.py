@@ -47,6 +47,14 @@ ISORT_SETTINGS = {
     "order_by_type": "order-by-type",
     "case_sensitive": "case-sensitive",
 }
+# isort's section names (its ``default_section``, where imports of no known kind go) and ruff's.
+ISORT_SECTIONS = {
+    "FUTURE": "future",
+    "STDLIB": "standard-library",
+    "THIRDPARTY": "third-party",
+    "FIRSTPARTY": "first-party",
+    "LOCALFOLDER": "local-folder",
+}
 _LIMIT = re.compile(r"\((\d+) > (\d+)\)")
 _FIT_ROUNDS = 3
 
@@ -117,6 +125,8 @@ def style_settings(root: Path) -> list[str] | None:
     for name, setting in ISORT_SETTINGS.items():
         if name in isort:
             overrides[f"lint.isort.{setting}"] = isort[name]
+    if section := ISORT_SECTIONS.get(str(isort.get("default_section", "")).upper()):
+        overrides["lint.isort.default-section"] = section
     return [
         part for key, value in overrides.items() for part in ("--config", f"{key} = {_toml_value(value)}")
     ]

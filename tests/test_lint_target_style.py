@@ -9,12 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from git_repos import IDENTITY, make_repo
+from git_repos import IDENTITY, commit_all, make_repo
 from ruff.__main__ import find_ruff_bin
 
 from bot.cli import main
 from bot.review import review_commits
 from bot.rewrap import rewrap
+from bot.tidy import style_settings
 from optimizations.program.repository import runtime_source
 
 RUNTIME = Path(__file__).resolve().parents[1] / "optimizations" / "runtime"
@@ -153,6 +154,48 @@ def test_commits_add_no_violation_of_a_strict_ruff_config(tmp_path):
         assert repo.git.diff("--check", parent, commit.hexsha, with_exceptions=False) == ""
 
 
+def test_commits_add_no_violation_of_ruffs_defaults_in_a_target_without_a_config(tmp_path):
+    """Review lints a target that configures no linter under ruff's own defaults (BLE001 and RUF012 among
+    them), which the vendored helpers meet as perfbot ships them."""
+    root = tmp_path / "target"
+    repo = trainer_repo(root, '[project]\nname = "trainer"\nversion = "0.1.0"\n')
+    base = repo.head.commit.hexsha
+    apply_tiers(root, 1, 2)
+    commits = list(repo.iter_commits(f"{base}..HEAD"))
+    assert (root / "trainer" / "_perfbot_attention.py").exists()
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == ""
+    assert {r.sha: [e.describe() for e in r.lint] for r in reviews} == {c.hexsha: [] for c in commits}
+
+
+@pytest.mark.parametrize("helper", sorted(RUNTIME.glob("*.py")), ids=lambda path: path.name)
+def test_each_helper_meets_ruffs_default_rules(helper, tmp_path):
+    """Every helper perfbot can vendor, as it ships, under the rules ruff checks where nothing configures it."""
+    completed = ruff(tmp_path, "check", "--isolated", "--no-cache", "--output-format", "concise", str(helper))
+    assert completed.returncode == 0, completed.stdout
+
+
+def test_review_of_scripts_at_the_root_tells_their_vendored_helper_first_party(tmp_path):
+    """Scripts at a target's root import a vendored helper absolutely (``from _perfbot_prefetcher import ...``).
+    With no config naming the project's folder, ruff's isort takes the folder it runs from: the apply's tidy
+    runs in the repository and sorts the helper as first-party, and review, which runs in a checkout of each
+    revision, must agree."""
+    files = {
+        "pyproject.toml": '[project]\nname = "trainer"\nversion = "0.1.0"\n',
+        "PLAN.md": "# Plan\n\n## Tier 2\n- F. CUDA prefetcher in loop.py\n",
+        "loop.py": LOOP.replace("\nfrom trainer.data import load_dataset\n", "")
+        + "\n\n"
+        + DATA.split("\n\n\n")[1],
+    }
+    root = tmp_path / "target"
+    repo = make_repo(root, files)
+    base = repo.head.commit.hexsha
+    apply_tiers(root, 2)
+    assert "from _perfbot_prefetcher import" in (root / "loop.py").read_text()
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == "" and [r.lint for r in reviews] == [[]]
+
+
 def test_unsorted_imports_the_commit_does_not_name_stay_where_they_are(tmp_path):
     root = tmp_path / "target"
     relaxed = STRICT_RUFF.replace('select = ["E", "F", "I", "W"]', 'select = ["E", "F"]')
@@ -194,6 +237,30 @@ def test_new_imports_follow_an_isort_only_configuration(tmp_path):
     assert repo.git.diff("--check", base, "HEAD", with_exceptions=False) == ""
 
 
+def test_new_imports_follow_isorts_default_section(tmp_path):
+    """alignment-handbook's setup.cfg: ``default_section = FIRSTPARTY`` puts a package isort knows nothing of
+    (``trl``) beside the repository's own, sorted with it; ruff, told the same, sorts the added import there."""
+    root = tmp_path / "target"
+    setup_cfg = "[isort]\ndefault_section = FIRSTPARTY\nknown_first_party = trainer\nknown_third_party =\n    torch\n    transformers\n"
+    sft = SFT.replace(
+        "from trainer.data import load_dataset\n",
+        "from trainer.data import load_dataset\nfrom trl import SFTConfig\n",
+    )
+    repo = trainer_repo(root, '[project]\nname = "trainer"\nversion = "0.1.0"\n')
+    (root / "setup.cfg").write_text(setup_cfg)
+    (root / "trainer/sft.py").write_text(sft)
+    commit_all(repo, "isort settings, trl")
+    base = repo.head.commit.hexsha
+    assert 'lint.isort.default-section = "first-party"' in " ".join(style_settings(root))
+    apply_tiers(root, 1)
+    assert (
+        "\n\nfrom trainer._perfbot_attention import pick_attention_implementation\n"
+        "from trainer.data import load_dataset\nfrom trl import SFTConfig\n\n"
+    ) in (root / "trainer/sft.py").read_text()
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == "" and all(r.lint == [] for r in reviews)
+
+
 @pytest.mark.parametrize("limit", [79, 88, 100])
 def test_rewrapping_a_helper_changes_no_code(limit):
     for path in sorted(RUNTIME.glob("*.py")):
@@ -223,6 +290,22 @@ def test_rewrap_fits_comments_docstrings_and_strings_under_the_limit():
     cut = rewrap(fstring, 60)
     assert normalized(cut) == normalized(fstring)
     assert cut.splitlines()[1] == '    return f"{a} ' + "more " * 8 + '" "' + "more " * 12 + '"'
+
+
+def test_a_pragma_comment_stays_on_its_line_however_long():
+    source = (
+        "def f():\n"
+        "    try:\n"
+        "        return 1\n"
+        "    except Exception:  # noqa: BLE001 - every failure of the probe falls back to the default\n"
+        "        return 2\n"
+        "    x = 1  # type: ignore[assignment] - the default is an int, whatever the probe returned\n"
+        "    y = 2  # a plain comment that explains the line, far longer than this tiny limit\n"
+    )
+    fitted = rewrap(source, 40)
+    assert "    except Exception:  # noqa: BLE001 - every failure" in fitted
+    assert "    x = 1  # type: ignore[assignment]" in fitted
+    assert "    y = 2\n" in fitted  # a comment no tool reads moves above its line
 
 
 def normalized(source: str) -> str:

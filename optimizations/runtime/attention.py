@@ -154,7 +154,8 @@ def machine_capabilities() -> Capabilities:
 
     try:
         gpu = tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
-    except Exception:  # a broken CUDA setup: no GPU to pick for
+    except Exception:  # noqa: BLE001
+        # a broken CUDA setup: no GPU to pick for
         gpu = None
     if gpu is None:
         return Capabilities(gpu=None)
@@ -188,14 +189,16 @@ def flash_attention_error(implementation: str) -> str | None:
     module, check_name = FLASH_ATTENTION[implementation]
     try:
         importlib.import_module(module)
-    except Exception as error:  # ImportError, OSError (undefined symbol), RuntimeError ...
+    except Exception as error:  # noqa: BLE001
+        # ImportError, OSError (undefined symbol), RuntimeError ...
         return f"{module} does not import ({type(error).__name__}: {error})"
     try:
         import transformers.utils
 
         check = getattr(transformers.utils, check_name)
         accepted = bool(check())
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
+        # any failure: transformers cannot tell
         return f"transformers cannot check it ({type(error).__name__}: {error})"
     return None if accepted else f"transformers' {check_name}() says no (package name or version)"
 
@@ -249,7 +252,8 @@ def _probe_flex(
             output.float().sum().backward()
         if not torch.isfinite(output).all() or (backward and not torch.isfinite(query.grad).all()):
             return "it returned non-finite values"
-    except Exception as error:  # no triton, a kernel that does not fit in shared memory, a dtype ...
+    except Exception as error:  # noqa: BLE001
+        # no triton, a kernel that does not fit in shared memory, a dtype ...
         first_line = str(error).splitlines()[0] if str(error) else ""
         return f"{type(error).__name__}: {first_line}".rstrip(": ")
     return None
@@ -267,7 +271,8 @@ def _config_of(source: Any) -> Any:
         from transformers import AutoConfig
 
         return AutoConfig.from_pretrained(source)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
+        # no config to read: nothing to pick for
         logger.info("cannot read the model config of %r (%s)", source, error)
         return None
 
@@ -307,7 +312,8 @@ def _model_class(model_class: Any, config: Any) -> Any:
 
             return getattr(transformers, architectures[0], None) if architectures else None
         candidates = model_class._model_mapping[type(config)]
-    except Exception:
+    except Exception:  # noqa: BLE001
+        # no mapping for this config: nothing to pick for
         return None
     if not isinstance(candidates, (list, tuple)):
         return candidates

@@ -123,7 +123,8 @@ def _check_and_switch(ddp_model: Any, args: tuple, kwargs: dict) -> None:
     try:
         unused = unused_parameters(ddp_model, args, kwargs)
         failure = None
-    except Exception as error:  # any failure keeps the original flags: never worse than before
+    except Exception as error:  # noqa: BLE001
+        # any failure keeps the original flags: never worse than before
         unused, failure = [], f"{type(error).__name__}: {error}"
     if _any_rank(ddp_model, bool(unused) or failure is not None):
         if failure is not None:

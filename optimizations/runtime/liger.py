@@ -39,13 +39,15 @@ def _why_not(model: Any, precompute_ref_log_probs: Any) -> str | None:
         import torch
 
         on_gpu = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
-    except Exception:
+    except Exception:  # noqa: BLE001
+        # a broken device setup: no GPU for the kernels
         on_gpu = False
     if not on_gpu:
         return "no CUDA or XPU device for its Triton kernels"
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-    except Exception as error:  # not installed, or a build that does not match this torch/triton
+    except Exception as error:  # noqa: BLE001
+        # not installed, or a build that does not match this torch/triton
         return f"liger_kernel does not import ({type(error).__name__}: {error})"
     model_type = _model_type(model)
     if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
@@ -73,6 +75,7 @@ def _model_type(model: Any) -> str | None:
             from transformers import AutoConfig
 
             config = AutoConfig.from_pretrained(model)
-        except Exception:
+        except Exception:  # noqa: BLE001
+            # no config to read: no model type
             return None
     return getattr(config, "model_type", None)
