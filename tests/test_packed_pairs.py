@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from tiny_models import tiny_qwen2
 
 from optimizations.runtime.compile import (
     GRAPHED_FORWARDS,
@@ -63,19 +64,6 @@ def dpo_config(**fields):
 )
 def test_only_a_dpo_config_that_precomputes_its_reference_gets_a_pair_budget(config, budget):
     assert pair_budget(config()) == budget
-
-
-def tiny_qwen2(vocab_size: int = 50, attention: str = "sdpa"):
-    config = transformers.Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation=attention,
-    )
-    return transformers.Qwen2ForCausalLM(config)
 
 
 def test_a_model_that_feeds_its_decoder_embeddings_is_not_packed():
@@ -236,7 +224,7 @@ def fresh_graphs():
 def test_packed_pairs_replayed_as_graphs_train_like_the_padded_eager_decoder(fresh_graphs, attention):
     def lora_model():
         torch.manual_seed(0)
-        model = tiny_qwen2(64, attention).to(device="cuda", dtype=torch.bfloat16)
+        model = tiny_qwen2(64, attention, hidden_size=64).to(device="cuda", dtype=torch.bfloat16)
         lora = peft.LoraConfig(
             r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM"
         )

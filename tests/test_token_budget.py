@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from tiny_models import tiny_qwen2
 
 from optimizations.runtime.compile import compile_repeated_layers, fix_token_budget
 
@@ -52,21 +53,6 @@ def words_and_tokenizer():
     words = [f"w{i}" for i in range(60)]
     tokenizer = word_tokenizer(words)
     return tokenizer, Dataset.from_dict({"text": [" ".join(words[:n]) for n in (3, 7, 2, 5, 4, 6, 9)]})
-
-
-def tiny_qwen2(vocab_size: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=vocab_size,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-        )
-    )
 
 
 def packed_config():
