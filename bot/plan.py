@@ -290,6 +290,12 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
             raise PlanError(
                 f"the plan{where} has no items to apply: the {already_done} sites it lists are done"
             )
+        if held := [item for item in items if not item.auto_apply]:
+            done = f"; done already: {already_done} listed site(s)" if already_done else ""
+            raise PlanError(
+                f"the plan{where} has no items to apply: its {len(held)} item(s) need a person "
+                f"(refused sites or behavioural changes){done}"
+            )
         raise PlanError(f"no plan found{where}: {EXPECTED_SHAPE}")
     criteria = [replace(c, tier=document_tier) for c in criteria]
     return Plan(title=title, items=items, criteria=criteria, source=source)

@@ -115,6 +115,40 @@ def test_a_drafted_plan_that_lists_only_what_is_done_says_so():
         parse_plan(drafted, registry().values(), "r-plan.md")
 
 
+def test_a_drafted_plan_whose_sites_all_need_a_person_says_so():
+    """nanoGPT's drafted plan: every site refused or done, nothing to apply (it said "no plan found")."""
+    already = [{"location": "train.py:3", "what": "TF32 on", "optimization": "tf32"}]
+    flagged = [
+        {
+            "key": "A",
+            "location": "bench.py:91",
+            "change": "`loss.item()` kept on the device",
+            "why": "read every step",
+        },
+        {
+            "key": "B",
+            "location": "model.py:284",
+            "change": "per-layer AdamW",
+            "why": "settings passed through **extra_args",
+        },
+    ]
+    drafted = render(
+        "plan.md.j2",
+        repo="r",
+        tiers={},
+        opt_in=[],
+        opt_in_tier=3,
+        in_bf16=False,
+        flagged=flagged,
+        already=already,
+    )
+    with pytest.raises(
+        PlanError,
+        match=r"the plan in r-plan.md has no items to apply: its 2 item\(s\) need a person .*; done already: 1 listed site\(s\)",
+    ):
+        parse_plan(drafted, registry().values(), "r-plan.md")
+
+
 def test_criteria_parsing():
     [sft, dpo] = parse_criteria("minimum +30% combined on SFT, +20% on DPO")
     assert (sft.workload, sft.threshold, dpo.workload, dpo.threshold) == ("sft", 0.30, "dpo", 0.20)
