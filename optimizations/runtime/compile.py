@@ -1,7 +1,10 @@
 # Vendored by perfbot from optimizations/runtime/compile.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
-"""``torch.compile`` where it pays off and can be switched off: a hand-written loop's whole model
-(:func:`compile_model`), or the repeated layers of a model a trainer trains (:func:`compile_repeated_layers`)."""
+"""``torch.compile`` where it pays off and can be switched off.
+
+What it compiles: a hand-written loop's whole model (:func:`compile_model`), or the repeated layers of a model
+a trainer trains (:func:`compile_repeated_layers`).
+"""
 
 from __future__ import annotations
 
@@ -48,8 +51,11 @@ def compile_model(model: torch.nn.Module) -> None:
 
 
 def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The blocks of the longest ``nn.ModuleList`` whose blocks are all of one class (a transformer's decoder
-    layers, ``model.model.layers``), or ``[]`` when the model has no such list of two or more."""
+    """The blocks of the longest ``nn.ModuleList`` of blocks all of one class.
+
+    For a transformer, its decoder layers (``model.model.layers``). ``[]`` when the model has no such list of
+    two or more.
+    """
     longest: list[torch.nn.Module] = []
     for module in model.modules():
         longer = isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(longest))
@@ -59,15 +65,15 @@ def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs: bool = False) -> Model:
-    """Regional compilation: ``nn.Module.compile()`` on each of ``model``'s :func:`repeated_layers`, in place;
-    returns ``model``.
+    """Regional compilation of ``model``'s :func:`repeated_layers`, in place.
 
-    The blocks share their code, so one compiled graph serves them all (compiling takes seconds, not the
-    minutes of a whole model), and what surrounds them (a PEFT wrapper, the loss, the trainer's own hooks)
-    stays eager. PEFT adapters added later are compiled with the blocks, which are traced at their first call.
-    Anything but an ``nn.Module`` (a checkpoint name a trainer loads itself) is returned untouched, as is
-    every model when ``PERFBOT_COMPILE=0``, when torch has no ``nn.Module.compile`` (before 2.2), or when no
-    GPU is present (compiling for the CPU costs more start-up than it saves in a short run).
+    ``nn.Module.compile()`` on each of them; returns ``model``. The blocks share their code, so one compiled
+    graph serves them all (compiling takes seconds, not the minutes of a whole model), and what surrounds them
+    (a PEFT wrapper, the loss, the trainer's own hooks) stays eager. PEFT adapters added later are compiled
+    with the blocks, which are traced at their first call. Anything but an ``nn.Module`` (a checkpoint name a
+    trainer loads itself) is returned untouched, as is every model when ``PERFBOT_COMPILE=0``, when torch has
+    no ``nn.Module.compile`` (before 2.2), or when no GPU is present (compiling for the CPU costs more
+    start-up than it saves in a short run).
 
     ``fixed_budget``: the TRL ``SFTConfig`` the model trains with, or the ``SFTTrainer`` built with it (whose
     collator read the config already). When its packing is padding-free, every packed batch is padded to one
@@ -123,11 +129,14 @@ def _config_and_collator(fixed_budget: Any) -> tuple[Any, Any]:
 
 
 def fix_token_budget(config: Any, collator: Any = None) -> bool:
-    """Pad every padding-free packed batch of a TRL ``SFTConfig`` to the same number of tokens: set its
-    ``pad_to_multiple_of`` to ``per_device_train_batch_size * max_length`` (the most a batch packs) where
-    it is unset, and that of the ``collator`` a trainer built from it already. Each pad token becomes a
-    one-token sequence of its own with label -100: no real token attends to it and the loss, normalised by the
-    real tokens, is unchanged. True when the config (and the collator) has that budget."""
+    """Pads a TRL ``SFTConfig``'s padding-free packed batches to one length.
+
+    Every padding-free packed batch of the config is padded to the same number of tokens: its
+    ``pad_to_multiple_of`` is set to ``per_device_train_batch_size * max_length`` (the most a batch packs)
+    where it is unset, as is that of the ``collator`` a trainer built from it already. Each pad token becomes
+    a one-token sequence of its own with label -100: no real token attends to it and the loss, normalised by
+    the real tokens, is unchanged. True when the config (and the collator) has that budget.
+    """
     strategy = getattr(config, "packing_strategy", None)
     padding_free = getattr(config, "padding_free", False) or (
         getattr(config, "packing", False) and strategy in ("bfd", "bfd_split")
@@ -145,10 +154,13 @@ def fix_token_budget(config: Any, collator: Any = None) -> bool:
 
 
 def pair_budget(config: Any) -> int | None:
-    """The token budget of a TRL ``DPOConfig``'s packed step: ``per_device_train_batch_size * max_length``, the
-    tokens of its pairs' chosen and rejected sequences where they average half the longest allowed. None for any
-    other config, one without both settings, and one that does not precompute its reference log-probs (its
-    reference pass each step would run uncompiled, see :class:`PackedPairs`)."""
+    """The token budget of a TRL ``DPOConfig``'s packed step.
+
+    ``per_device_train_batch_size * max_length``: the tokens of its pairs' chosen and rejected sequences where
+    they average half the longest allowed. None for any other config, one without both settings, and one that
+    does not precompute its reference log-probs (its reference pass each step would run uncompiled, see
+    :class:`PackedPairs`).
+    """
     if not any(cls.__name__ == "DPOConfig" for cls in type(config).__mro__):
         return None
     batch = getattr(config, "per_device_train_batch_size", None)
@@ -158,9 +170,12 @@ def pair_budget(config: Any) -> int | None:
 
 
 def feeds_token_ids(model: torch.nn.Module) -> bool:
-    """Whether ``model`` gives its decoder token ids, which :class:`PackedPairs` packs: not a vision-language
-    model (its language decoder is given embeddings with the image's in them), nor one under a prompt-learning
-    PEFT adapter (virtual tokens prepended as embeddings)."""
+    """Whether ``model`` gives its decoder token ids.
+
+    Token ids are what :class:`PackedPairs` packs. Not so for a vision-language model (its language decoder is
+    given embeddings with the image's in them), nor for one under a prompt-learning PEFT adapter (virtual
+    tokens prepended as embeddings).
+    """
     config = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     adapter = getattr(model, "active_peft_config", None)
@@ -168,8 +183,10 @@ def feeds_token_ids(model: torch.nn.Module) -> bool:
 
 
 class PackedPairs:
-    """A decoder's forward that runs a padded batch (a DPO step's chosen and rejected sequences, one a row) as one
-    packed row of a fixed token budget, and hands back the hidden states in the batch's padded layout.
+    """A decoder's forward that runs a padded batch as one packed row.
+
+    The padded batch (a DPO step's chosen and rejected sequences, one a row) runs as one packed row of a fixed
+    token budget, and the hidden states are handed back in the batch's padded layout.
 
     The real tokens (the attention mask's ones) are laid end to end, each sequence with its own positions from 0;
     the budget's unused slots are one-token sequences of their own. transformers reads sequence boundaries from
@@ -219,8 +236,10 @@ class PackedPairs:
         return output
 
     def _fits(self, tokens: int) -> bool:
-        """Whether a training step of ``tokens`` real tokens runs at the budget, which grows where too many
-        steps are over it."""
+        """Whether a training step of ``tokens`` real tokens runs at budget.
+
+        The budget grows where too many steps are over it.
+        """
         self.steps += 1
         if tokens <= self.budget:
             return True
@@ -249,11 +268,13 @@ class PackedPairs:
 
 
 def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
-    """Whether activation (gradient) checkpointing is on, in the trainer config or on the model already. Graphs
-    would hold a step's activations in memory of their own for the whole run, which a run that recomputes
-    activations to save memory cannot spare; and the recomputation inside the backward was not measured with
-    them. transformers 5 names the setting ``activation_checkpointing``; earlier versions and TRL scripts,
-    ``gradient_checkpointing``."""
+    """Whether activation (gradient) checkpointing is on.
+
+    On in the trainer config, or on the model already. Graphs would hold a step's activations in memory of
+    their own for the whole run, which a run that recomputes activations to save memory cannot spare; and the
+    recomputation inside the backward was not measured with them. transformers 5 names the setting
+    ``activation_checkpointing``; earlier versions and TRL scripts, ``gradient_checkpointing``.
+    """
     names = ("activation_checkpointing", "gradient_checkpointing")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a PEFT wrapper
     on_model = next((f"is_{name}" for name in names if hasattr(type(base), f"is_{name}")), None)
@@ -263,9 +284,12 @@ def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
 
 
 def shards_parameters(config: Any) -> bool:
-    """Whether DeepSpeed or FSDP trains the model, by the trainer config or by the environment ``accelerate
-    launch`` sets. They gather each parameter for its use and free it after, so a parameter is not at one
-    address from step to step, which a graph's replay assumes."""
+    """Whether DeepSpeed or FSDP trains the model.
+
+    Read from the trainer config or from the environment ``accelerate launch`` sets. They gather each
+    parameter for its use and free it after, so a parameter is not at one address from step to step, which a
+    graph's replay assumes.
+    """
     environment = any(
         os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
         for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
@@ -278,10 +302,13 @@ def _graphs_unsafe(model: torch.nn.Module, config: Any) -> bool:
 
 
 def unfilter_logged_loss(config: Any) -> None:
-    """Turn off a Trainer config's ``logging_nan_inf_filter``. With it on, the Trainer reads every step's loss on
-    the host (``torch.isnan(loss) or torch.isinf(loss)``) to keep a non-finite loss out of the logged mean: a
-    device sync after each backward, where the host would queue the next step's graphs. Without it a
-    non-finite loss is logged as it is (nan or inf). The weights train the same either way."""
+    """Turns off a Trainer config's ``logging_nan_inf_filter``.
+
+    With it on, the Trainer reads every step's loss on the host (``torch.isnan(loss) or torch.isinf(loss)``)
+    to keep a non-finite loss out of the logged mean: a device sync after each backward, where the host would
+    queue the next step's graphs. Without it a non-finite loss is logged as it is (nan or inf). The weights
+    train the same either way.
+    """
     if getattr(config, "logging_nan_inf_filter", False):
         config.logging_nan_inf_filter = False
 

@@ -92,8 +92,11 @@ def static_graph_accelerator(accelerator: Any) -> Any:
 
 
 def unused_parameters(ddp_model: Any, args: tuple, kwargs: dict) -> list[str]:
-    """Trainable parameters of ``ddp_model.module`` that one forward/backward on these inputs leaves without
-    a gradient; the model's buffers, random-number state and gradient sync state are as before afterwards."""
+    """Trainable parameters of ``ddp_model.module`` left without a gradient.
+
+    Those that one forward/backward on these inputs leaves without a gradient; the model's buffers,
+    random-number state and gradient sync state are as before afterwards.
+    """
     import torch
 
     named = [(name, p) for name, p in ddp_model.module.named_parameters() if p.requires_grad]

@@ -1,7 +1,10 @@
 # Vendored by perfbot from optimizations/runtime/gpu_flags.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch, never perfbot.
-"""GPU settings for hand-written loops: TF32 and cuDNN autotuning through whichever TF32 API this torch has,
-and the run-time check that decides whether an Adam/AdamW optimizer can use its fused kernel."""
+"""GPU settings for hand-written loops.
+
+TF32 and cuDNN autotuning through whichever TF32 API this torch has, and the run-time check that decides
+whether an Adam/AdamW optimizer can use its fused kernel.
+"""
 
 from __future__ import annotations
 
@@ -46,10 +49,10 @@ def fused_kernel_devices() -> tuple[str, ...]:
 
 
 def fused_optimizer_supported(params: list[Any]) -> bool:
-    """Whether every parameter is a floating-point tensor on a device this torch fuses Adam/AdamW for, so
-    ``Adam``/``AdamW(fused=True)`` runs.
+    """Whether ``Adam``/``AdamW(fused=True)`` runs on these parameters.
 
-    On torch 2.4 and later that includes the CPU, so an optimizer built before the model moves to the GPU
+    It does when every parameter is a floating-point tensor on a device this torch fuses Adam/AdamW for. On
+    torch 2.4 and later that includes the CPU, so an optimizer built before the model moves to the GPU
     (``accelerator.prepare(model, optimizer)``, ``model.to(device)`` after the optimizer) is fused there too:
     the flag stays with the optimizer and its parameters, which move in place. ``params`` is what the
     optimizer receives: a list of tensors or of parameter-group dicts. A group whose ``params`` is an iterator

@@ -1,8 +1,11 @@
 # Vendored by perfbot from optimizations/runtime/precision.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
-"""Precision checks made at run time: whether this machine runs bf16 autocast natively (a hand-written loop's
-``torch.autocast``), and LoRA adapters that compute in their bf16 base model's dtype while their weights and
-optimizer state stay fp32 (:func:`compute_adapters_in_bf16`)."""
+"""Precision checks made at run time.
+
+Whether this machine runs bf16 autocast natively (a hand-written loop's ``torch.autocast``), and LoRA adapters
+that compute in their bf16 base model's dtype while their weights and optimizer state stay fp32
+(:func:`compute_adapters_in_bf16`).
+"""
 
 from __future__ import annotations
 
@@ -24,8 +27,11 @@ def bf16_supported() -> bool:
 
 
 class Bf16ComputeLinear(torch.nn.Linear):
-    """A LoRA A or B projection whose weight stays fp32 (the optimizer's master copy) and is cast to its input's
-    dtype for the matmul: the step computes in bf16 and its update lands on fp32 weights."""
+    """A LoRA A or B projection whose fp32 weight is cast to its input's dtype.
+
+    The weight stays fp32 (the optimizer's master copy) and is cast for the matmul: the step computes in bf16
+    and its update lands on fp32 weights.
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
@@ -33,8 +39,11 @@ class Bf16ComputeLinear(torch.nn.Linear):
 
 
 def _vanilla_lora_linears(layer: torch.nn.Module) -> list[torch.nn.Linear] | None:
-    """The A and B projections of a PEFT LoRA linear layer, or ``None`` when ``layer`` is none or one of its
-    adapters is a variant (DoRA) whose forward reads the weights itself."""
+    """The A and B projections of a PEFT LoRA linear layer, or ``None``.
+
+    ``None`` when ``layer`` is none or one of its adapters is a variant (DoRA) whose forward reads the weights
+    itself.
+    """
     lora_a, lora_b = getattr(layer, "lora_A", None), getattr(layer, "lora_B", None)
     if not isinstance(lora_a, torch.nn.ModuleDict) or not isinstance(lora_b, torch.nn.ModuleDict):
         return None

@@ -38,9 +38,11 @@ def _switched_off() -> bool:
 
 
 def steady_bookkeeping(trainer: Trainer) -> Trainer:
-    """Make the per-step parameter count and ``train()`` walk of ``trainer.model`` cheap (see the module);
-    returns ``trainer``. Anything without an ``nn.Module`` model, and every trainer when
-    ``PERFBOT_STEADY_BOOKKEEPING=0``, is returned untouched."""
+    """Makes the per-step parameter count and ``train()`` walk cheap.
+
+    Those of ``trainer.model`` (see the module); returns ``trainer``. Anything without an ``nn.Module`` model,
+    and every trainer when ``PERFBOT_STEADY_BOOKKEEPING=0``, is returned untouched.
+    """
     model = getattr(trainer, "model", None)
     if _switched_off() or not isinstance(model, torch.nn.Module):
         return trainer
@@ -50,8 +52,10 @@ def steady_bookkeeping(trainer: Trainer) -> Trainer:
 
 
 def count_parameters_once(model: torch.nn.Module) -> None:
-    """``model.num_parameters(...)`` counted once per ``exclude_embeddings``; a count of trainable parameters
-    only is counted each time."""
+    """``model.num_parameters(...)`` counted once per ``exclude_embeddings``.
+
+    A count of trainable parameters only is counted each time.
+    """
     count = getattr(model, "num_parameters", None)
     if count is None or "_perfbot_count" in model.__dict__:
         return
@@ -73,9 +77,12 @@ def _num_parameters(
 
 
 def train_mode_once(model: torch.nn.Module) -> None:
-    """``model.train()`` returns at once when every module is in training mode already; otherwise, and for
+    """A fast path for ``model.train()``.
+
+    ``model.train()`` returns at once when every module is in training mode already; otherwise, and for
     ``train(False)``, it walks the model as ``nn.Module.train`` does. Left alone when a module's class has a
-    ``train()`` of its own that may do more than set the flag."""
+    ``train()`` of its own that may do more than set the flag.
+    """
     if "_perfbot_modules" in model.__dict__:
         return
     modules = list(model.modules())
