@@ -30,10 +30,10 @@ import libcst as cst
 from optimizations.program.shapes import ProgramShape
 from optimizations.regional_compile import HELPER
 from optimizations.registry import Example, Numerics, Optimization
-from optimizations.token_budget import _FixBudget
+from optimizations.token_budget import FixBudget
 
 
-class _PackPairs(_FixBudget):
+class _PackPairs(FixBudget):
     TRAINER = "DPOTrainer"
     CHANGE = "chosen and rejected sequences packed into one token budget, the decoder compiled whole"
     GIVEN_THE_TRAINER = "its config read when it runs: packed where it precomputes the reference log-probs"

@@ -38,7 +38,7 @@ from optimizations.registry import Example, Numerics, Optimization
 KEYWORD = "fixed_budget"
 
 
-class _FixBudget(TrainerFollowUp):
+class FixBudget(TrainerFollowUp):
     """Adds ``fixed_budget=<the trainer's args>`` to the helper call that compiles one kind of trainer's model;
     :mod:`optimizations.packed_pairs` reuses it for DPO with its own trainer, message and hooks."""
 
@@ -146,7 +146,7 @@ class TokenBudget(Optimization):
         "decoder compiled whole",
     )
     capabilities = ("static shapes",)
-    codemods = (_FixBudget,)
+    codemods = (FixBudget,)
     needs = (HELPER,)
 
     examples = (

@@ -51,7 +51,7 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 - ``packed-pairs`` (DPO): the shipped helper given the DPO config and ``cuda_graphs=True``
   (``compile_repeated_layers(model, fixed_budget=dpo_config, cuda_graphs=True)``): each step's chosen and
   rejected sequences packed into one row of batch × max length tokens, the decoder compiled whole and replayed
-  as CUDA graphs.
+  as CUDA graphs (measured before ``packed_pairs`` shipped; a head with its commit packs already).
 
 ``PERFBOT_WORKLOAD=dpo`` runs ``train_dpo.py`` instead of ``train_sft.py`` (the SFT config levers do not apply).
 """
