@@ -125,6 +125,19 @@ def is_data_loader(names: Iterable[str]) -> bool:
     return any(qualified_under(names, (package,), (loader,)) for package, loader in DATA_LOADERS)
 
 
+def assigned_target(
+    parent: Callable[[cst.CSTNode], cst.CSTNode | None], value: cst.CSTNode
+) -> cst.BaseAssignTargetExpression | None:
+    """The target of ``target = value`` (or ``target: T = value``), where ``value`` is the whole right side;
+    ``parent`` gives a node's holder."""
+    holder = parent(value)
+    if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+        return holder.targets[0].target
+    if isinstance(holder, cst.AnnAssign) and holder.value is value:
+        return holder.target
+    return None
+
+
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     """The keyword argument ``name=`` of a call, if given."""
     for arg in call.args:

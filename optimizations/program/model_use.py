@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, walk
+from optimizations.program.codemod import assigned_target, code_of, walk
 
 # Attributes whose use reads a model without running it.
 READS = frozenset(
@@ -68,13 +68,8 @@ def kept_as_data(
 
 def bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -> str | None:
     """The name ``name = value`` (or ``name: T = value``) binds, where ``value`` is the whole right side."""
-    holder = parents.get(value)
-    if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
-        target = holder.targets[0].target
-        return target.value if isinstance(target, cst.Name) else None
-    if isinstance(holder, cst.AnnAssign) and holder.value is value and isinstance(holder.target, cst.Name):
-        return holder.target.value
-    return None
+    target = assigned_target(parents.get, value)
+    return target.value if isinstance(target, cst.Name) else None
 
 
 def _binds(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:

@@ -24,6 +24,7 @@ from libcst.metadata import ParentNodeProvider
 from optimizations.program.codemod import (
     OptimizationCodemod,
     add_keywords,
+    assigned_target,
     call_expr,
     code_of,
     expr,
@@ -118,7 +119,7 @@ class TrainerLinks:
 
     def assigned_name(self, value: cst.BaseExpression) -> cst.Name | None:
         """``name`` when ``value`` is the whole right-hand side of ``name = value`` (or ``name: T = value``)."""
-        target = self._assigned_target(value)
+        target = assigned_target(self.parent, value)
         return target if isinstance(target, cst.Name) else None
 
     def assigned_line(
@@ -126,18 +127,10 @@ class TrainerLinks:
     ) -> tuple[cst.Name | cst.Attribute, cst.SimpleStatementLine] | None:
         """The name or attribute (``trainer``, ``self.trainer``) that ``value`` is the whole right-hand side of,
         with the line, when that assignment is the only statement on it."""
-        target = self._assigned_target(value)
+        target = assigned_target(self.parent, value)
         line = self.parent(self.parent(value))
         if isinstance(target, cst.Name | cst.Attribute) and isinstance(line, cst.SimpleStatementLine):
             return (target, line) if len(line.body) == 1 else None
-        return None
-
-    def _assigned_target(self, value: cst.BaseExpression) -> cst.BaseAssignTargetExpression | None:
-        statement = self.parent(value)
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            return statement.targets[0].target
-        if isinstance(statement, cst.AnnAssign):
-            return statement.target
         return None
 
     def _takes_as_args(self, call: cst.Call, arg: cst.Arg) -> bool:
