@@ -13,3 +13,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if corpus:
         config.hook.pytest_deselected(items=corpus)
         items[:] = [item for item in items if not item.get_closest_marker("corpus")]
+
+
+@pytest.fixture
+def fresh_graphs():
+    """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests
+    forgotten (each test builds its own model, and only one module per forward function is graphed)."""
+    import torch
+
+    from optimizations.runtime.compile import GRAPHED_FORWARDS
+
+    torch._dynamo.reset()
+    GRAPHED_FORWARDS.clear()

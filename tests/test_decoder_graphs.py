@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 
 from optimizations.runtime.compile import (
-    GRAPHED_FORWARDS,
     GRAPHS_SWITCH,
     TrainingGraphs,
     checkpoints_activations,
@@ -143,14 +142,6 @@ def budget_config() -> SimpleNamespace:
         pad_to_multiple_of=None,
         logging_nan_inf_filter=True,
     )
-
-
-@pytest.fixture
-def fresh_graphs():
-    """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests
-    forgotten (each test builds its own model, and only one module per forward function is graphed)."""
-    torch._dynamo.reset()
-    GRAPHED_FORWARDS.clear()
 
 
 def lora_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -12,7 +12,6 @@ import pytest
 from tiny_models import tiny_qwen2
 
 from optimizations.runtime.compile import (
-    GRAPHED_FORWARDS,
     PackedPairs,
     TrainingGraphs,
     compile_repeated_layers,
@@ -209,13 +208,6 @@ def test_packing_keeps_trls_dpo_loss_and_the_adapter_gradients():
     for name, grad in grads.items():
         assert grad.abs().sum() > 0
         torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-6)
-
-
-@pytest.fixture
-def fresh_graphs():
-    """A process's first graphed decoder (see tests/test_decoder_graphs.py)."""
-    torch._dynamo.reset()
-    GRAPHED_FORWARDS.clear()
 
 
 @pytest.mark.gpu
