@@ -20,6 +20,9 @@ cannot hurt, and compiles the rest without graphs or runs it eagerly:
   which gather each parameter for its use, away from the address a replay reads;
 - not under activation checkpointing, which a run short of memory turns on: the graphs would hold a step's
   activations in memory of their own for the whole run, and recomputing in the backward was not measured;
+- not once the model's parameters have moved from where the graphs recorded (``model.to(...)``); the helper
+  checks their addresses itself, and turns off inductor's size asserts, whose per-replay check of every input
+  in Python cost the DPO head about 8 ms of host time a step;
 - nowhere with ``PERFBOT_CUDA_GRAPHS=0``.
 
 The helper reads these settings at run time, so a config that takes them from a flag or a file is edited, and

@@ -20,8 +20,12 @@ def fresh_graphs():
     """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests
     forgotten (each test builds its own model, and only one module per forward function is graphed)."""
     import torch
+    import torch._inductor.config
 
     from optimizations.runtime.compile import GRAPHED_FORWARDS
 
     torch._dynamo.reset()
     GRAPHED_FORWARDS.clear()
+    size_asserts = torch._inductor.config.size_asserts  # a graphed module turns them off for the process
+    yield
+    torch._inductor.config.size_asserts = size_asserts

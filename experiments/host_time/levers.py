@@ -8,7 +8,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 
 - ``none``: the workload as it is;
 - ``no-step-metrics``: TRL's ``compute_loss`` without its per-step entropy, token-accuracy and token-count reads
-  (each an ``.item()``, a device sync between the forward and the backward); the loss is the same;
+  (each an ``.item()``, a device sync between the forward and the backward); the loss is the same. Under
+  ``PERFBOT_WORKLOAD=dpo``, DPO's sigmoid loss against the precomputed reference log-probs without its eleven
+  metric reads (rewards, margins, log-probs, logits, entropy, accuracy, tokens);
 - ``log-every-10``: ``logging_steps=10`` instead of 1: the Trainer reads the loss and the gradient norm, and
   runs its logging callbacks, every tenth step;
 - ``no-compact``: TRL's fused LM head scores every position instead of gathering the labelled ones
@@ -48,6 +50,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 - ``no-prologue-fusion``: inductor's prologue fusion off (``torch._inductor.config.prologue_fusion = False``):
   pointwise work before a template kernel (RoPE before FlexAttention's) runs as a kernel of its own instead of
   inside the template's loads, where each block of the template may compute it again.
+- ``no-size-asserts``: inductor's size asserts off (``torch._inductor.config.size_asserts = False``): a graph
+  without trees then replays without checking each static input's address and each input's size and stride in
+  Python, as it does with them on for every input at every replay;
 - ``packed-pairs`` (DPO): the shipped helper given the DPO config and ``cuda_graphs=True``
   (``compile_repeated_layers(model, fixed_budget=dpo_config, cuda_graphs=True)``): each step's chosen and
   rejected sequences packed into one row of batch × max length tokens, the decoder compiled whole and replayed
@@ -81,6 +86,7 @@ LEVERS = {
     "sdpa",
     "no-prologue-fusion",
     "packed-pairs",
+    "no-size-asserts",
 }
 CONFIGS: list = []  # the configs the workload built, latest last
 
@@ -95,6 +101,24 @@ def loss_only(self, model, inputs, return_outputs=False, num_items_in_batch=None
     loss = (-outputs.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
     if self.args.average_tokens_across_devices and num_items_in_batch is not None:
         loss = loss * self.accelerator.num_processes
+    return (loss, outputs) if return_outputs else loss
+
+
+def dpo_loss_only(self, model, inputs, return_outputs=False):
+    """TRL 1.16's sigmoid DPO loss against precomputed reference log-probs (its default path), with no metric
+    read."""
+    import torch.nn.functional as F
+
+    unused = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
+    model_kwargs = {key: value for key, value in inputs.items() if key not in unused}
+    model_kwargs["use_cache"] = False
+    completion_mask = inputs["completion_mask"]
+    labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+    outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+    logps = outputs.log_probs[:, -(completion_mask.size(1) - 1) :].sum(dim=1)
+    chosen, rejected = logps.chunk(2, dim=0)
+    delta = (chosen - inputs["ref_chosen_logps"]) - (rejected - inputs["ref_rejected_logps"])
+    loss = -F.logsigmoid(self.beta * delta).mean()
     return (loss, outputs) if return_outputs else loss
 
 
@@ -124,6 +148,7 @@ def main() -> None:
 
     if "no-step-metrics" in levers:
         trainer.SFTTrainer.compute_loss = loss_only
+        trainer.DPOTrainer._compute_loss = dpo_loss_only
     if "no-compact" in levers:
         import trl.trainer.utils
 
@@ -182,6 +207,10 @@ def main() -> None:
         torch._inductor.config.cpp_wrapper = True
     if "sdpa" in levers:
         os.environ["PERFBOT_ATTENTION"] = "sdpa"
+    if "no-size-asserts" in levers:
+        import torch._inductor.config
+
+        torch._inductor.config.size_asserts = False
     if "no-prologue-fusion" in levers:
         import torch._inductor.config
 

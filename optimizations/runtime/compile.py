@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch._functorch.config
+import torch._inductor.config
 
 LOG = logging.getLogger(__name__)
 
@@ -331,7 +332,7 @@ class TrainingGraphs:
     (a reference model's log-probs, evaluation, generation) and a second forward before the first one's
     backward run eagerly, as uncompiled code does. Each shape compiles and records its own graphs.
 
-    Two guards for inductor's graphs without trees (torch 2.11-2.13):
+    Three guards for inductor's graphs without trees (torch 2.11-2.13):
 
     - The backward may not reuse the saved activations' memory ("donated buffers"). It reads them in place,
       and the graph's first call runs it twice (a warm-up, then the replay): the warm-up's reuse corrupted
@@ -339,19 +340,30 @@ class TrainingGraphs:
     - One module per forward function is graphed in a process. Dynamo shares a compiled forward between
       modules of one class and the graphs replay at their first module's parameter addresses, so a second
       module (a second model in a sweep) is compiled without graphs.
+    - The graphs replay only while the module's parameters are where they were recorded; once one has moved
+      (``model.to(...)``, ``param.data = ...``) the forward runs eagerly. Inductor's own check of that reads
+      every input of every replay in Python, hundreds of saved activations in the backward's: milliseconds
+      of a host-bound step. So a graphed module turns inductor's size asserts off for the process
+      (``torch._inductor.config.size_asserts``, read when a graph first runs; they only check, and change no
+      result) and compares its parameters' addresses itself, one read a parameter a step.
     """
 
     def __init__(self, forward: Any) -> None:
         self.eager = forward
         function = getattr(forward, "__func__", forward)
-        options = FLAT_GRAPHS if function not in GRAPHED_FORWARDS else None
+        graphs = function not in GRAPHED_FORWARDS
         GRAPHED_FORWARDS.add(function)
-        self.graphed = torch.compile(forward, dynamic=False, options=options)
+        self.graphed = torch.compile(forward, dynamic=False, options=FLAT_GRAPHS if graphs else None)
+        module = getattr(forward, "__self__", None)
+        self.module = module if graphs and isinstance(module, torch.nn.Module) else None
+        self.parameters: list[torch.nn.Parameter] = []
+        self.addresses: list[int] | None = None  # the parameters' addresses where the graphs recorded
         self.pending = False  # a graphed forward's backward has yet to run
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.pending or not torch.is_grad_enabled():
+        if self.pending or not torch.is_grad_enabled() or not self._parameters_in_place():
             return self.eager(*args, **kwargs)
+        torch._inductor.config.size_asserts = False  # its replays' own address checks: see the class
         with torch._functorch.config.patch(NO_DONATION):
             output = self.graphed(*args, **kwargs)
         node = next((t.grad_fn for t in _tensors(output) if t.grad_fn is not None), None)
@@ -362,6 +374,24 @@ class TrainingGraphs:
 
     def _backward_ran(self, grad_inputs: Any, grad_outputs: Any) -> None:
         self.pending = False
+
+    def _parameters_in_place(self) -> bool:
+        """Whether the parameters are where the graphs recorded (the first graphed call's addresses).
+
+        They are read at that call, after any adapter a trainer added since the module was wrapped.
+        """
+        if self.addresses is None:
+            self.parameters = list(self.module.parameters()) if self.module is not None else []
+            self.addresses = [parameter.data_ptr() for parameter in self.parameters]
+        addresses = [parameter.data_ptr() for parameter in self.parameters]
+        if addresses == self.addresses:
+            return True
+        if self.parameters:
+            LOG.warning(
+                "a graphed module's parameters moved after its CUDA graphs recorded: it runs eagerly now"
+            )
+            self.parameters = []  # warned once; the recorded addresses stay, so no later call replays
+        return False
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
