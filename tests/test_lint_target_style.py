@@ -168,14 +168,54 @@ def test_commits_add_no_violation_of_ruffs_defaults_in_a_target_without_a_config
     assert {r.sha: [e.describe() for e in r.lint] for r in reviews} == {c.hexsha: [] for c in commits}
 
 
-GOOGLE_DOCSTRINGS = ("--select", "D", "--ignore", "D1", "--config", 'lint.pydocstyle.convention = "google"')
+CONVENTIONS = ("google", "numpy", "pep257")
+
+NUMPY_DOCSTRINGS_RUFF = """\
+[project]
+name = "trainer"
+version = "0.1.0"
+
+[tool.ruff]
+line-length = 119
+
+[tool.ruff.lint]
+select = ["D", "E", "F", "I"]
+ignore = ["D1"]
+
+[tool.ruff.lint.pydocstyle]
+convention = "numpy"
+"""
 
 
-@pytest.mark.parametrize("rules", [(), GOOGLE_DOCSTRINGS], ids=["ruff-defaults", "pydocstyle-google"])
+def test_commits_add_no_docstring_violation_in_a_numpy_convention_target(tmp_path):
+    """Under pydocstyle's numpy convention at the Hugging Face projects' line limit (119), perfbot's commits add
+    no violation: the helpers' summaries are one line in the imperative mood."""
+    root = tmp_path / "target"
+    repo = trainer_repo(root, NUMPY_DOCSTRINGS_RUFF)
+    base = repo.head.commit.hexsha
+    apply_tiers(root, 1, 2)
+    commits = list(repo.iter_commits(f"{base}..HEAD"))
+    assert len(commits) == 4 and (root / "trainer" / "_perfbot_attention.py").exists()
+    reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
+    assert lint_error == ""
+    assert {r.sha: [e.describe() for e in r.lint] for r in reviews} == {c.hexsha: [] for c in commits}
+
+
+def docstrings(convention: str) -> tuple[str, ...]:
+    """Every pydocstyle rule of ``convention``, the missing-docstring ones (D1) included."""
+    return ("--select", "D", "--config", f'lint.pydocstyle.convention = "{convention}"')
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [(), *map(docstrings, CONVENTIONS)],
+    ids=["ruff-defaults", *(f"pydocstyle-{name}" for name in CONVENTIONS)],
+)
 @pytest.mark.parametrize("helper", sorted(RUNTIME.glob("*.py")), ids=lambda path: path.name)
 def test_each_helper_meets_ruffs_default_rules(helper, rules, tmp_path):
     """Every helper perfbot can vendor, as it ships, under the rules ruff checks where nothing configures it,
-    and under pydocstyle's google convention (LLaMA-Factory's), whose D205 ruff cannot fix."""
+    and under each pydocstyle convention with all its rules: google (LLaMA-Factory's), whose D205 ruff cannot
+    fix, and numpy and pep257, whose D401 (a summary in the imperative mood) it cannot fix either."""
     command = ("check", "--isolated", "--no-cache", "--output-format", "concise", *rules, str(helper))
     completed = ruff(tmp_path, *command)
     assert completed.returncode == 0, completed.stdout

@@ -71,7 +71,7 @@ def pick_attention_implementation(
     fallback: str | None = "sdpa",
     capabilities: Capabilities | None = None,
 ) -> str | None:
-    """The first of FlashAttention 4/3/2, FlexAttention and SDPA that runs here; ``fallback`` otherwise.
+    """Pick the first of FlashAttention 4/3/2, FlexAttention and SDPA that runs here; ``fallback`` otherwise.
 
     ``model_class`` is the class whose ``from_pretrained``/``from_config`` loads the model (``None``: the
     architecture named in the checkpoint's config, as TRL does); ``source`` is the checkpoint (path or hub
@@ -149,7 +149,7 @@ def _log_once(message: str) -> None:
 
 @functools.cache
 def machine_capabilities() -> Capabilities:
-    """This machine's GPU, transformers' attention implementations and which packages really import."""
+    """Read the GPU, transformers' attention implementations and which packages really import."""
     import torch
 
     try:
@@ -172,7 +172,7 @@ def machine_capabilities() -> Capabilities:
 
 
 def registered_implementations() -> frozenset[str]:
-    """The ``attn_implementation`` names the installed transformers accepts (besides ``"eager"``)."""
+    """List the ``attn_implementation`` names the installed transformers accepts (besides ``"eager"``)."""
     try:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     except ImportError:  # transformers < 4.48: FlashAttention 2 and SDPA only
@@ -224,7 +224,7 @@ def probe_flex_attention(dtype_name: str, config: Any, device: str | None = None
 def _probe_flex(
     device: str | None, dtype_name: str, heads: int, kv_heads: int, head_dim: int, backward: bool
 ) -> str | None:
-    """The probe itself, once per process and shape: the error's type and first line, or ``None``."""
+    """Run the probe, once per process and shape: return the error's type and first line, or ``None``."""
     try:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
@@ -260,7 +260,7 @@ def _probe_flex(
 
 
 def _config_of(source: Any) -> Any:
-    """The model config behind ``source`` (a config, a model, a checkpoint path or hub id), or ``None``."""
+    """Find the model config behind ``source`` (a config, a model, a checkpoint path or hub id), or ``None``."""
     if source is None:
         return None
     if hasattr(source, "model_type") and hasattr(source, "to_dict"):
@@ -278,7 +278,7 @@ def _config_of(source: Any) -> Any:
 
 
 def _dtype_name(dtype: Any, config: Any) -> str:
-    """The dtype the weights load in, as a torch attribute name (``"bfloat16"``)."""
+    """Name the dtype the weights load in as a torch attribute (``"bfloat16"``)."""
     import torch
 
     if dtype in (None, "auto"):
@@ -300,7 +300,7 @@ def _is_auto_class(model_class: Any) -> bool:
 
 
 def _model_class(model_class: Any, config: Any) -> Any:
-    """The concrete class that loads the model: ``model_class`` itself, or what an ``Auto*`` class maps to."""
+    """Find the concrete class that loads the model: ``model_class``, or what an ``Auto*`` class maps to."""
     if model_class is not None and not _is_auto_class(model_class):
         return model_class
     if config is None:

@@ -52,7 +52,7 @@ def compile_model(model: torch.nn.Module) -> None:
 
 
 def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The blocks of the longest ``nn.ModuleList`` of blocks all of one class.
+    """Return the blocks of the longest ``nn.ModuleList`` of blocks all of one class.
 
     For a transformer, its decoder layers (``model.model.layers``). ``[]`` when the model has no such list of
     two or more.
@@ -123,14 +123,14 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
 
 
 def _config_and_collator(fixed_budget: Any) -> tuple[Any, Any]:
-    """The config ``fixed_budget`` is, or a built trainer's config (``args``) and the collator it built."""
+    """Return the config ``fixed_budget`` is, or a built trainer's config (``args``) and its collator."""
     if hasattr(fixed_budget, "args") and hasattr(fixed_budget, "data_collator"):
         return fixed_budget.args, fixed_budget.data_collator
     return fixed_budget, None
 
 
 def fix_token_budget(config: Any, collator: Any = None) -> bool:
-    """Pads a TRL ``SFTConfig``'s padding-free packed batches to one length.
+    """Pad a TRL ``SFTConfig``'s padding-free packed batches to one length.
 
     Every padding-free packed batch of the config is padded to the same number of tokens: its
     ``pad_to_multiple_of`` is set to ``per_device_train_batch_size * max_length`` (the most a batch packs)
@@ -155,7 +155,7 @@ def fix_token_budget(config: Any, collator: Any = None) -> bool:
 
 
 def pair_budget(config: Any) -> int | None:
-    """The token budget of a TRL ``DPOConfig``'s packed step.
+    """Return the token budget of a TRL ``DPOConfig``'s packed step.
 
     ``per_device_train_batch_size * max_length``: the tokens of its pairs' chosen and rejected sequences where
     they average half the longest allowed. None for any other config, one without both settings, and one that
@@ -206,12 +206,14 @@ class PackedPairs:
     OVER_BUDGET_SHARE = 16  # one step in this many may run over the budget before it grows
 
     def __init__(self, packed: Any, eager: Any, budget: int) -> None:
+        """Pack with ``packed`` at ``budget`` tokens a step, and run what does not fit with ``eager``."""
         self.packed = packed
         self.eager = eager
         self.budget = budget
         self.steps = self.over_budget = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the decoder on the batch packed into one row; hand back its hidden states in the batch's layout."""
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
         if args or not self._packable(ids, mask, kwargs):
             return self.eager(*args, **kwargs)
@@ -303,7 +305,7 @@ def _graphs_unsafe(model: torch.nn.Module, config: Any) -> bool:
 
 
 def unfilter_logged_loss(config: Any) -> None:
-    """Turns off a Trainer config's ``logging_nan_inf_filter``.
+    """Turn off a Trainer config's ``logging_nan_inf_filter``.
 
     With it on, the Trainer reads every step's loss on the host (``torch.isnan(loss) or torch.isinf(loss)``)
     to keep a non-finite loss out of the logged mean: a device sync after each backward, where the host would
@@ -315,7 +317,7 @@ def unfilter_logged_loss(config: Any) -> None:
 
 
 def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module | None:
-    """The module whose ``nn.ModuleList`` child holds ``layers`` (a transformer's decoder), if any."""
+    """Find the module whose ``nn.ModuleList`` child holds ``layers`` (a transformer's decoder), if any."""
     for module in model.modules() if layers else ():
         for child in module.children():
             if isinstance(child, torch.nn.ModuleList) and len(child) and child[0] is layers[0]:
@@ -349,6 +351,7 @@ class TrainingGraphs:
     """
 
     def __init__(self, forward: Any) -> None:
+        """Graph ``forward`` (a module's bound forward) unless its function is graphed for another module."""
         self.eager = forward
         function = getattr(forward, "__func__", forward)
         graphs = function not in GRAPHED_FORWARDS
@@ -361,6 +364,7 @@ class TrainingGraphs:
         self.pending = False  # a graphed forward's backward has yet to run
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Replay the graphs where that is safe (see the class); run the forward eagerly elsewhere."""
         if self.pending or not torch.is_grad_enabled() or not self._parameters_in_place():
             return self.eager(*args, **kwargs)
         torch._inductor.config.size_asserts = False  # its replays' own address checks: see the class
@@ -395,7 +399,7 @@ class TrainingGraphs:
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
-    """The tensors of a forward's output: a tensor, a tuple or list of them, or a transformers ``ModelOutput``."""
+    """List the tensors of a forward's output: a tensor, a tuple or list of them, or a ``ModelOutput``."""
     if isinstance(output, torch.Tensor):
         return [output]
     values = (

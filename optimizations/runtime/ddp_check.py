@@ -149,7 +149,7 @@ def _check_and_switch(ddp_model: Any, args: tuple, kwargs: dict) -> None:
 
 
 def _any_rank(ddp_model: Any, flag: bool) -> bool:
-    """True when ``flag`` is true on any rank of the model's process group."""
+    """Tell whether ``flag`` is true on any rank of the model's process group."""
     import torch
     import torch.distributed as dist
 

@@ -37,7 +37,7 @@ def enable_tf32(cudnn_benchmark: bool = True) -> None:
 
 
 def fused_kernel_devices() -> tuple[str, ...]:
-    """The device types this torch has fused Adam/AdamW kernels for: CUDA, and the CPU too from torch 2.4.
+    """List the device types this torch has fused Adam/AdamW kernels for: CUDA, and the CPU from torch 2.4.
 
     Not the CPU where ``torch_xla`` is loaded: parameters on the CPU there are headed for a TPU, which has no
     fused kernel, and torch checks the device again at the first step.

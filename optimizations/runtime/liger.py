@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 def liger_kernel_usable(model: Any, precompute_ref_log_probs: Any = False) -> bool:
-    """True when ``use_liger_kernel`` will speed this run up rather than break or slow it.
+    """Tell whether ``use_liger_kernel`` will speed this run up rather than break or slow it.
 
     ``model`` is what the trainer trains: a model, or a checkpoint path/hub id that TRL loads. Liger is
     used only when the model carries no PEFT adapter (Liger's kernels do not compose with PEFT's LoRA
@@ -56,7 +56,7 @@ def _why_not(model: Any, precompute_ref_log_probs: Any) -> str | None:
 
 
 def _peft_adapter(model: Any) -> str | None:
-    """What makes ``model`` a PEFT model (a ``PeftModel``, or adapter layers injected into it), if anything."""
+    """Name what makes ``model`` a PEFT model (a ``PeftModel``, or adapter layers injected into it), if anything."""
     if isinstance(model, str) or not hasattr(model, "named_modules"):
         return None
     adapted = [name for name, module in model.named_modules() if type(module).__module__.startswith("peft.")]

@@ -138,7 +138,7 @@ def plan_layer_groups(
 
 
 def _scalar(value: float | Tensor) -> float | Tensor:
-    """A hyperparameter as torch's fused path passes it: a float, or a 0-dim tensor."""
+    """Pass a hyperparameter as torch's fused path does: a float, or a 0-dim tensor."""
     return value.squeeze() if isinstance(value, Tensor) and value.dim() != 0 else value
 
 
@@ -178,7 +178,7 @@ def adamw_defaults(
     differentiable: bool = False,
     fused: bool | None = None,
 ) -> dict[str, Any]:
-    """Validated param-group defaults, key for key those of ``torch.optim.AdamW(..., fused=True)``."""
+    """Validate the param-group defaults, key for key those of ``torch.optim.AdamW(..., fused=True)``."""
     if isinstance(lr, Tensor) and lr.numel() != 1:
         raise ValueError("Tensor lr must be 1-element")
     if not 0.0 <= lr:
@@ -349,6 +349,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         prefetch_depth: int = 1,
         bucket_bytes: int | None = None,
     ) -> None:
+        """Validate the arguments (see the class); plan the layer groups, their buckets and streams."""
         if not isinstance(prefetch_depth, int) or prefetch_depth < 0:
             raise ValueError(f"prefetch_depth must be an int >= 0, got {prefetch_depth!r}")
         if bucket_bytes is not None and bucket_bytes < 1:
@@ -459,7 +460,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
             self._all_copied_back.synchronize()
 
     def state_dict(self) -> dict[str, Any]:
-        """The state in ``torch.optim.AdamW`` format (``exp_avg``/``exp_avg_sq`` as pinned host tensors)."""
+        """Return the state in ``torch.optim.AdamW`` format (``exp_avg``/``exp_avg_sq`` as pinned host tensors)."""
         self._wait_for_copy_back()
         return super().state_dict()
 
@@ -538,7 +539,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         return stepped
 
     def _pool(self, count: int, compute: torch.cuda.Stream) -> list[Tensor]:
-        """The device buffers, allocated once: ``[exp_avg half | exp_avg_sq half]`` each."""
+        """Return the device buffers, allocated once: ``[exp_avg half | exp_avg_sq half]`` each."""
         if not self._slots:
             half = max(b.hi - b.lo for b in self._buckets)
             count = min(count, len(self._buckets))

@@ -34,12 +34,13 @@ class Bf16ComputeLinear(torch.nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Project ``x`` with the weight cast to ``x``'s dtype."""
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
 
 
 def _vanilla_lora_linears(layer: torch.nn.Module) -> list[torch.nn.Linear] | None:
-    """The A and B projections of a PEFT LoRA linear layer, or ``None``.
+    """Return the A and B projections of a PEFT LoRA linear layer, or ``None``.
 
     ``None`` when ``layer`` is none or one of its adapters is a variant (DoRA) whose forward reads the weights
     itself.

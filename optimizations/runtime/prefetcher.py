@@ -75,6 +75,7 @@ class CudaPrefetcher:
     def __init__(
         self, iterable: Iterable[Any], device: torch.device | str | int | None = None, depth: int = 1
     ):
+        """Prefetch ``depth`` batches of ``iterable`` ahead onto ``device`` (default: CUDA where available)."""
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         if device is None:
@@ -85,9 +86,11 @@ class CudaPrefetcher:
         self._copy_stream: torch.cuda.Stream | None = None
 
     def __len__(self) -> int:
+        """Return the wrapped iterable's length."""
         return len(self.iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
+        """Yield the batches on the device, each copied while the one before it is in use."""
         if self.device.type != "cuda" or not torch.cuda.is_available():
             for batch in self.iterable:
                 yield move_to_device(batch, self.device)
@@ -159,11 +162,13 @@ class NumpyPinnedCollate:
     """
 
     def __init__(self, pin_memory: bool | None = None) -> None:
+        """Collate into pinned memory when ``pin_memory`` (default: whether CUDA is available)."""
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         stack = functools.partial(_stack_tensors, pin_memory=self.pin_memory)
         self._collate_fn_map = {**default_collate_fn_map, torch.Tensor: stack}
 
     def __call__(self, samples: list[Any]) -> Any:
+        """Collate ``samples`` into a batch, stacking tensors into pinned memory in the main process."""
         if get_worker_info() is not None:
             return default_collate(samples)
         return collate(samples, collate_fn_map=self._collate_fn_map)

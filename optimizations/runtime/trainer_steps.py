@@ -38,7 +38,7 @@ def _switched_off() -> bool:
 
 
 def steady_bookkeeping(trainer: Trainer) -> Trainer:
-    """Makes the per-step parameter count and ``train()`` walk cheap.
+    """Make the per-step parameter count and ``train()`` walk cheap.
 
     Those of ``trainer.model`` (see the module); returns ``trainer``. Anything without an ``nn.Module`` model,
     and every trainer when ``PERFBOT_STEADY_BOOKKEEPING=0``, is returned untouched.
@@ -77,7 +77,7 @@ def _num_parameters(
 
 
 def train_mode_once(model: torch.nn.Module) -> None:
-    """A fast path for ``model.train()``.
+    """Give ``model.train()`` a fast path.
 
     ``model.train()`` returns at once when every module is in training mode already; otherwise, and for
     ``train(False)``, it walks the model as ``nn.Module.train`` does. Left alone when a module's class has a
