@@ -176,7 +176,7 @@ name = "trainer"
 version = "0.1.0"
 
 [tool.ruff]
-line-length = 119
+line-length = 100
 
 [tool.ruff.lint]
 select = ["D", "E", "F", "I"]
@@ -188,8 +188,8 @@ convention = "numpy"
 
 
 def test_commits_add_no_docstring_violation_in_a_numpy_convention_target(tmp_path):
-    """Under pydocstyle's numpy convention at the Hugging Face projects' line limit (119), perfbot's commits add
-    no violation: the helpers' summaries are one line in the imperative mood."""
+    """Under pydocstyle's numpy convention at a line limit of 100, perfbot's commits add no violation: the
+    helpers' summaries are one line in the imperative mood, short enough not to be re-wrapped."""
     root = tmp_path / "target"
     repo = trainer_repo(root, NUMPY_DOCSTRINGS_RUFF)
     base = repo.head.commit.hexsha
@@ -218,6 +218,22 @@ def test_each_helper_meets_ruffs_default_rules(helper, rules, tmp_path):
     fix, and numpy and pep257, whose D401 (a summary in the imperative mood) it cannot fix either."""
     command = ("check", "--isolated", "--no-cache", "--output-format", "concise", *rules, str(helper))
     completed = ruff(tmp_path, *command)
+    assert completed.returncode == 0, completed.stdout
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("helper", sorted(RUNTIME.glob("*.py")), ids=lambda path: path.name)
+def test_each_helper_rewrapped_to_ruffs_default_line_length_keeps_one_line_summaries(
+    helper, convention, tmp_path
+):
+    """Re-wrapped for a target at ruff's default 88 columns, no docstring summary spills onto a second line
+    (D205), which no tidying could undo."""
+    rewrapped = tmp_path / helper.name
+    rewrapped.write_text(rewrap(helper.read_text(), 88))
+    rules = (*docstrings(convention), "--line-length", "88")
+    completed = ruff(
+        tmp_path, "check", "--isolated", "--no-cache", "--output-format", "concise", *rules, rewrapped.name
+    )
     assert completed.returncode == 0, completed.stdout
 
 

@@ -1,1 +1,1 @@
-"""Runtime helpers that transforms copy (vendor) into target repositories; each module stands alone."""
+"""Runtime helpers that transforms vendor into target repositories, one module each."""

@@ -1,7 +1,7 @@
 # Vendored by perfbot from optimizations/runtime/attention.py; edit it there, not here.
 # This module runs inside the target repository: it imports only the standard library, torch and
 # transformers (lazily), never perfbot.
-"""Pick the fastest attention implementation that this machine, dtype and model class can really run.
+"""Pick the fastest attention that this machine, dtype and model class can really run.
 
 In order of preference: FlashAttention 4, 3, 2, FlexAttention (block-sparse masks, so packed and padded
 batches skip the masked blocks), SDPA, and what the call asked for before. The choice and the reason each
@@ -46,7 +46,7 @@ _logged: set[str] = set()
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What a machine offers the picker: :func:`machine_capabilities` probes this one; tests build their own.
+    """What a machine offers the picker; :func:`machine_capabilities` probes this one.
 
     ``gpu`` is the CUDA compute capability (``None``: no usable CUDA GPU); ``implementations`` the names the
     installed transformers registers; ``unavailable`` why an implementation's package cannot run here (an
@@ -71,7 +71,7 @@ def pick_attention_implementation(
     fallback: str | None = "sdpa",
     capabilities: Capabilities | None = None,
 ) -> str | None:
-    """Pick the first of FlashAttention 4/3/2, FlexAttention and SDPA that runs here; ``fallback`` otherwise.
+    """Pick the first of FlashAttention 4/3/2, FlexAttention and SDPA that runs here.
 
     ``model_class`` is the class whose ``from_pretrained``/``from_config`` loads the model (``None``: the
     architecture named in the checkpoint's config, as TRL does); ``source`` is the checkpoint (path or hub
@@ -115,7 +115,10 @@ def pick_attention_implementation(
 def _why_not(
     implementation: str, cls: Any, config: Any, dtype_name: str, capabilities: Capabilities
 ) -> str | None:
-    """Why ``implementation`` cannot run this model here, or ``None`` (FlexAttention is probed last)."""
+    """Say why ``implementation`` cannot run this model here, or return ``None``.
+
+    FlexAttention is probed last.
+    """
     if implementation not in capabilities.implementations:
         return "this transformers does not offer it"
     if implementation in capabilities.unavailable:
@@ -149,7 +152,7 @@ def _log_once(message: str) -> None:
 
 @functools.cache
 def machine_capabilities() -> Capabilities:
-    """Read the GPU, transformers' attention implementations and which packages really import."""
+    """Read the GPU, the attention implementations and which packages import."""
     import torch
 
     try:
@@ -172,7 +175,7 @@ def machine_capabilities() -> Capabilities:
 
 
 def registered_implementations() -> frozenset[str]:
-    """List the ``attn_implementation`` names the installed transformers accepts (besides ``"eager"``)."""
+    """List the ``attn_implementation`` names transformers accepts, but ``"eager"``."""
     try:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     except ImportError:  # transformers < 4.48: FlashAttention 2 and SDPA only
@@ -181,7 +184,7 @@ def registered_implementations() -> frozenset[str]:
 
 
 def flash_attention_error(implementation: str) -> str | None:
-    """Why a FlashAttention implementation's package cannot run here; ``None`` if it imports and is accepted.
+    """Say why a FlashAttention package cannot run here; ``None`` where it can.
 
     A wheel built against another torch or CUDA raises on import (``OSError: undefined symbol``), which
     transformers' own check, reading package metadata only, does not see.
@@ -204,7 +207,7 @@ def flash_attention_error(implementation: str) -> str | None:
 
 
 def probe_flex_attention(dtype_name: str, config: Any, device: str | None = None) -> str | None:
-    """Run transformers' FlexAttention once with the model's head sizes; the error, or ``None`` when it runs.
+    """Run FlexAttention once at the model's head sizes; return the error, or ``None``.
 
     Two packed documents of 64 tokens, causal, forward and (when gradients are enabled) backward, through the
     very function the model calls, on ``device`` (default: this process's GPU, ``LOCAL_RANK``'s under torchrun
@@ -224,7 +227,7 @@ def probe_flex_attention(dtype_name: str, config: Any, device: str | None = None
 def _probe_flex(
     device: str | None, dtype_name: str, heads: int, kv_heads: int, head_dim: int, backward: bool
 ) -> str | None:
-    """Run the probe, once per process and shape: return the error's type and first line, or ``None``."""
+    """Run the probe once per process and shape; return its error line, or ``None``."""
     try:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
@@ -260,7 +263,7 @@ def _probe_flex(
 
 
 def _config_of(source: Any) -> Any:
-    """Find the model config behind ``source`` (a config, a model, a checkpoint path or hub id), or ``None``."""
+    """Find the model config behind ``source`` (config, model, path or hub id)."""
     if source is None:
         return None
     if hasattr(source, "model_type") and hasattr(source, "to_dict"):
@@ -300,7 +303,7 @@ def _is_auto_class(model_class: Any) -> bool:
 
 
 def _model_class(model_class: Any, config: Any) -> Any:
-    """Find the concrete class that loads the model: ``model_class``, or what an ``Auto*`` class maps to."""
+    """Find the concrete class that loads the model, resolving an ``Auto*`` class."""
     if model_class is not None and not _is_auto_class(model_class):
         return model_class
     if config is None:

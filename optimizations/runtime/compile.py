@@ -38,7 +38,7 @@ def _switched_off(switch: str = SWITCH) -> bool:
 
 
 def compile_model(model: torch.nn.Module) -> None:
-    """Compile ``model`` in place (``nn.Module.compile``: its class and state-dict keys stay as they were).
+    """Compile ``model`` in place, its class and state-dict keys unchanged.
 
     Skipped, leaving the model as it was, when ``PERFBOT_COMPILE=0``, when torch has no ``nn.Module.compile``
     (before 2.2), or when none of the model's parameters is on a CUDA device (compiling for the CPU costs more
@@ -123,7 +123,7 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
 
 
 def _config_and_collator(fixed_budget: Any) -> tuple[Any, Any]:
-    """Return the config ``fixed_budget`` is, or a built trainer's config (``args``) and its collator."""
+    """Return the config ``fixed_budget`` is, or a built trainer's and its collator."""
     if hasattr(fixed_budget, "args") and hasattr(fixed_budget, "data_collator"):
         return fixed_budget.args, fixed_budget.data_collator
     return fixed_budget, None
@@ -206,14 +206,14 @@ class PackedPairs:
     OVER_BUDGET_SHARE = 16  # one step in this many may run over the budget before it grows
 
     def __init__(self, packed: Any, eager: Any, budget: int) -> None:
-        """Pack with ``packed`` at ``budget`` tokens a step, and run what does not fit with ``eager``."""
+        """Pack with ``packed`` at ``budget`` tokens; run the rest with ``eager``."""
         self.packed = packed
         self.eager = eager
         self.budget = budget
         self.steps = self.over_budget = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the decoder on the batch packed into one row; hand back its hidden states in the batch's layout."""
+        """Run the decoder on the batch packed into one row, in the batch's layout."""
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
         if args or not self._packable(ids, mask, kwargs):
             return self.eager(*args, **kwargs)
@@ -317,7 +317,7 @@ def unfilter_logged_loss(config: Any) -> None:
 
 
 def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module | None:
-    """Find the module whose ``nn.ModuleList`` child holds ``layers`` (a transformer's decoder), if any."""
+    """Find the module whose ``nn.ModuleList`` child holds ``layers`` (the decoder)."""
     for module in model.modules() if layers else ():
         for child in module.children():
             if isinstance(child, torch.nn.ModuleList) and len(child) and child[0] is layers[0]:
@@ -326,7 +326,7 @@ def _holder(model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.M
 
 
 class TrainingGraphs:
-    """A module's forward compiled with CUDA graphs where it trains, and eager wherever a graph could be wrong.
+    """A module's forward replayed as CUDA graphs in training, eager where unsafe.
 
     A graph replays into the same memory every time: the outputs and the activations saved for the backward
     of one replay are overwritten by the next. So the graphs run only for a forward with gradients on whose
@@ -351,7 +351,7 @@ class TrainingGraphs:
     """
 
     def __init__(self, forward: Any) -> None:
-        """Graph ``forward`` (a module's bound forward) unless its function is graphed for another module."""
+        """Graph ``forward`` unless its function is graphed for another module."""
         self.eager = forward
         function = getattr(forward, "__func__", forward)
         graphs = function not in GRAPHED_FORWARDS
@@ -364,7 +364,7 @@ class TrainingGraphs:
         self.pending = False  # a graphed forward's backward has yet to run
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Replay the graphs where that is safe (see the class); run the forward eagerly elsewhere."""
+        """Replay the graphs where that is safe (see the class), else run eagerly."""
         if self.pending or not torch.is_grad_enabled() or not self._parameters_in_place():
             return self.eager(*args, **kwargs)
         torch._inductor.config.size_asserts = False  # its replays' own address checks: see the class
@@ -380,7 +380,7 @@ class TrainingGraphs:
         self.pending = False
 
     def _parameters_in_place(self) -> bool:
-        """Whether the parameters are where the graphs recorded (the first graphed call's addresses).
+        """Whether the parameters are at the addresses where the graphs recorded.
 
         They are read at that call, after any adapter a trainer added since the module was wrapped.
         """
@@ -399,7 +399,7 @@ class TrainingGraphs:
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
-    """List the tensors of a forward's output: a tensor, a tuple or list of them, or a ``ModelOutput``."""
+    """List the tensors of a forward's output: a tensor, sequence or ``ModelOutput``."""
     if isinstance(output, torch.Tensor):
         return [output]
     values = (

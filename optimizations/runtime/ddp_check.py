@@ -1,7 +1,7 @@
 # Vendored by perfbot from optimizations/runtime/ddp_check.py; edit it there, not here.
 # This module runs inside the target repository: it imports only the standard library and torch (lazily),
 # never perfbot.
-"""DDP's static graph, switched on at run time only when every trainable parameter gets a gradient.
+"""DDP's static graph, on only when every trainable parameter gets a gradient.
 
 ``DistributedDataParallel(find_unused_parameters=True)`` searches the autograd graph for unused parameters
 after every forward and all-reduces a used-parameter bitmap every step. When no parameter is ever unused, the
@@ -39,7 +39,7 @@ _ORIGINAL_FORWARD = "_perfbot_forward_before_static_graph_check"
 
 
 def guard_static_graph(ddp_model: Any) -> Any:
-    """Arrange for ``ddp_model`` (a ``DistributedDataParallel``) to check its first batch, then return it.
+    """Arrange for ``ddp_model`` to check its first batch, then return it.
 
     Does nothing when the model does not search for unused parameters (``find_unused_parameters=False``) or
     already has a static graph. The check runs at the first forward that will synchronise gradients.
@@ -67,11 +67,11 @@ def guard_static_graph(ddp_model: Any) -> Any:
 
 
 def static_graph_trainer(trainer: Any) -> Any:
-    """Guard the DDP model a ``transformers.Trainer`` builds in ``train()``; returns the trainer."""
+    """Guard the DDP model a ``transformers.Trainer`` builds; return the trainer."""
     from transformers import TrainerCallback
 
     class StaticGraphCheck(TrainerCallback):
-        """Guards ``trainer.model_wrapped`` once it exists (train begin), before the first step."""
+        """Guard ``trainer.model_wrapped`` once it exists, before the first step."""
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             guard_static_graph(trainer.model_wrapped)
@@ -122,7 +122,7 @@ def unused_parameters(ddp_model: Any, args: tuple, kwargs: dict) -> list[str]:
 
 
 def _check_and_switch(ddp_model: Any, args: tuple, kwargs: dict) -> None:
-    """Run the check on this rank, agree across ranks, and switch to a static graph when all agree."""
+    """Check this rank, agree across ranks, and go static when all agree."""
     try:
         unused = unused_parameters(ddp_model, args, kwargs)
         failure = None
@@ -165,7 +165,7 @@ def _any_rank(ddp_model: Any, flag: bool) -> bool:
 
 
 def _tensors(value: Any) -> Iterator[Any]:
-    """Every tensor in a model output: a tensor, a mapping (``ModelOutput``), or a list/tuple of them."""
+    """Every tensor in a model output (a tensor, mapping, list or tuple)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -180,7 +180,10 @@ def _tensors(value: Any) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def _rng_preserved() -> Iterator[None]:
-    """Restore torch's CPU and CUDA random-number state on exit (dropout in the check draws from them)."""
+    """Restore torch's CPU and CUDA random-number state on exit.
+
+    Dropout in the check draws from them.
+    """
     import torch
 
     cpu = torch.random.get_rng_state()

@@ -1,7 +1,7 @@
 # Vendored by perfbot from optimizations/runtime/dpo_cache.py; edit it there, not here.
 # This module runs inside the target repository: it imports only the standard library, datasets and
 # accelerate (lazily), never perfbot.
-"""In-memory datasets given files that every rank of a run shares, for DPO's precomputed reference log-probs.
+"""In-memory datasets given files every rank shares, for DPO's reference log-probs.
 
 With ``precompute_ref_log_probs=True``, TRL's ``DPOTrainer`` (checked against TRL 1.16) has the main process write
 the reference log-probs to an Arrow file beside the dataset's own cache files, and then every rank reads that
@@ -25,7 +25,7 @@ SHARED_DIRECTORY = "perfbot-shared"
 
 
 def with_shared_cache(dataset: Any) -> Any:
-    """``dataset``, backed by files every process of the run can open when it lives only in memory.
+    """``dataset``, backed by files every process can open, if only in memory.
 
     A mapping of datasets (an eval ``DatasetDict``, say) is handled per entry. One process, a dataset that already
     has cache files, ``None`` and anything that is not a ``datasets.Dataset`` come back unchanged.
@@ -50,7 +50,7 @@ def with_shared_cache(dataset: Any) -> Any:
 
 
 def _save(dataset: Any) -> Path:
-    """Save ``dataset`` to its fingerprint's directory under the datasets cache, unless it is there already."""
+    """Save ``dataset`` under the datasets cache by its fingerprint, once."""
     from datasets import config
 
     root = Path(config.HF_DATASETS_CACHE) / SHARED_DIRECTORY

@@ -15,12 +15,12 @@ import torch
 
 
 def has_fp32_precision_api() -> bool:
-    """Whether this torch has the per-backend ``fp32_precision`` settings (torch >= 2.9)."""
+    """Whether torch has per-backend ``fp32_precision`` settings (>= 2.9)."""
     return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv")
 
 
 def enable_tf32(cudnn_benchmark: bool = True) -> None:
-    """Let float32 matmuls and convolutions use TF32 tensor cores; turn on cuDNN autotuning.
+    """Let float32 matmuls and convolutions use TF32; turn on cuDNN autotuning.
 
     Uses ``fp32_precision`` where it exists and the legacy ``allow_tf32`` flags otherwise, never both:
     recent torch raises when a program mixes the two APIs. cuDNN RNNs get the same setting as
@@ -37,10 +37,10 @@ def enable_tf32(cudnn_benchmark: bool = True) -> None:
 
 
 def fused_kernel_devices() -> tuple[str, ...]:
-    """List the device types this torch has fused Adam/AdamW kernels for: CUDA, and the CPU from torch 2.4.
+    """List the device types with fused Adam/AdamW kernels in this torch.
 
-    Not the CPU where ``torch_xla`` is loaded: parameters on the CPU there are headed for a TPU, which has no
-    fused kernel, and torch checks the device again at the first step.
+    CUDA, and the CPU too from torch 2.4, but not the CPU where ``torch_xla`` is loaded: parameters on the CPU
+    there are headed for a TPU, which has no fused kernel, and torch checks the device again at the first step.
     """
     from torch.utils import _foreach_utils
 

@@ -1,7 +1,7 @@
 # Vendored by perfbot from optimizations/runtime/liger.py; edit it there, not here.
 # This module runs inside the target repository: it imports only the standard library, torch,
 # transformers and liger_kernel (all lazily), never perfbot.
-"""Whether Liger-Kernel's fused Triton kernels should be switched on for one training run, decided at run time."""
+"""Whether Liger-Kernel's fused kernels should be on for a training run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 def liger_kernel_usable(model: Any, precompute_ref_log_probs: Any = False) -> bool:
-    """Tell whether ``use_liger_kernel`` will speed this run up rather than break or slow it.
+    """Tell whether ``use_liger_kernel`` will speed this run up.
 
     ``model`` is what the trainer trains: a model, or a checkpoint path/hub id that TRL loads. Liger is
     used only when the model carries no PEFT adapter (Liger's kernels do not compose with PEFT's LoRA
@@ -56,7 +56,7 @@ def _why_not(model: Any, precompute_ref_log_probs: Any) -> str | None:
 
 
 def _peft_adapter(model: Any) -> str | None:
-    """Name what makes ``model`` a PEFT model (a ``PeftModel``, or adapter layers injected into it), if anything."""
+    """Name what makes ``model`` a PEFT model, if anything."""
     if isinstance(model, str) or not hasattr(model, "named_modules"):
         return None
     adapted = [name for name, module in model.named_modules() if type(module).__module__.startswith("peft.")]

@@ -1,6 +1,6 @@
 # Vendored by perfbot from optimizations/runtime/per_layer_stepper.py. Self-contained (torch and the
 # standard library only) and must not import perfbot: edit the original and re-vendor instead.
-"""AdamW whose optimizer state lives in pinned host memory and visits the GPU one layer group at a time.
+"""AdamW with its state in pinned host memory, on the GPU a layer group at a time.
 
 ``PerLayerAdamW`` is a drop-in ``torch.optim.Optimizer`` for ``torch.optim.AdamW``. Parameters and
 gradients stay on the GPU; ``exp_avg``/``exp_avg_sq`` stay in pinned host memory and are streamed through a
@@ -66,7 +66,7 @@ class LayerGroup:
 
 
 def _largest_module_list(model: nn.Module, wanted: set[int]) -> str | None:
-    """Qualified name of the ``nn.ModuleList`` holding the most elements of the ``wanted`` params."""
+    """Name the ``nn.ModuleList`` holding the most elements of ``wanted``."""
     best_name, best_size = None, 0
     for name, module in model.named_modules():
         if not isinstance(module, nn.ModuleList) or not name:
@@ -78,7 +78,7 @@ def _largest_module_list(model: nn.Module, wanted: set[int]) -> str | None:
 
 
 def _inferred_list_prefix(names: Iterable[str], sizes: Iterable[int]) -> str | None:
-    """From dotted names alone: the prefix before an integer component that covers the most elements."""
+    """Find, from names alone, the layer prefix that covers the most elements."""
     totals: dict[str, int] = defaultdict(int)
     for name, size in zip(names, sizes, strict=True):
         parts = name.split(".")
@@ -96,7 +96,7 @@ def _looks_like_embedding(name: str) -> bool:
 def plan_layer_groups(
     params: Sequence[Tensor], *, model: nn.Module | None = None, names: Sequence[str] | None = None
 ) -> list[LayerGroup]:
-    """Split ``params`` into layer groups: embeddings, one group per transformer layer, the rest.
+    """Split ``params`` into groups: embeddings, one per layer, the rest.
 
     With ``model``, the layers are the children of its largest ``nn.ModuleList`` and the embeddings the
     parameters of its ``nn.Embedding`` modules. With ``names`` only (named parameters), the layer list is
@@ -178,7 +178,7 @@ def adamw_defaults(
     differentiable: bool = False,
     fused: bool | None = None,
 ) -> dict[str, Any]:
-    """Validate the param-group defaults, key for key those of ``torch.optim.AdamW(..., fused=True)``."""
+    """Validate the param-group defaults of a fused ``torch.optim.AdamW``."""
     if isinstance(lr, Tensor) and lr.numel() != 1:
         raise ValueError("Tensor lr must be 1-element")
     if not 0.0 <= lr:
@@ -248,7 +248,7 @@ def remap_saved_state(
 
 @dataclass(frozen=True, eq=False)
 class _Segment:
-    """Elements ``[start, stop)`` of one parameter, at ``offset`` bytes into a device slot's halves."""
+    """Elements ``[start, stop)`` of a parameter, ``offset`` bytes into a slot."""
 
     param: Tensor
     group_index: int
@@ -263,7 +263,7 @@ class _Segment:
 
 @dataclass(frozen=True, eq=False)
 class _Bucket:
-    """Bytes ``[lo, hi)`` of one layer group's state regions: the unit moved to and from the GPU."""
+    """Bytes ``[lo, hi)`` of a layer group's state: the unit of one transfer."""
 
     layer: int
     lo: int
@@ -272,7 +272,7 @@ class _Bucket:
 
 
 class _HostLayer:
-    """Pinned host storage of one layer group: ``[exp_avg region | exp_avg_sq region]``."""
+    """Pinned host storage of a layer group: ``[exp_avg | exp_avg_sq]``."""
 
     def __init__(self, group: LayerGroup) -> None:
         self.group = group
@@ -320,7 +320,7 @@ def _buckets_of(
 
 
 class PerLayerAdamW(torch.optim.Optimizer):
-    """``torch.optim.AdamW`` with its state in pinned host memory, streamed to the GPU per layer group.
+    """``torch.optim.AdamW`` with its state in pinned memory, streamed per layer group.
 
     Args are those of ``torch.optim.AdamW`` plus:
         model: the module the parameters belong to; its blocks define the layer groups. Without it, names
@@ -349,7 +349,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         prefetch_depth: int = 1,
         bucket_bytes: int | None = None,
     ) -> None:
-        """Validate the arguments (see the class); plan the layer groups, their buckets and streams."""
+        """Validate the arguments; plan the layer groups, buckets and streams."""
         if not isinstance(prefetch_depth, int) or prefetch_depth < 0:
             raise ValueError(f"prefetch_depth must be an int >= 0, got {prefetch_depth!r}")
         if bucket_bytes is not None and bucket_bytes < 1:
@@ -410,7 +410,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         return {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a param group (validated); added after construction, it becomes a layer group of its own."""
+        """Add a param group (validated), as a layer group of its own."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         try:
@@ -460,12 +460,15 @@ class PerLayerAdamW(torch.optim.Optimizer):
             self._all_copied_back.synchronize()
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the state in ``torch.optim.AdamW`` format (``exp_avg``/``exp_avg_sq`` as pinned host tensors)."""
+        """Return the state in ``torch.optim.AdamW`` format, in pinned memory.
+
+        ``exp_avg`` and ``exp_avg_sq`` are pinned host tensors.
+        """
         self._wait_for_copy_back()
         return super().state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a ``torch.optim.AdamW`` or ``PerLayerAdamW`` state dict; the state goes to pinned host memory."""
+        """Load an AdamW or ``PerLayerAdamW`` state dict into pinned memory."""
         state_dict = state_dict.copy()
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
             result = pre_hook(self, state_dict)
@@ -507,7 +510,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         return {"step": step.clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
     def _stepped_params(self) -> dict[Tensor, Tensor]:
-        """Parameters with a gradient, their state created as torch's fused AdamW does on first use."""
+        """Parameters with a gradient, their state created at first use."""
         stepped: dict[Tensor, Tensor] = {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -539,7 +542,10 @@ class PerLayerAdamW(torch.optim.Optimizer):
         return stepped
 
     def _pool(self, count: int, compute: torch.cuda.Stream) -> list[Tensor]:
-        """Return the device buffers, allocated once: ``[exp_avg half | exp_avg_sq half]`` each."""
+        """Return the device buffers, allocated once.
+
+        Each is ``[exp_avg half | exp_avg_sq half]``.
+        """
         if not self._slots:
             half = max(b.hi - b.lo for b in self._buckets)
             count = min(count, len(self._buckets))
@@ -589,7 +595,10 @@ class PerLayerAdamW(torch.optim.Optimizer):
     def _update(
         self, slot_index: int, bucket_index: int, stepped: dict[Tensor, Tensor], amp: dict[str, Any]
     ) -> None:
-        """Run torch's fused AdamW kernel on one loaded bucket, one call per (param group, dtype)."""
+        """Run the fused AdamW kernel on a loaded bucket.
+
+        One call per (param group, dtype).
+        """
         calls: dict[tuple[int, torch.dtype], tuple[list[Tensor], ...]] = {}
         bucket = self._buckets[bucket_index]
         for seg, (exp_avg, exp_avg_sq) in zip(
@@ -691,7 +700,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
 
 
 def _materialized(params: Any) -> list[Any]:
-    """``params`` as a list, with each param group's own ``params`` listed, so it can be handed out twice."""
+    """``params`` as a list, each group's own listed, to be handed out twice."""
     if isinstance(params, Tensor):
         return [params]
     listed = list(params)
@@ -706,7 +715,7 @@ def _materialized(params: Any) -> list[Any]:
 def per_layer_adamw(
     params: Any, *args: Any, model: nn.Module | None = None, prefetch_depth: int = 1, **kwargs: Any
 ):
-    """``PerLayerAdamW(params, *args, model=model, ...)``, or ``torch.optim.AdamW(params, *args, **kwargs)``.
+    """Build a ``PerLayerAdamW``, or a ``torch.optim.AdamW`` where it cannot run.
 
     The fallback is taken silently when CUDA is not available, and with a warning when the stepper refuses
     the parameters or settings (parameters off the GPU, ``amsgrad=True``, ...).
@@ -726,7 +735,7 @@ _TRAINER_ADAMW = ("adamw_torch", "adamw_torch_fused")
 
 
 def trainer_adamw_blocker(trainer: Any) -> str | None:
-    """Why ``trainer``'s optimizer must not be replaced by ``PerLayerAdamW``; ``None`` when it can be."""
+    """Say why ``trainer``'s optimizer must stay; ``None`` when it can be replaced."""
     args = trainer.args
     optim = getattr(args, "optim", "adamw_torch")
     optim = getattr(optim, "value", optim)
@@ -744,7 +753,7 @@ def trainer_adamw_blocker(trainer: Any) -> str | None:
 
 
 def with_per_layer_adamw(trainer: Any, prefetch_depth: int = 1) -> Any:
-    """``trainer`` with a ``PerLayerAdamW`` as its optimizer, built as its ``create_optimizer`` builds AdamW.
+    """Give ``trainer`` a ``PerLayerAdamW``, built as its ``create_optimizer`` would.
 
     Same decay/no-decay groups (``trainer.get_decay_parameter_names``), learning rate, betas, epsilon and
     weight decay from ``trainer.args``, layer groups from ``trainer.model``; the trainer still creates its LR

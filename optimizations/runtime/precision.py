@@ -19,9 +19,10 @@ Model = TypeVar("Model")
 
 @functools.cache
 def bf16_supported() -> bool:
-    """Whether CUDA is available and its GPU has bf16 tensor cores (compute capability 8.0+, Ampere and newer).
+    """Whether a CUDA GPU is present with bf16 tensor cores (compute capability 8.0+).
 
-    Older GPUs emulate bf16 slowly, so autocast stays off there and the loop runs in float32 as before.
+    That is Ampere and newer. Older GPUs emulate bf16 slowly, so autocast stays off there and the loop runs in
+    float32 as before.
     """
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
@@ -55,7 +56,7 @@ def _vanilla_lora_linears(layer: torch.nn.Module) -> list[torch.nn.Linear] | Non
 
 
 def compute_adapters_in_bf16(model: Model) -> Model:
-    """``model``'s LoRA linear adapters computing in bf16 from fp32 weights, in place; returns ``model``.
+    """Make ``model``'s LoRA adapters compute in bf16 from fp32 weights, in place.
 
     PEFT makes LoRA weights fp32 on a bf16 model, so every LoRA layer casts its activations up to fp32, runs
     the adapter matmuls in fp32 and casts the sum back. Here the layer's input stays bf16 (PEFT's

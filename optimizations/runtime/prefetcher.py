@@ -1,7 +1,7 @@
 # Vendored by perfbot from optimizations/runtime/prefetcher.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library,
 # never perfbot.
-"""Overlap host-to-device copies with compute: a CUDA batch prefetcher and a pinned-memory collate."""
+"""Overlap host-to-device copies with compute: a prefetcher and a pinned collate."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 
 def map_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Apply ``fn`` to every tensor in a nested batch, keeping the container types and non-tensor leaves."""
+    """Apply ``fn`` to every tensor in a nested batch, keeping its structure."""
     if isinstance(data, torch.Tensor):
         return fn(data)
     if isinstance(data, (str, bytes)):
@@ -63,7 +63,7 @@ def move_to_device(data: Any, device: torch.device | str, non_blocking: bool = F
 
 
 class CudaPrefetcher:
-    """Iterate over ``iterable`` with each batch already on ``device``, copied ``depth`` batches ahead.
+    """Iterate over ``iterable`` with each batch copied to ``device`` ahead of use.
 
     On CUDA, host tensors are pinned (unless they already are) and copied on a dedicated stream, so the
     copy of the next batch overlaps the compute on the current one; the consumer's current stream waits
@@ -75,7 +75,10 @@ class CudaPrefetcher:
     def __init__(
         self, iterable: Iterable[Any], device: torch.device | str | int | None = None, depth: int = 1
     ):
-        """Prefetch ``depth`` batches of ``iterable`` ahead onto ``device`` (default: CUDA where available)."""
+        """Prefetch ``depth`` batches of ``iterable`` ahead onto ``device``.
+
+        ``device`` defaults to CUDA where it is available.
+        """
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         if device is None:
@@ -90,7 +93,7 @@ class CudaPrefetcher:
         return len(self.iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        """Yield the batches on the device, each copied while the one before it is in use."""
+        """Yield the batches on the device, each copied during the one before."""
         if self.device.type != "cuda" or not torch.cuda.is_available():
             for batch in self.iterable:
                 yield move_to_device(batch, self.device)
@@ -152,7 +155,7 @@ def _stack_tensors(batch: list[torch.Tensor], *, pin_memory: bool, collate_fn_ma
 
 
 class NumpyPinnedCollate:
-    """A drop-in for ``default_collate`` that stacks numpy arrays and tensors straight into pinned memory.
+    """A ``default_collate`` that stacks arrays and tensors into pinned memory.
 
     The batch is written once, into page-locked memory that the CUDA copy reads directly (no second copy
     by ``pin_memory``). Pinned blocks come from PyTorch's caching host allocator, which hands a block out
@@ -162,13 +165,13 @@ class NumpyPinnedCollate:
     """
 
     def __init__(self, pin_memory: bool | None = None) -> None:
-        """Collate into pinned memory when ``pin_memory`` (default: whether CUDA is available)."""
+        """Collate into pinned memory when ``pin_memory`` (default: with CUDA)."""
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         stack = functools.partial(_stack_tensors, pin_memory=self.pin_memory)
         self._collate_fn_map = {**default_collate_fn_map, torch.Tensor: stack}
 
     def __call__(self, samples: list[Any]) -> Any:
-        """Collate ``samples`` into a batch, stacking tensors into pinned memory in the main process."""
+        """Collate ``samples``, into pinned memory in the main process."""
         if get_worker_info() is not None:
             return default_collate(samples)
         return collate(samples, collate_fn_map=self._collate_fn_map)

@@ -1,6 +1,6 @@
 # Vendored by perfbot from optimizations/runtime/trainer_steps.py; edit it there, not here.
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
-"""A ``transformers.Trainer``'s per-step bookkeeping, paid once instead of on every step.
+"""A ``transformers.Trainer``'s per-step bookkeeping, paid once, not every step.
 
 Every optimizer step the Trainer (and every TRL trainer built on it) does two walks over the whole model that
 change nothing in a training run:
