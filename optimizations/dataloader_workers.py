@@ -46,6 +46,10 @@ from optimizations.registry import Example, Numerics, Optimization
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.
 WORKERS = "DATALOADER_WORKERS"
+# torch's iterable-style dataset, as the repository's classes may name their base.
+TORCH_ITERABLE_DATASETS = frozenset(
+    {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
+)
 WORKERS_DEFINITION = "{workers} = min(4, (os.cpu_count() or 1) - 1)"
 WORKERS_COMMENT = (
     "# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead."
@@ -168,11 +172,14 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             )
 
     def _builds_iterable(self, value: cst.BaseExpression) -> bool:
-        return (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Name)
-            and value.func.value in self.iterable_classes
-        )
+        """Whether ``value`` builds an ``IterableDataset``: a class of this file, or of another module of the
+        repository (``from mypkg.data import Stream``), that derives from torch's."""
+        if not isinstance(value, cst.Call):
+            return False
+        if isinstance(value.func, cst.Name) and value.func.value in self.iterable_classes:
+            return True
+        bases = repository_classes(self.repo).ancestors(self.path, self.qualified(value.func))
+        return not bases.isdisjoint(TORCH_ITERABLE_DATASETS)
 
     def _dataset_is_iterable(self, call: cst.Call) -> bool:
         value = _dataset_of(call)
@@ -685,6 +692,36 @@ def main():
     loader = torch.utils.data.DataLoader(Stream(), batch_size=2)
     return list(loader)
 """,
+            refusal="IterableDataset",
+        ),
+        Example(
+            "refuses_iterable_dataset_of_another_module",
+            before="""\
+from torch.utils.data import DataLoader
+
+from data.streams import TokenStream
+
+
+def main():
+    stream = TokenStream("corpus.txt")
+    return list(DataLoader(stream, batch_size=2))
+""",
+            files={
+                "data/__init__.py": "",
+                "data/streams.py": """\
+import torch.utils.data
+
+
+class LineStream(torch.utils.data.IterableDataset):
+    def __init__(self, path):
+        self.path = path
+
+
+class TokenStream(LineStream):
+    def __iter__(self):
+        yield from open(self.path)
+""",
+            },
             refusal="IterableDataset",
         ),
         Example(
