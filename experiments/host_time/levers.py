@@ -53,6 +53,9 @@ Levers (``PERFBOT_LEVER``, comma-separated):
 - ``no-size-asserts``: inductor's size asserts off (``torch._inductor.config.size_asserts = False``): a graph
   without trees then replays without checking each static input's address and each input's size and stride in
   Python, as it does with them on for every input at every replay;
+- ``cached-clip-params``: Accelerate's ``clip_grad_norm_``, given a model's ``parameters()`` generator (as the
+  Trainer passes it every step), clips that model's trainable parameters from a list made once instead of
+  walking every module each step (upper bound: a parameter added or replaced later would not be clipped);
 - ``packed-pairs`` (DPO): the shipped helper given the DPO config and ``cuda_graphs=True``
   (``compile_repeated_layers(model, fixed_budget=dpo_config, cuda_graphs=True)``): each step's chosen and
   rejected sequences packed into one row of batch × max length tokens, the decoder compiled whole and replayed
@@ -87,6 +90,7 @@ LEVERS = {
     "no-prologue-fusion",
     "packed-pairs",
     "no-size-asserts",
+    "cached-clip-params",
 }
 CONFIGS: list = []  # the configs the workload built, latest last
 
@@ -120,6 +124,32 @@ def dpo_loss_only(self, model, inputs, return_outputs=False):
     delta = (chosen - inputs["ref_chosen_logps"]) - (rejected - inputs["ref_rejected_logps"])
     loss = -F.logsigmoid(self.beta * delta).mean()
     return (loss, outputs) if return_outputs else loss
+
+
+def cache_clipped_parameters() -> None:
+    """Accelerate's ``clip_grad_norm_`` with a model's ``parameters()`` generator clips a list of that model's
+    trainable parameters made at its first call (the ``cached-clip-params`` lever)."""
+    import inspect
+
+    import accelerate
+
+    clip = accelerate.Accelerator.clip_grad_norm_
+    trainable: dict[int, list] = {}
+
+    def cached(self, parameters, max_norm, norm_type=2):
+        frame = parameters.gi_frame if inspect.isgenerator(parameters) else None
+        model = (
+            frame.f_locals.get("self")
+            if frame is not None and parameters.gi_code.co_name == "parameters"
+            else None
+        )
+        if model is not None:
+            if id(model) not in trainable:
+                trainable[id(model)] = [p for p in model.parameters() if p.requires_grad]
+            parameters = trainable[id(model)]
+        return clip(self, parameters, max_norm, norm_type)
+
+    accelerate.Accelerator.clip_grad_norm_ = cached
 
 
 def configured(config_class, levers: set[str]):
@@ -211,6 +241,8 @@ def main() -> None:
         import torch._inductor.config
 
         torch._inductor.config.size_asserts = False
+    if "cached-clip-params" in levers:
+        cache_clipped_parameters()
     if "no-prologue-fusion" in levers:
         import torch._inductor.config
 
