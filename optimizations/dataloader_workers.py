@@ -10,6 +10,8 @@ where ``torch.cuda.is_available()``: without an accelerator torch warns that pin
 A loader is left alone where workers would break it or do nothing: it is built at import time, its dataset is
 an ``IterableDataset`` (every worker would replay the stream), its dataset is a repository class whose code
 uses CUDA (items a worker process cannot touch), or it is only measured (``len(loader)``), never iterated.
+So is a config no trainer reads: one handed only to the repository's own helpers that read its fields
+(LLaMA-Factory's inference script gives its dataset loader one; :mod:`optimizations.program.config_use`).
 
 A script whose ``HfArgumentParser``/``TrlParser`` fills such a config from flags gets the settings where each
 shell launch of it takes them from: its ``--dataloader_num_workers`` flag or its ``--config`` recipe
@@ -35,6 +37,7 @@ from optimizations.program.codemod import (
     replace_keyword,
     walk,
 )
+from optimizations.program.config_use import feeds_no_trainer
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
@@ -266,6 +269,8 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             self._parser(original_node)
             return updated_node
         if is_training_config(names):
+            if feeds_no_trainer(self, original_node):
+                return updated_node  # no trainer reads this config (config_use)
             settings, label = HF_SETTINGS, "dataloader_num_workers"
         elif is_data_loader(names):
             settings, label = TORCH_SETTINGS, "num_workers"
@@ -723,6 +728,72 @@ class TokenStream(LineStream):
 """,
             },
             refusal="IterableDataset",
+        ),
+        Example(
+            "config_only_a_repository_helper_reads",
+            before="""\
+from transformers import TrainingArguments
+
+from data.loading import load_prompts
+
+
+def main():
+    args = TrainingArguments(output_dir="unused")
+    prompts = load_prompts("prompts.jsonl", training_args=args)
+    print(dict(args=len(prompts), seed=args.seed))
+""",
+            files={
+                "data/__init__.py": "",
+                "data/loading.py": """\
+import json
+
+
+def load_prompts(path, training_args):
+    with training_args.main_process_first(desc="load"):
+        return _read(path, training_args)
+
+
+def _read(path, args):
+    return [json.loads(line) for line in open(path)][: args.seed]
+""",
+            },
+        ),
+        Example(
+            "config_a_repository_helper_hands_to_a_trainer",
+            before="""\
+from transformers import TrainingArguments
+
+from recipes import build_trainer
+
+
+def main(model, data):
+    args = TrainingArguments(output_dir="out")
+    build_trainer(model, args, data).train()
+""",
+            after="""\
+from transformers import TrainingArguments
+
+from recipes import build_trainer
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def main(model, data):
+    args = TrainingArguments(output_dir="out", dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    build_trainer(model, args, data).train()
+""",
+            files={
+                "recipes.py": """\
+from transformers import Trainer
+
+
+def build_trainer(model, training_args, dataset):
+    return Trainer(model=model, args=training_args, train_dataset=dataset)
+""",
+            },
         ),
         Example(
             "refuses_hidden_kwargs",

@@ -11,7 +11,8 @@ statement is dropped. The ``DataLoader`` that builds the loader gets ``pin_memor
 memory). On a CPU-only machine the prefetcher is a plain loop that calls ``.to(device)``.
 
 ``TrainingArguments``-family configs (``transformers``, ``trl``) get ``accelerator_config={"non_blocking": True}``:
-accelerate then copies the pinned batches without blocking the host.
+accelerate then copies the pinned batches without blocking the host. A config no trainer reads (handed only to
+the repository's helpers that read its fields: :mod:`optimizations.program.config_use`) is left alone.
 
 A loop is refused when the batch is also used on the host (``.tolist()``, ``.numpy()``, ...), when its
 tensors are moved to different devices, when the device is chosen inside the loop, or when the file
@@ -41,6 +42,7 @@ from optimizations.program.codemod import (
     qualified_under,
     star_kwargs,
 )
+from optimizations.program.config_use import feeds_no_trainer
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.registry import Example, Numerics, Optimization
@@ -353,6 +355,8 @@ class _Prefetch(PlannedCodemod):
 
     # -- Trainer configs ----------------------------------------------------------------------------------
     def _plan_trainer_config(self, call: cst.Call) -> None:
+        if feeds_no_trainer(self, call):
+            return  # no trainer reads this config (config_use)
         callee = code_of(call.func)
         message = f'{callee}(...): accelerator_config={{"non_blocking": True}} (pinned batches copied without blocking)'
         current = keyword(call, "accelerator_config")
@@ -639,6 +643,26 @@ class Recipe:
             loss.backward()
             self._optimizer.step()
 """,
+        ),
+        Example(
+            "trainer_config_only_a_repository_helper_reads",
+            before="""\
+from transformers import Seq2SeqTrainingArguments
+
+from data import get_dataset
+
+
+def infer(engine, template):
+    training_args = Seq2SeqTrainingArguments(output_dir="dummy_dir")
+    return engine.generate(get_dataset(template, training_args)["train"])
+""",
+            files={
+                "data.py": """\
+def get_dataset(template, training_args):
+    with training_args.main_process_first(desc="load dataset"):
+        return {"train": [template.format(i) for i in range(training_args.seed)]}
+""",
+            },
         ),
         Example(
             "trainer_config_non_blocking",

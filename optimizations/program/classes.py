@@ -52,6 +52,7 @@ class ModuleNames:
     imports: dict[str, str] = field(default_factory=dict)
     star_imports: list[str] = field(default_factory=list)
     others: set[str] = field(default_factory=set)  # functions and assignments: bound, but not classes
+    functions: set[str] = field(default_factory=set)  # the top-level functions among the others
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -133,6 +134,7 @@ class RepositoryClasses:
                 names.classes.setdefault(statement.name.value, ClassDefinition(statement.name.value, bases))
             elif isinstance(statement, cst.FunctionDef):
                 names.others.add(statement.name.value)
+                names.functions.add(statement.name.value)
             elif isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
                     self._bind_small(small, names)
@@ -190,6 +192,11 @@ class RepositoryClasses:
                     else:
                         names.others.add(target.value)
 
+    def qualify(self, dotted: str, path: str) -> str:
+        """A dotted name as written in the repository file ``path``, qualified through its top-level names."""
+        names = self.names_of(path)
+        return self._qualify(dotted, names) if names is not None else dotted
+
     @staticmethod
     def _qualify(dotted: str, names: ModuleNames) -> str:
         """A dotted name as written in a module, qualified: through its imports, else one of its own names."""
@@ -206,21 +213,34 @@ class RepositoryClasses:
     def definition(self, name: str, importer: str) -> tuple[ClassDefinition, str] | None:
         """The repository class a qualified ``name`` (as seen from the file ``importer``) is, and the file that
         defines it; ``None`` when it is not one of the repository's classes."""
+        found = self._resolve(name, importer, functions=False)
+        return found if isinstance(found, tuple) and isinstance(found[0], ClassDefinition) else None
+
+    def function_file(self, name: str, importer: str) -> tuple[str, str] | None:
+        """The top-level function of the repository a qualified ``name`` (as seen from the file ``importer``)
+        is: its name in, and the file that defines it; ``None`` when it is not one of the repository's."""
+        found = self._resolve(name, importer, functions=True)
+        return found if isinstance(found, tuple) and isinstance(found[0], str) else None
+
+    def _resolve(self, name: str, importer: str, functions: bool) -> tuple[ClassDefinition | str, str] | None:
         pending, seen = [(name, importer)], set()
         while pending and len(seen) < MAX_HOPS:
             step = pending.pop(0)
             if step in seen:
                 continue
             seen.add(step)
-            found = self._step(*step)
+            found = self._step(*step, functions=functions)
             if isinstance(found, tuple):
                 return found
             pending.extend(found)
         return None
 
-    def _step(self, name: str, importer: str) -> tuple[ClassDefinition, str] | list[tuple[str, str]]:
-        """One hop: the class ``name`` is (with its file), or the ``(name, file)`` pairs it may be re-exported
-        from (an import, or the star imports of the module that should bind it)."""
+    def _step(
+        self, name: str, importer: str, functions: bool = False
+    ) -> tuple[ClassDefinition | str, str] | list[tuple[str, str]]:
+        """One hop: the class (or, with ``functions``, the function) ``name`` is, with its file; or the
+        ``(name, file)`` pairs it may be re-exported from (an import, or the star imports of the module that
+        should bind it)."""
         parts = name.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             path = self.module_file(".".join(parts[:cut]), importer)
@@ -228,10 +248,12 @@ class RepositoryClasses:
                 continue  # ``pkg.configs.SFTConfig`` where ``pkg/configs.py`` is missing: try ``pkg``
             names = self.names_of(path)
             head, rest = parts[cut], parts[cut + 1 :]
-            if names is None or head in names.others:
+            if names is None:
                 return []
+            if head in names.others:
+                return (head, path) if functions and head in names.functions and not rest else []
             if head in names.classes:
-                return (names.classes[head], path) if not rest else []
+                return (names.classes[head], path) if not rest and not functions else []
             if head in names.imports:
                 return [(".".join([names.imports[head], *rest]), path)]
             return [(".".join([star, *parts[cut:]]), path) for star in names.star_imports]
