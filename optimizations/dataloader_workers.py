@@ -175,29 +175,34 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             )
 
     def _builds_iterable(self, value: cst.BaseExpression) -> bool:
-        """Whether ``value`` builds an ``IterableDataset``: a class of this file, or of another module of the
-        repository (``from mypkg.data import Stream``), that derives from torch's."""
-        if not isinstance(value, cst.Call):
-            return False
-        if isinstance(value.func, cst.Name) and value.func.value in self.iterable_classes:
-            return True
-        bases = repository_classes(self.repo).ancestors(self.path, self.qualified(value.func))
-        return not bases.isdisjoint(TORCH_ITERABLE_DATASETS)
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value in self.iterable_classes
+        )
 
     def _dataset_is_iterable(self, call: cst.Call) -> bool:
+        """Whether the loader's dataset is an ``IterableDataset``: built from a class of this file, or of another
+        module of the repository (``from mypkg.data import Stream``), that derives from torch's."""
         value = _dataset_of(call)
         if value is None:
             return False
-        return self._builds_iterable(value) or (
+        if self._builds_iterable(value) or (
             isinstance(value, cst.Name) and value.value in self.iterable_instances
-        )
+        ):
+            return True
+        builder = self._built_by(value)
+        if builder is None:
+            return False
+        bases = repository_classes(self.repo).ancestors(self.path, self.qualified(builder.func))
+        return not bases.isdisjoint(TORCH_ITERABLE_DATASETS)
 
     def _dataset_on_device(self, call: cst.Call) -> str | None:
         """Why the loader's dataset may hold its items on a CUDA device, or None: its class is one of the
         repository's and its code uses CUDA (a replay buffer that keeps experience on the GPU). A worker process
         cannot touch CUDA tensors, and perfbot cannot tell that the items stay on the host."""
         dataset = _dataset_of(call)
-        builder = dataset if isinstance(dataset, cst.Call) else self._built_by(dataset)
+        builder = self._built_by(dataset)
         if builder is None:
             return None
         found = repository_classes(self.repo).class_of(self.path, self.qualified(builder.func))
@@ -237,9 +242,10 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         return lengths[0] if lengths else None
 
     def _built_by(self, dataset: cst.BaseExpression | None) -> cst.Call | None:
-        """The call whose result the file assigns to ``dataset`` (a name, ``self.buffer``), when there is one."""
-        if dataset is None:
-            return None
+        """The call that builds ``dataset``: itself where it is one, else the call whose result the file assigns
+        to it (a name, ``self.buffer``), when there is one."""
+        if dataset is None or isinstance(dataset, cst.Call):
+            return dataset
         built = [
             node.value
             for node in self.nodes(cst.Assign)
