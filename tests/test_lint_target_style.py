@@ -20,11 +20,10 @@ from optimizations.program.repository import runtime_source
 
 RUNTIME = Path(__file__).resolve().parents[1] / "optimizations" / "runtime"
 
-STRICT_RUFF = """\
-[project]
-name = "trainer"
-version = "0.1.0"
+PROJECT = '[project]\nname = "trainer"\nversion = "0.1.0"\n'
 
+STRICT_RUFF = f"""\
+{PROJECT}
 [tool.ruff]
 line-length = 100
 
@@ -158,7 +157,7 @@ def test_commits_add_no_violation_of_ruffs_defaults_in_a_target_without_a_config
     """Review lints a target that configures no linter under ruff's own defaults (BLE001 and RUF012 among
     them), which the vendored helpers meet as perfbot ships them."""
     root = tmp_path / "target"
-    repo = trainer_repo(root, '[project]\nname = "trainer"\nversion = "0.1.0"\n')
+    repo = trainer_repo(root, PROJECT)
     base = repo.head.commit.hexsha
     apply_tiers(root, 1, 2)
     commits = list(repo.iter_commits(f"{base}..HEAD"))
@@ -170,11 +169,8 @@ def test_commits_add_no_violation_of_ruffs_defaults_in_a_target_without_a_config
 
 CONVENTIONS = ("google", "numpy", "pep257")
 
-NUMPY_DOCSTRINGS_RUFF = """\
-[project]
-name = "trainer"
-version = "0.1.0"
-
+NUMPY_DOCSTRINGS_RUFF = f"""\
+{PROJECT}
 [tool.ruff]
 line-length = 100
 
@@ -243,7 +239,7 @@ def test_review_of_scripts_at_the_root_tells_their_vendored_helper_first_party(t
     runs in the repository and sorts the helper as first-party, and review, which runs in a checkout of each
     revision, must agree."""
     files = {
-        "pyproject.toml": '[project]\nname = "trainer"\nversion = "0.1.0"\n',
+        "pyproject.toml": PROJECT,
         "PLAN.md": "# Plan\n\n## Tier 2\n- F. CUDA prefetcher in loop.py\n",
         "loop.py": LOOP.replace("\nfrom trainer.data import load_dataset\n", "")
         + "\n\n"
@@ -308,7 +304,7 @@ def test_new_imports_follow_isorts_default_section(tmp_path):
         "from trainer.data import load_dataset\n",
         "from trainer.data import load_dataset\nfrom trl import SFTConfig\n",
     )
-    repo = trainer_repo(root, '[project]\nname = "trainer"\nversion = "0.1.0"\n')
+    repo = trainer_repo(root, PROJECT)
     (root / "setup.cfg").write_text(setup_cfg)
     (root / "trainer/sft.py").write_text(sft)
     commit_all(repo, "isort settings, trl")
