@@ -216,11 +216,22 @@ class RepositoryClasses:
         found = self._resolve(name, importer, functions=False)
         return found if isinstance(found, tuple) and isinstance(found[0], ClassDefinition) else None
 
-    def function_file(self, name: str, importer: str) -> tuple[str, str] | None:
+    def function_definition(self, name: str, importer: str) -> tuple[cst.FunctionDef, str] | None:
         """The top-level function of the repository a qualified ``name`` (as seen from the file ``importer``)
-        is: its name in, and the file that defines it; ``None`` when it is not one of the repository's."""
+        is, and the file that defines it; ``None`` when it is not one of the repository's."""
         found = self._resolve(name, importer, functions=True)
-        return found if isinstance(found, tuple) and isinstance(found[0], str) else None
+        if not isinstance(found, tuple) or not isinstance(found[0], str):
+            return None
+        function, path = found
+        module = self.sources.parse(path, (self.root / path).read_text(encoding="utf-8")).module
+        return next(
+            (
+                (statement, path)
+                for statement in self._top_level(module.body)
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == function
+            ),
+            None,
+        )
 
     def _resolve(self, name: str, importer: str, functions: bool) -> tuple[ClassDefinition | str, str] | None:
         pending, seen = [(name, importer)], set()

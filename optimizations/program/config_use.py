@@ -15,22 +15,22 @@ container. So does a config this cannot follow: one not bound to a name, or pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 
 import libcst as cst
 
 from optimizations.program.classes import repository_classes
-from optimizations.program.codemod import OptimizationCodemod, code_of, walk
+from optimizations.program.codemod import OptimizationCodemod, code_of
 from optimizations.program.model_use import bound_name
-from optimizations.program.repository import RepoContext
+from optimizations.program.names import scoped_names
+from optimizations.program.repository import ParsedFile, RepoContext
 
 # How many calls deep a config is followed into the repository's functions (LLaMA-Factory's dataset loader hands
 # it four deep).
 MAX_DEPTH = 6
 
-Parents = Mapping[cst.CSTNode, cst.CSTNode]
-# A called expression to the repository function it is, as ``(name, defining file)``; ``None`` for any other.
-Resolver = Callable[[cst.BaseExpression], "tuple[str, str] | None"]
+# A called expression to the repository function it is, with its defining file; ``None`` for any other.
+Resolver = Callable[[cst.BaseExpression], "tuple[cst.FunctionDef, str] | None"]
 
 
 def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
@@ -38,48 +38,34 @@ def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
 
     False where it may reach one, and where that cannot be told.
     """
-    parents = codemod.parsed.parents()
-    name = bound_name(parents, call)
+    name = bound_name(codemod.parsed.parents(), call)
     if name is None:
         return False
-    scope = next(
-        (node for node in _ancestors(parents, call) if isinstance(node, cst.FunctionDef)),
-        codemod.parsed.module,
-    )
 
-    def resolve(func: cst.BaseExpression) -> tuple[str, str] | None:
+    def resolve(func: cst.BaseExpression) -> tuple[cst.FunctionDef, str] | None:
         index = repository_classes(codemod.repo)
         return next(
-            (found for q in codemod.qualified(func) if (found := index.function_file(q.name, codemod.path))),
+            (
+                found
+                for q in codemod.qualified(func)
+                if (found := index.function_definition(q.name, codemod.path))
+            ),
             None,
         )
 
-    return _stays(scope, name, parents, resolve, depth=0, repo=codemod.repo)
-
-
-def _ancestors(parents: Parents, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    while (node := parents.get(node)) is not None:
-        yield node
+    scope = scoped_names(codemod.parsed).scope_of(call)
+    return _stays(codemod.parsed, scope, name, resolve, depth=0, repo=codemod.repo)
 
 
 def _stays(
-    scope: cst.CSTNode,
-    name: str,
-    parents: Parents,
-    resolve: Resolver,
-    depth: int,
-    repo: RepoContext,
+    parsed: ParsedFile, scope: cst.CSTNode, name: str, resolve: Resolver, depth: int, repo: RepoContext
 ) -> bool:
-    """Whether every use of ``name`` in ``scope`` (nested functions included) keeps the config from a trainer
-    (see the module)."""
-    for node in walk(scope, ()):
-        if not isinstance(node, cst.Name) or node.value != name:
-            continue
+    """Whether every read of ``name``, bound in ``scope``, keeps the config from a trainer (see the module)."""
+    parents = parsed.parents()
+    for node in scoped_names(parsed).reads(name, scope):
         holder = parents.get(node)
-        if isinstance(holder, cst.AssignTarget | cst.Param | cst.Attribute):
-            continue  # the binding, ``name.attr`` (a read or a method call), or ``other.name``
-        if isinstance(holder, cst.Arg) and holder.keyword is node:
-            continue  # ``f(name=...)``: a keyword, not the config
+        if isinstance(holder, cst.Attribute):
+            continue  # ``name.attr``: a field read or a method call
         if not isinstance(holder, cst.Arg) or holder.star or depth >= MAX_DEPTH:
             return False
         outer = parents.get(holder)
@@ -88,36 +74,28 @@ def _stays(
         found = resolve(outer.func)
         if found is None:
             return False
-        function, path = found
-        if not _stays_in(function, path, outer, holder, depth + 1, repo):
+        definition, path = found
+        if not _stays_in(definition, path, outer, holder, depth + 1, repo):
             return False
     return True
 
 
-def _stays_in(function: str, path: str, call: cst.Call, arg: cst.Arg, depth: int, repo: RepoContext) -> bool:
-    """Whether the config passed as ``arg`` of ``call`` stays from a trainer inside the repository ``function``
-    that ``path`` defines."""
-    parsed = repo.sources.parse(path, repo.read(path))
-    definition = next(
-        (
-            statement
-            for statement in parsed.module.body
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == function
-        ),
-        None,
-    )
-    if definition is None:
-        return False
+def _stays_in(
+    definition: cst.FunctionDef, path: str, call: cst.Call, arg: cst.Arg, depth: int, repo: RepoContext
+) -> bool:
+    """Whether the config passed as ``arg`` of ``call`` stays from a trainer inside the repository function
+    ``definition`` of the file ``path``."""
     parameter = _parameter(definition, call, arg)
     if parameter is None:
         return False
     index = repository_classes(repo)
 
-    def resolve(func: cst.BaseExpression) -> tuple[str, str] | None:
+    def resolve(func: cst.BaseExpression) -> tuple[cst.FunctionDef, str] | None:
         dotted = code_of(func)
-        return index.function_file(index.qualify(dotted, path), path) if dotted.isidentifier() else None
+        return index.function_definition(index.qualify(dotted, path), path) if dotted.isidentifier() else None
 
-    return _stays(definition.body, parameter, parsed.parents(), resolve, depth, repo)
+    parsed = repo.sources.parse(path, repo.read(path))
+    return _stays(parsed, definition, parameter, resolve, depth, repo)
 
 
 def _parameter(definition: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
