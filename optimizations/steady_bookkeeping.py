@@ -2,15 +2,18 @@
 ``steady_bookkeeping(SFTTrainer(...))`` (vendored ``_perfbot_trainer_steps.py``).
 
 Every optimizer step a ``transformers.Trainer`` (and every TRL trainer) counts the model's parameters for the
-FLOPs it logs, and calls ``model.train()``, which visits every module: two walks over a LoRA model's ~1,300
-modules that change nothing within a training run (3.3 and 2.7 ms on this 2-core CPU for a 1,281-module LoRA
-model). On the example's tier-2 LoRA step on an H100 the GPU's idle gap before each step's first forward fell
-from 4.7–6.7 to 1.9–2.2 ms, about 3% of an 85 ms step, below what two ABBA rounds of throughput resolve
-(benchmarks/RESULTS.md). The helper counts once and lets ``train()`` return at once while every module is in
-training mode; a module put in eval mode, or a class with a ``train()`` of its own, gets the full walk, and so
-does every ``eval()``. What the model computes does not change. Wrapping the construction reaches the trainer
-wherever it is built: assigned, returned, or trained at once (``SFTTrainer(...).train()``). Refused: a trainer
-that builds its model with ``model_init`` (a hyperparameter search builds a new one at ``train()``).
+FLOPs it logs, calls ``model.train()``, which visits every module, and clips the gradients of
+``model.parameters()``, a walk through one nested generator per level of modules: three walks over a LoRA
+model's ~1,300 modules that change nothing within a training run (3.3, 2.7 and 1.2 ms on this 2-core CPU for a
+1,281-module LoRA model). On the example's tier-2 LoRA step on an H100 the GPU's idle gap before each step's
+first forward fell from 4.7–6.7 to 1.9–2.2 ms, about 3% of an 85 ms step, below what two ABBA rounds of
+throughput resolve (benchmarks/RESULTS.md). The helper counts once, lets ``train()`` return at once while every
+module is in training mode, and lists ``parameters()`` from a list of the modules made again whenever a
+submodule is assigned or removed; a module put in eval mode, or a class with a ``train()`` of its own, gets the
+full walk, and so does every ``eval()``. What the model computes does not change. Wrapping the construction
+reaches the trainer wherever it is built: assigned, returned, or trained at once (``SFTTrainer(...).train()``).
+Refused: a trainer that builds its model with ``model_init`` (a hyperparameter search builds a new one at
+``train()``).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class _WrapTrainer(TrainerFollowUp):
 
 
 class SteadyBookkeeping(Optimization):
-    """The Trainer's per-step parameter count and ``model.train()`` walk paid once per run."""
+    """The Trainer's per-step parameter count, ``model.train()`` and ``parameters()`` walks paid once per run."""
 
     id = "steady_bookkeeping"
     title = "The trainer's per-step bookkeeping paid once"
@@ -62,7 +65,7 @@ class SteadyBookkeeping(Optimization):
     )
     summary = (
         "steady_bookkeeping(Trainer(...)): the FLOP count's parameter count cached, model.train() skipped while "
-        "every module is in training mode"
+        "every module is in training mode, clipping's parameters() read from a list of the modules"
     )
     scope = "train"
     numerics = Numerics.EXACT

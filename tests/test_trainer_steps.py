@@ -1,6 +1,7 @@
 """The trainer's per-step bookkeeping paid once (``steady_bookkeeping``): a real ``transformers.Trainer`` on a
-tiny LoRA model with dropout trains the same with and without it, through evaluations that switch the model to
-eval mode and back; the walks it skips are skipped, and the cases it must leave alone are left alone."""
+tiny LoRA model with dropout trains and clips the same with and without it, through evaluations that switch the
+model to eval mode and back; the walks it skips are skipped, a model changed after it was wrapped is seen, and
+the cases it must leave alone are left alone."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from test_update_fidelity import VOCAB, llama_base
+from torch._dynamo.testing import CompileCounter
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
@@ -35,12 +37,13 @@ def _lora_model() -> torch.nn.Module:
     return get_peft_model(llama_base("cpu").float(), lora)
 
 
-def _train(tmp_path, steady: bool) -> tuple[list[float], float, Trainer]:
+def _train(tmp_path, steady: bool) -> tuple[list[tuple[float, float]], float, Trainer]:
     args = TrainingArguments(
         output_dir=str(tmp_path / ("steady" if steady else "plain")),
         max_steps=6,
         per_device_train_batch_size=4,
         learning_rate=1e-2,
+        max_grad_norm=0.05,  # below the gradients' norm: every step is clipped
         logging_steps=1,
         eval_strategy="steps",
         eval_steps=2,
@@ -56,15 +59,18 @@ def _train(tmp_path, steady: bool) -> tuple[list[float], float, Trainer]:
     if steady:
         trainer = steady_bookkeeping(trainer)
     trainer.train()
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    history = trainer.state.log_history
+    losses = [(entry["loss"], entry["grad_norm"]) for entry in history if "loss" in entry]
     return losses, trainer.state.total_flos, trainer
 
 
-def test_a_trainer_trains_the_same_through_evaluations_and_logs_the_same_flops(tmp_path):
+def test_a_trainer_trains_and_clips_the_same_through_evaluations_and_logs_the_same_flops(tmp_path):
     plain_losses, plain_flos, _ = _train(tmp_path, steady=False)
     losses, flos, trainer = _train(tmp_path, steady=True)
-    # dropout makes the losses depend on every step being in training mode, after each evaluation too
+    # dropout makes the losses depend on every step being in training mode, after each evaluation too; the
+    # gradient norms, and through clipping the losses, on clipping listing every trainable parameter
     assert len(losses) == 6
+    assert all(norm > 0.05 for _, norm in plain_losses)
     assert losses == plain_losses
     assert flos == plain_flos > 0
     model = trainer.model
@@ -93,6 +99,64 @@ def test_train_skips_the_walk_only_while_every_module_trains(monkeypatch):
     walks.clear()
     model.eval()
     assert walks and not any(module.training for module in model.modules())
+    model.train()
+    model.base_model.model.model.layers[0].freezer = _FreezesNorms()  # a train() of its own, added later
+    model.train()
+    assert not model.base_model.model.model.layers[0].freezer.norm.training
+
+
+def _ids(parameters) -> list[int]:
+    return [id(parameter) for parameter in parameters]
+
+
+def test_parameters_are_listed_without_the_walk_and_see_every_change_to_the_model(monkeypatch):
+    model = _lora_model()
+    model.base_model.model.lm_head.weight = (
+        model.base_model.model.model.embed_tokens.weight
+    )  # tied: listed once
+    steady_bookkeeping(type("T", (), {"model": model})())
+    assert _ids(model.parameters()) == _ids(torch.nn.Module.parameters(model))
+    walks = []
+    original = torch.nn.Module.named_modules
+
+    def counted(self, *args, **kwargs):
+        walks.append(type(self).__name__)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "named_modules", counted)
+    listed = _ids(model.parameters())
+    assert walks == []
+    layers = model.base_model.model.model.layers
+    layers[0].mlp.up_proj = torch.nn.Linear(64, 128)  # a module replaced: the list is made again
+    layers[1].mlp.down_proj.weight = torch.nn.Parameter(torch.zeros(64, 128))  # a parameter replaced
+    layers[1].mlp.gate_proj._parameters["weight"] = torch.nn.Parameter(
+        torch.zeros(128, 64)
+    )  # behind its back
+    assert _ids(model.parameters()) == _ids(torch.nn.Module.parameters(model)) != listed
+    del layers[0].mlp.up_proj  # a module removed: no hook sees it, the count of submodules does
+    assert _ids(model.parameters()) == _ids(torch.nn.Module.parameters(model))
+    assert _ids(model.parameters(recurse=False)) == []
+    walks.clear()
+    model.parameters()
+    assert walks == []
+
+
+def test_a_compiled_decoder_is_compiled_once_across_steps():
+    """Qwen2's forward slices its ModuleList, which builds a module inside the compiled frame: bookkeeping
+    that a module's construction changes (a global registration hook, say) would recompile it every step."""
+    torch._dynamo.reset()
+    model = _lora_model()
+    steady_bookkeeping(type("T", (), {"model": model})())
+    frames = CompileCounter()
+    decoder = model.base_model.model.model
+    decoder.forward = torch.compile(decoder.forward, backend=frames, dynamic=False)
+    ids = _Tokens(2, 3).ids
+    for _ in range(3):
+        model.train()
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch._dynamo.reset()
+    assert frames.frame_count == 1
 
 
 def test_parameter_counts_are_counted_once_except_trainable_ones():
@@ -114,6 +178,8 @@ def test_a_deep_copy_keeps_its_own_mode():
     model.train()
     assert all(module.training for module in model.modules())
     assert not any(module.training for module in reference.modules())
+    assert set(_ids(reference.parameters())).isdisjoint(_ids(model.parameters()))
+    assert _ids(reference.parameters()) == _ids(torch.nn.Module.parameters(reference))
 
 
 class _FreezesNorms(torch.nn.Module):
@@ -136,4 +202,17 @@ def test_models_it_must_not_touch_are_left_as_they_were(monkeypatch, switched_of
         model = torch.nn.Sequential(_FreezesNorms())
     steady_bookkeeping(type("T", (), {"model": model})())
     assert "train" not in model.__dict__
+    assert ("parameters" in model.__dict__) is not switched_off
     assert steady_bookkeeping(type("T", (), {"model": "a/checkpoint-name"})()).model == "a/checkpoint-name"
+
+
+class _ListsItsOwnParameters(torch.nn.Sequential):
+    def parameters(self, recurse: bool = True):
+        return iter(list(super().parameters(recurse))[:1])  # a parameters() of its own
+
+
+def test_a_model_with_a_parameters_of_its_own_keeps_it():
+    model = _ListsItsOwnParameters(torch.nn.Linear(2, 2))
+    steady_bookkeeping(type("T", (), {"model": model})())
+    assert "parameters" not in model.__dict__
+    assert len(list(model.parameters())) == 1

@@ -2,25 +2,31 @@
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
 """A ``transformers.Trainer``'s per-step bookkeeping, paid once, not every step.
 
-Every optimizer step the Trainer (and every TRL trainer built on it) does two walks over the whole model that
+Every optimizer step the Trainer (and every TRL trainer built on it) does three walks over the whole model that
 change nothing in a training run:
 
 - ``floating_point_ops`` counts the model's parameters (``num_parameters(exclude_embeddings=True)``: a walk
   over every module and parameter) for the ``total_flos`` it logs;
-- ``training_step`` calls ``model.train()``, which visits every module to set a flag that is already set.
+- ``training_step`` calls ``model.train()``, which visits every module to set a flag that is already set;
+- gradient clipping lists ``model.parameters()``, a walk through nested generators, one per level of modules.
 
 On a LoRA model of ~1,300 modules each walk takes milliseconds of a host-bound step.
 :func:`steady_bookkeeping` counts the parameters once per count asked for (a trainable-only count is still
-counted each time: freezing changes it), and lets ``train()`` return at once while every module is already
-in training mode; a model with a module that was put in eval mode, or one whose class brings its own
-``train()``, is walked as before. Nothing the model computes changes. The state lives on the model object
-and the methods are bound to it, so a deep copy of the model (a reference model) gets its own.
+counted each time: freezing changes it), lets ``train()`` return at once while every module is already in
+training mode, and lists ``parameters()`` from the model's modules listed once. Each call compares every listed
+module's submodules with those listed (one list comparison, no recursion) and lists the modules again when one
+was assigned, replaced or removed; each module's own parameters are read at every call. So ``parameters()``
+gives what ``nn.Module.parameters`` gives, whatever changed in the model.
+A model with a module whose class brings its own ``train()`` keeps the full ``train()`` walk, and one whose
+class brings its own ``parameters()`` keeps that. Nothing the model computes changes. The state lives on the
+model object and the methods are bound to it, so a deep copy of the model (a reference model) gets its own.
 """
 
 from __future__ import annotations
 
 import os
 import types
+from collections.abc import Iterator
 from typing import TypeVar
 
 import torch
@@ -38,7 +44,7 @@ def _switched_off() -> bool:
 
 
 def steady_bookkeeping(trainer: Trainer) -> Trainer:
-    """Make the per-step parameter count and ``train()`` walk cheap.
+    """Make the per-step parameter count, ``train()`` and ``parameters()`` walks cheap.
 
     Those of ``trainer.model`` (see the module); returns ``trainer``. Anything without an ``nn.Module`` model,
     and every trainer when ``PERFBOT_STEADY_BOOKKEEPING=0``, is returned untouched.
@@ -48,6 +54,7 @@ def steady_bookkeeping(trainer: Trainer) -> Trainer:
         return trainer
     count_parameters_once(model)
     train_mode_once(model)
+    parameters_from_module_list(model)
     return trainer
 
 
@@ -83,20 +90,53 @@ def train_mode_once(model: torch.nn.Module) -> None:
     ``train(False)``, it walks the model as ``nn.Module.train`` does. Left alone when a module's class has a
     ``train()`` of its own that may do more than set the flag.
     """
-    if "_perfbot_modules" in model.__dict__:
+    if "train" in model.__dict__ or not _modules(model)[1]:
         return
-    modules = list(model.modules())
-    if any(type(module).train.__qualname__ not in MODE_CHANGE_ONLY for module in modules):
-        return
-    model.__dict__["_perfbot_modules"] = modules
     model.train = types.MethodType(_train, model)
 
 
 def _train(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
-    if mode is True and all(module.training for module in self.__dict__["_perfbot_modules"]):
+    modules, plain = _modules(self)
+    if mode is True and plain and all(module.training for module in modules):
         return self
-    result = type(self).train(self, mode)
-    self.__dict__["_perfbot_modules"] = list(
-        self.modules()
-    )  # a mode change is the rare moment to see new modules
-    return result
+    return type(self).train(self, mode)
+
+
+def parameters_from_module_list(model: torch.nn.Module) -> None:
+    """Give ``model.parameters()`` a fast path.
+
+    The parameters are read from the model's list of modules, made again only when a submodule was assigned,
+    replaced or removed, in the order and without the repeats of ``nn.Module.parameters``. ``parameters(recurse=False)`` is the module's own. Left alone when the model's
+    class has a ``parameters()`` of its own.
+    """
+    if "parameters" in model.__dict__ or type(model).parameters is not torch.nn.Module.parameters:
+        return
+    model.parameters = types.MethodType(_parameters, model)
+
+
+def _parameters(self: torch.nn.Module, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+    if not recurse:
+        return type(self).parameters(self, recurse)
+    listed = (parameter for module in _modules(self)[0] for parameter in module._parameters.values())
+    return iter(dict.fromkeys(parameter for parameter in listed if parameter is not None))
+
+
+def _modules(model: torch.nn.Module) -> tuple[list[torch.nn.Module], bool]:
+    """List ``model.modules()``, with whether every one's ``train()`` only sets flags.
+
+    Listed again when a listed module's submodules are no longer the ones listed with it: one assigned,
+    replaced or removed anywhere in the model.
+    """
+    listed = model.__dict__.get("_perfbot_modules")
+    if listed is not None:
+        modules, submodules, plain = listed
+        if _submodules(modules) == submodules:
+            return modules, plain
+    modules = list(model.modules())
+    plain = all(type(module).train.__qualname__ in MODE_CHANGE_ONLY for module in modules)
+    model.__dict__["_perfbot_modules"] = (modules, _submodules(modules), plain)
+    return modules, plain
+
+
+def _submodules(modules: list[torch.nn.Module]) -> list[torch.nn.Module | None]:
+    return [submodule for module in modules for submodule in module._modules.values()]
