@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+# perfbot's templates folder, beside the bot package (in a checkout and in an installed wheel alike): found by
+# path, since a repository perfbot runs in may have a `templates` package of its own ahead of it on sys.path.
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 @cache
 def environment() -> Environment:
     """The template environment: strict about undefined names, markdown-friendly whitespace."""
     env = Environment(
-        loader=PackageLoader("templates", ""),
+        loader=FileSystemLoader(TEMPLATES),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -10,6 +10,9 @@ weights and the optimizer state stay fp32, so updates far below a bf16 ulp still
 bf16, this optimization's first form, moved 43% of the LoRA elements a tiny model's unmodified run moved in 8
 AdamW steps at lr 5e-6, 70% at 2e-4: ``tests/test_update_fidelity.py``). A quantized (QLoRA), fp16 or fp32 model,
 DoRA and embedding adapters keep PEFT's default; a CPU run that loads the model in fp32 trains exactly as before.
+A model that comes from PEFT's k-bit preparation (``prepare_model_for_kbit_training``, which casts every weight
+it does not quantize to float32) under every condition the wrapping runs under has no bf16 weight left: that
+site is refused, since its commit would change nothing.
 
 Tier 2: bf16 rounding of the adapter matmuls (update error against the unmodified program within bf16
 autocast's). Refused: a call that sets ``autocast_adapter_dtype`` itself or hides its arguments in ``**kwargs``
@@ -37,6 +40,8 @@ from optimizations.registry import Example, Numerics, Optimization
 RUNTIME_MODULE = "precision"
 HELPER = "compute_adapters_in_bf16"
 FLAG = "autocast_adapter_dtype"
+# PEFT's preparations of a k-bit (QLoRA) model: each casts every weight it does not quantize to float32.
+KBIT_PREPARATIONS = frozenset({"prepare_model_for_kbit_training", "prepare_model_for_int8_training"})
 WHAT = "LoRA adapters computing in the model's bf16 from fp32 weights and optimizer state"
 
 
@@ -76,6 +81,12 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             reason = (
                 f"the adapter is built from `{other}`, not LoRA: it has no LoRA layers to compute in bf16"
             )
+        elif (prepared := self._prepared_for_kbit(original_node)) is not None:
+            reason = (
+                f"the model comes from `{code_of(prepared.func)}(...)` (line {self.line(prepared)}), which casts "
+                "every weight it does not quantize to float32: no frozen weight is bf16, so the helper would keep "
+                "PEFT's default and the commit would change nothing"
+            )
         elif (current := keyword(original_node, FLAG)) is not None:
             reason = f"{FLAG}={code_of(current.value)} is set here and perfbot keeps that choice"
         elif (hidden := star_kwargs(original_node)) is not None:
@@ -86,6 +97,37 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             return call_expr(HELPER, updated_node)
         self.refused(original_node, message, reason)
         return updated_node
+
+    def _prepared_for_kbit(self, call: cst.Call) -> cst.Call | None:
+        """The PEFT k-bit preparation in this function that the model ``call`` wraps comes from, where it runs
+        under every condition the wrapping runs under (a preparation in a quantized branch only is not)."""
+        model = call.args[0].value if call.args and call.args[0].keyword is None else None
+        given = keyword(call, "model")
+        model = given.value if given is not None else model
+        if model is None:
+            return None
+        wrapping = self._conditions(call)
+        for origin in self.links.values.origins(model, call):
+            preparation = {name.rpartition(".")[2] for name in origin.names if name.startswith("peft.")}
+            if (
+                not origin.through
+                and preparation & KBIT_PREPARATIONS
+                and self._conditions(origin.call) <= wrapping
+            ):
+                return origin.call
+        return None
+
+    def _conditions(self, node: cst.CSTNode) -> frozenset[str]:
+        """The ``if`` tests ``node`` runs under within its function (``not (test)`` in an ``else``)."""
+        parents = self.parsed.parents()
+        found = set()
+        child, parent = node, parents.get(node)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+            if isinstance(parent, cst.If) and child is not parent.test:
+                test = code_of(parent.test)
+                found.add(test if child is parent.body else f"not ({test})")
+            child, parent = parent, parents.get(parent)
+        return frozenset(found)
 
     def _other_adapter(self, call: cst.Call, scope: cst.CSTNode) -> str | None:
         """The PEFT config class other than ``LoraConfig`` that ``get_peft_model``'s config is built from in
@@ -284,6 +326,75 @@ def initialise_adapters(model, out):
     peft_model.save_pretrained(out)
 """,
             refusal="the adapters are only made and saved here (`peft_model.save_pretrained` at line 7)",
+        ),
+        Example(
+            "qlora_model_prepared_under_the_same_condition",
+            before="""\
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+
+def load(args):
+    quantized = BitsAndBytesConfig(load_in_4bit=args.bits == 4)
+    model = AutoModelForCausalLM.from_pretrained(args.path, quantization_config=quantized)
+    if not args.full_finetune:
+        model = prepare_model_for_kbit_training(model)
+    if not args.full_finetune:
+        model = get_peft_model(model, LoraConfig(r=64))
+    return model
+""",
+            refusal="the model comes from `prepare_model_for_kbit_training(...)` (line 9)",
+        ),
+        Example(
+            "kbit_preparation_in_the_quantized_branch_only",
+            before="""\
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+
+def wrap(model, quantized):
+    if quantized:
+        model = prepare_model_for_kbit_training(model)
+    return get_peft_model(model, LoraConfig(r=8))
+""",
+            after="""\
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from _perfbot_precision import compute_adapters_in_bf16
+
+
+def wrap(model, quantized):
+    if quantized:
+        model = prepare_model_for_kbit_training(model)
+    return compute_adapters_in_bf16(get_peft_model(model, LoraConfig(r=8)))
+""",
+        ),
+        Example(
+            "qlora_branch_refused_bf16_branch_changed",
+            before="""\
+from peft import get_peft_model, prepare_model_for_kbit_training
+
+
+def wrap(model, lora, args):
+    if args.qlora:
+        model = prepare_model_for_kbit_training(model)
+        model = get_peft_model(model, lora)
+    else:
+        model = get_peft_model(model, lora)
+    return model
+""",
+            after="""\
+from peft import get_peft_model, prepare_model_for_kbit_training
+from _perfbot_precision import compute_adapters_in_bf16
+
+
+def wrap(model, lora, args):
+    if args.qlora:
+        model = prepare_model_for_kbit_training(model)
+        model = get_peft_model(model, lora)
+    else:
+        model = compute_adapters_in_bf16(get_peft_model(model, lora))
+    return model
+""",
+            refusal="the model comes from `prepare_model_for_kbit_training(...)` (line 6)",
         ),
         Example(
             "prompt_adapter_has_no_lora_layers",

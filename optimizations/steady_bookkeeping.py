@@ -40,7 +40,7 @@ class _WrapTrainer(TrainerFollowUp):
         if wrapper is not None and self.calls(wrapper, HELPER):
             self.already(original_node, f"`{HELPER}({name}(...))`")
             return updated_node
-        message = f"{name}(...): its per-step parameter count and train() walk paid once"
+        message = f"{name}(...): its per-step parameter count, train() and parameters() walks paid once"
         if keyword(original_node, "model_init") is not None:
             self.refused(
                 original_node,

@@ -153,3 +153,21 @@ def test_help_pages_describe_each_command(capsys):
         main(["scan", "--help"])
     out = capsys.readouterr().out
     assert "where each optimization applies in a repository" in out
+
+
+def test_a_repository_with_a_templates_package_of_its_own_gets_perfbot_s_templates(target):
+    """`python -m bot.cli` run inside the repository puts it first on sys.path, where its own `templates`
+    package (tloen/alpaca-lora has a `templates` folder) shadowed perfbot's, and `scan --plan` failed."""
+    root, repo = target
+    (root / "templates").mkdir()
+    (root / "templates" / "__init__.py").write_text("")
+    drafted = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "scan", "--plan", "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert drafted.returncode == 0, drafted.stderr
+    assert drafted.stdout.startswith("# [perf] target: training throughput plan")
+    assert "opt:dataloader_workers" in drafted.stdout
