@@ -11,7 +11,9 @@ tools would, without touching what the bot did not write:
   (:mod:`bot.rewrap`);
 * an edited file gets sorted only the import blocks the bot added a line to and that were sorted before, each by
   ruff's own fix for it (sorting another block would reorder imports the commit does not name), and is
-  formatted only when it was format-clean before.
+  formatted whole when it was format-clean before; otherwise only the statements the bot changed are
+  formatted (``ruff format --range``), so a file that black passes and ruff would format otherwise elsewhere
+  (tloen/alpaca-lora's ``finetune.py``) still gets its new wrapping calls laid out as black lays them out.
 
 A target that configures none of these tools gets only that import sort, under ruff's defaults, which sort
 imports too (and which ``bot review`` lints it with).
@@ -181,6 +183,19 @@ def _fit(root: Path, path: str, settings: tuple[str, ...]) -> None:
         _ruff(root, "format", *settings, "--quiet", path)
 
 
+def format_changed_lines(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> None:
+    """Format the lines of ``path`` that differ from ``original``, and nothing else.
+
+    One ``ruff format --range`` per run of changed lines (ruff widens a range to the logical lines it cuts),
+    the last run first, so the runs above keep their line numbers.
+    """
+    current = (root / path).read_text(encoding="utf-8").splitlines()
+    matcher = difflib.SequenceMatcher(None, original.splitlines(), current, autojunk=False)
+    changed = [(j1, j2) for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("replace", "insert")]
+    for first, end in reversed(changed):
+        _ruff(root, "format", *settings, "--quiet", f"--range={first + 1}-{end + 1}", path)
+
+
 def _unsorted_blocks(root: Path, path: str, source: str, settings: tuple[str, ...]) -> list[dict[str, Any]]:
     """ruff's ``I001`` diagnostics of ``source``: one per unsorted import block, with the fix that sorts it."""
     args = ("check", *settings, "--select", "I001", "--exit-zero", "--output-format", "json")
@@ -255,5 +270,8 @@ def tidy(root: Path, originals: dict[str, str | None]) -> None:
     clean_before = ours + [p for p in edited if was_format_clean(root, p, originals[p], settings)]
     if clean_before:
         _ruff(root, "format", *settings, "--quiet", *clean_before)
+    for path in edited:
+        if path not in clean_before:
+            format_changed_lines(root, path, originals[path], settings)
     for path in ours:
         _fit(root, path, settings)

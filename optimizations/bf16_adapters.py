@@ -32,6 +32,7 @@ from optimizations.program.codemod import (
     star_kwargs,
 )
 from optimizations.program.hf import trainer_class
+from optimizations.program.kbit import kbit_preparation
 from optimizations.program.model_use import kept_as_data
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.program.values import assignments
@@ -40,8 +41,6 @@ from optimizations.registry import Example, Numerics, Optimization
 RUNTIME_MODULE = "precision"
 HELPER = "compute_adapters_in_bf16"
 FLAG = "autocast_adapter_dtype"
-# PEFT's preparations of a k-bit (QLoRA) model: each casts every weight it does not quantize to float32.
-KBIT_PREPARATIONS = frozenset({"prepare_model_for_kbit_training", "prepare_model_for_int8_training"})
 WHAT = "LoRA adapters computing in the model's bf16 from fp32 weights and optimizer state"
 
 
@@ -81,7 +80,9 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             reason = (
                 f"the adapter is built from `{other}`, not LoRA: it has no LoRA layers to compute in bf16"
             )
-        elif (prepared := self._prepared_for_kbit(original_node)) is not None:
+        elif (
+            prepared := kbit_preparation(self, self._wrapped_model(original_node), original_node)
+        ) is not None:
             reason = (
                 f"the model comes from `{code_of(prepared.func)}(...)` (line {self.line(prepared)}), which casts "
                 "every weight it does not quantize to float32: no frozen weight is bf16, so the helper would keep "
@@ -98,36 +99,13 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
         self.refused(original_node, message, reason)
         return updated_node
 
-    def _prepared_for_kbit(self, call: cst.Call) -> cst.Call | None:
-        """The PEFT k-bit preparation in this function that the model ``call`` wraps comes from, where it runs
-        under every condition the wrapping runs under (a preparation in a quantized branch only is not)."""
-        model = call.args[0].value if call.args and call.args[0].keyword is None else None
+    @staticmethod
+    def _wrapped_model(call: cst.Call) -> cst.BaseExpression | None:
+        """The model ``get_peft_model(model, ...)`` wraps: its first argument or ``model=``."""
         given = keyword(call, "model")
-        model = given.value if given is not None else model
-        if model is None:
-            return None
-        wrapping = self._conditions(call)
-        for origin in self.links.values.origins(model, call):
-            preparation = {name.rpartition(".")[2] for name in origin.names if name.startswith("peft.")}
-            if (
-                not origin.through
-                and preparation & KBIT_PREPARATIONS
-                and self._conditions(origin.call) <= wrapping
-            ):
-                return origin.call
-        return None
-
-    def _conditions(self, node: cst.CSTNode) -> frozenset[str]:
-        """The ``if`` tests ``node`` runs under within its function (``not (test)`` in an ``else``)."""
-        parents = self.parsed.parents()
-        found = set()
-        child, parent = node, parents.get(node)
-        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-            if isinstance(parent, cst.If) and child is not parent.test:
-                test = code_of(parent.test)
-                found.add(test if child is parent.body else f"not ({test})")
-            child, parent = parent, parents.get(parent)
-        return frozenset(found)
+        if given is not None:
+            return given.value
+        return call.args[0].value if call.args and call.args[0].keyword is None else None
 
     def _other_adapter(self, call: cst.Call, scope: cst.CSTNode) -> str | None:
         """The PEFT config class other than ``LoraConfig`` that ``get_peft_model``'s config is built from in

@@ -15,8 +15,8 @@ Already done: a loop whose function autocasts to bf16, directly or through a nam
 else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16-or-float16 choice).
 
 Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
-gets ``mixed_precision="bf16" if bf16_supported() else None``, Lightning's ``Trainer``/``Fabric`` gets
-``precision="bf16-mixed" if bf16_supported() else "32-true"``, a DeepSpeed dict config gets ``"bf16":
+gets ``mixed_precision=("bf16" if bf16_supported() else None)``, Lightning's ``Trainer``/``Fabric`` gets
+``precision=("bf16-mixed" if bf16_supported() else "32-true")``, a DeepSpeed dict config gets ``"bf16":
 {"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
 
 A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them
@@ -211,7 +211,7 @@ class _Autocast(PlannedCodemod):
             self.refused(call, message, launch)
             return
         fallback = "None" if framework is ACCELERATE else '"32-true"'
-        value = expr(f'"{bf16}" if {CHECK}() else {fallback}')
+        value = expr(f'("{bf16}" if {CHECK}() else {fallback})')
         self.replacements[call] = lambda updated: add_keywords(updated, [(framework.precision, value)])
         self.runtime_imports.add((RUNTIME_MODULE, CHECK))
         self.changed(call, message)
@@ -650,7 +650,7 @@ from _perfbot_precision import bf16_supported
 
 
 def train(model, loader, optimizer):
-    accelerator = Accelerator(mixed_precision="bf16" if bf16_supported() else None)
+    accelerator = Accelerator(mixed_precision=("bf16" if bf16_supported() else None))
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for x, y in loader:
         loss = model(x, y)

@@ -63,13 +63,13 @@ HF_SETTINGS = {
     "dataloader_num_workers": "{workers}",
     "dataloader_pin_memory": "torch.cuda.is_available()",
     "dataloader_persistent_workers": "{workers} > 0",
-    "dataloader_prefetch_factor": "2 if {workers} > 0 else None",
+    "dataloader_prefetch_factor": "(2 if {workers} > 0 else None)",
 }
 TORCH_SETTINGS = {
     "num_workers": "{workers}",
     "pin_memory": "torch.cuda.is_available()",
     "persistent_workers": "{workers} > 0",
-    "prefetch_factor": "2 if {workers} > 0 else None",
+    "prefetch_factor": "(2 if {workers} > 0 else None)",
 }
 
 
@@ -426,7 +426,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def build(run):
-    return TrainingArguments(output_dir=run.out, **warmup_settings(run), dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    return TrainingArguments(output_dir=run.out, **warmup_settings(run), dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
 """,
             files={
                 "schedules.py": """\
@@ -472,7 +472,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def build(out):
-    return SFTConfig(output_dir=out, packing=False, dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    return SFTConfig(output_dir=out, packing=False, dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
 """,
         ),
         Example(
@@ -506,7 +506,7 @@ def build(cfg):
         bf16=True,  # H100
         dataloader_pin_memory=torch.cuda.is_available(),
         dataloader_persistent_workers=DATALOADER_WORKERS > 0,
-        dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
+        dataloader_prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None),
     )
     return args
 """,
@@ -530,7 +530,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def loader(ds):
-    return DL(ds, batch_size=8, shuffle=True, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    return DL(ds, batch_size=8, shuffle=True, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
 """,
         ),
         Example(
@@ -559,7 +559,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def loader(ds):
-    return DataLoader(ds, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    return DataLoader(ds, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
 """,
         ),
         Example(
@@ -599,7 +599,7 @@ class Recipe:
             num_workers=DATALOADER_WORKERS,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=DATALOADER_WORKERS > 0,
-            prefetch_factor=2 if DATALOADER_WORKERS > 0 else None,
+            prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None),
         )
 """,
         ),
@@ -641,7 +641,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def train(model, dataset, optimizer):
-    loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
     print(f"{len(loader)} steps")
     for batch in loader:
         model(batch).backward()
@@ -788,7 +788,7 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 
 
 def main(model, data):
-    args = TrainingArguments(output_dir="out", dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=2 if DATALOADER_WORKERS > 0 else None)
+    args = TrainingArguments(output_dir="out", dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available(), dataloader_persistent_workers=DATALOADER_WORKERS > 0, dataloader_prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
     build_trainer(model, args, data).train()
 """,
             files={

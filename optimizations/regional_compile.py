@@ -14,7 +14,10 @@ which compiles the layers of the model it loaded (and wrapped with PEFT) before 
 Compiled kernels fuse and round differently (losses agree closely, not bit for bit) and the first steps pay
 the compilation, so it sits in tier 2. Refused: a trainer given a checkpoint name that is not assigned on a line
 of its own (no name to reach its model by), a config with ``torch_compile=True`` in this file (the whole model is
-compiled already), a file that compiles something itself, a trainer that builds its model with ``model_init``.
+compiled already), a file that compiles something itself, a trainer that builds its model with ``model_init``, a
+model that comes from PEFT's k-bit preparation (quantized: the helper leaves its layers uncompiled). A
+``name = torch.compile(...)`` after every trainer of its function is built compiles nothing those trainers train;
+it is not taken for a compile, and the site's message says so (tloen/alpaca-lora compiles its model that way).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import libcst.matchers as m
 
 from optimizations.program.codemod import call_expr, code_of, keyword, literal_value, replace_keyword
 from optimizations.program.hf import is_training_config, trainer_class
+from optimizations.program.kbit import kbit_preparation
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.trainer_calls import TrainerFollowUp
 from optimizations.registry import Example, Numerics, Optimization
@@ -37,18 +41,18 @@ class _CompileLayers(TrainerFollowUp):
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
         calls = self.nodes(cst.Call)
-        self.compiles = next(
-            (
-                c
-                for c in calls
-                if "torch.compile" in self.names(c.func)
-                or (
-                    m.matches(c.func, m.Attribute(attr=m.Name("compile")))
-                    and not any(n.split(".")[0] in ("re", "regex") for n in self.names(c.func))
-                )
-            ),
-            None,
-        )
+        trainers = [c for c in calls if trainer_class(self.names(c.func)) is not None]
+        compiles = [
+            c
+            for c in calls
+            if "torch.compile" in self.names(c.func)
+            or (
+                m.matches(c.func, m.Attribute(attr=m.Name("compile")))
+                and not any(n.split(".")[0] in ("re", "regex") for n in self.names(c.func))
+            )
+        ]
+        self.too_late = [c for c in compiles if self._after_its_trainers(c, trainers)]
+        self.compiles = next((c for c in compiles if c not in self.too_late), None)
         self.whole_model = next(
             (
                 c
@@ -70,6 +74,13 @@ class _CompileLayers(TrainerFollowUp):
             self.already(original_node, f"{code_of(original_node.func)}(...): model=`{code_of(model)}`")
             return updated_node
         message = f"{code_of(original_node.func)}(...): compile the model's repeated layers (on CUDA)"
+        function = self.links.values.function_of(original_node)
+        late = [c for c in self.too_late if self.links.values.function_of(c) is function]
+        if late:
+            message += (
+                f"; line {self.line(late[0])}'s `{code_of(late[0])}` comes after this trainer is built with the "
+                "uncompiled model, so training never ran compiled"
+            )
         reason = self._reason(original_node, model)
         if reason is not None:
             self.refused(original_node, message, reason)
@@ -95,11 +106,47 @@ class _CompileLayers(TrainerFollowUp):
                 f"line {self.line(self.whole_model)}: torch_compile=True compiles the whole model already; drop it "
                 "to compile the repeated layers instead"
             )
+        if (prepared := kbit_preparation(self, model, trainer)) is not None:
+            return (
+                f"the model comes from `{code_of(prepared.func)}(...)` (line {self.line(prepared)}), PEFT's "
+                "preparation of a quantized (k-bit) model: the helper leaves a quantized model's layers uncompiled "
+                "(compiling them is not measured here), so the commit would change nothing"
+            )
         if self.compiles is not None:
             return (
                 f"line {self.line(self.compiles)}: `{code_of(self.compiles.func)}(...)` compiles here already"
             )
         return None
+
+    def _after_its_trainers(self, compiled: cst.Call, trainers: list[cst.Call]) -> bool:
+        """A ``name = torch.compile(...)`` after every trainer of its function is built, outside any loop, whose
+        name is never put into an attribute (``trainer.model = name``): it compiles a new object that none of
+        those trainers trains."""
+        statement = self.parsed.parents().get(compiled)
+        if "torch.compile" not in self.names(compiled.func) or not isinstance(statement, cst.Assign):
+            return False
+        if statement.value is not compiled or not all(
+            isinstance(t.target, cst.Name) for t in statement.targets
+        ):
+            return False
+        function = self.links.values.function_of(compiled)
+        built = [t for t in trainers if self.links.values.function_of(t) is function]
+        if not built or any(self.line(t) >= self.line(compiled) for t in built):
+            return False
+        parents = self.parsed.parents()
+        enclosing = parents.get(statement)
+        while enclosing is not None and enclosing is not function:
+            if isinstance(enclosing, (cst.For, cst.While)):
+                return False
+            enclosing = parents.get(enclosing)
+        names = {t.target.value for t in statement.targets}
+        return not any(
+            isinstance(assign.value, cst.Name)
+            and assign.value.value in names
+            and any(isinstance(t.target, cst.Attribute) for t in assign.targets)
+            and self.links.values.function_of(assign) is function
+            for assign in self.nodes(cst.Assign)
+        )
 
     def _names_a_checkpoint(self, model: cst.BaseExpression) -> bool:
         """A string, a name bound only to strings (where it is bound), or a config field
@@ -309,6 +356,89 @@ def main(model, data):
     DPOTrainer(model=model, args=config, train_dataset=data).train()
 """,
             refusal="torch_compile=True compiles the whole model already",
+        ),
+        Example(
+            "model_compiled_after_the_trainer_is_built",
+            before="""\
+import torch
+import transformers
+
+
+def train(model, args, data):
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    model = torch.compile(model)
+    trainer.train()
+    model.save_pretrained("out")
+""",
+            after="""\
+import torch
+import transformers
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, args, data):
+    trainer = transformers.Trainer(model=compile_repeated_layers(model), args=args, train_dataset=data)
+    model = torch.compile(model)
+    trainer.train()
+    model.save_pretrained("out")
+""",
+        ),
+        Example(
+            "model_compiled_after_the_trainer_and_handed_to_it",
+            before="""\
+import torch
+import transformers
+
+
+def train(model, args, data):
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    model = torch.compile(model)
+    trainer.model = model
+    trainer.train()
+""",
+            refusal="line 7: `torch.compile(...)` compiles here already",
+        ),
+        Example(
+            "model_compiled_before_the_trainer",
+            before="""\
+import torch
+import transformers
+
+
+def train(model, args, data):
+    model = torch.compile(model)
+    transformers.Trainer(model=model, args=args, train_dataset=data).train()
+""",
+            refusal="line 6: `torch.compile(...)` compiles here already",
+        ),
+        Example(
+            "model_compiled_for_the_next_round",
+            before="""\
+import torch
+import transformers
+
+
+def rounds(model, args, data):
+    for _ in range(2):
+        transformers.Trainer(model=model, args=args, train_dataset=data).train()
+        model = torch.compile(model)
+""",
+            refusal="line 8: `torch.compile(...)` compiles here already",
+        ),
+        Example(
+            "quantized_model_prepared_for_kbit_training",
+            before="""\
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, Trainer
+
+
+def train(path, args, data):
+    model = AutoModelForCausalLM.from_pretrained(path, load_in_8bit=True)
+    model = prepare_model_for_kbit_training(model)
+    model = get_peft_model(model, LoraConfig(r=8))
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+            refusal="the model comes from `prepare_model_for_kbit_training(...)` (line 7)",
         ),
         Example(
             "no_trainer",

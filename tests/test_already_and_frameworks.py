@@ -170,7 +170,7 @@ def test_accelerate_gets_mixed_precision_not_an_autocast(tmp_path):
     assert site.applicable and site.line == 6
     edited = change.files["train.py"]
     assert (
-        'Accelerator(gradient_accumulation_steps=2, mixed_precision="bf16" if bf16_supported() else None)'
+        'Accelerator(gradient_accumulation_steps=2, mixed_precision=("bf16" if bf16_supported() else None))'
         in edited
     )
     assert "autocast" not in edited
@@ -242,8 +242,8 @@ def test_lightning_trainer_and_fabric_get_bf16_mixed(tmp_path):
     change = get("bf16_autocast").dry_run(root)
     assert [(s.line, s.applicable) for s in change.sites] == [(6, True), (8, True)]
     edited = change.files["fit.py"]
-    assert 'L.Trainer(max_epochs=1, precision="bf16-mixed" if bf16_supported() else "32-true")' in edited
-    assert 'Fabric(accelerator="cuda", precision="bf16-mixed" if bf16_supported() else "32-true")' in edited
+    assert 'L.Trainer(max_epochs=1, precision=("bf16-mixed" if bf16_supported() else "32-true"))' in edited
+    assert 'Fabric(accelerator="cuda", precision=("bf16-mixed" if bf16_supported() else "32-true"))' in edited
 
 
 def test_lightning_precision_already_set(tmp_path):

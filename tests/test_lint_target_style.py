@@ -447,3 +447,57 @@ def test_only_the_blocks_the_bot_added_to_and_that_were_sorted_get_sorted(tmp_pa
     assert "    import transformers\n    import os\n    import sys\n" in tidied  # unsorted before: left as is
     unsorted = ruff(tmp_path, "check", "--select", "I001", "--output-format", "concise", "train.py").stdout
     assert unsorted.count("I001") == 1 and "train.py:9:5" in unsorted  # only the block unsorted before
+
+
+BLACK_SFT = '''\
+"""Fine-tuning with the Hugging Face Trainer."""
+
+import argparse
+
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+from trainer.data import load_dataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="sshleifer/tiny-gpt2")
+    args = parser.parse_args()
+    assert (
+        args.model
+    ), "Please name a model with --model, e.g. --model=sshleifer/tiny-gpt2"
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, torch_dtype="bfloat16"
+    )
+    training_args = TrainingArguments(
+        output_dir="out", per_device_train_batch_size=8, bf16=True
+    )
+    trainer = Trainer(
+        model=model, args=training_args, train_dataset=load_dataset()
+    )
+    trainer.train()
+'''
+BLACK_ASSERT = """\
+    assert (
+        args.model
+    ), "Please name a model with --model, e.g. --model=sshleifer/tiny-gpt2"
+"""
+
+
+def test_a_file_black_passes_and_ruff_would_reformat_gets_only_its_edits_formatted(tmp_path):
+    """tloen/alpaca-lora's shape: black at 79 columns passes the file, ruff's formatter would lay its assert
+    out otherwise, so the file is not formatted whole; the statements the bot wrote still fit in 79."""
+    root = tmp_path / "target"
+    repo = trainer_repo(root, f"{PROJECT}\n[tool.black]\nline-length = 79\n")
+    (root / "trainer/sft.py").write_text(BLACK_SFT)
+    commit_all(repo, "black-formatted fine-tuning")
+    base = repo.head.commit.hexsha
+    assert ruff(root, "format", "--line-length", "79", "--check", "trainer/sft.py").returncode == 1
+    apply_tiers(root, 1, 2)
+    sft = (root / "trainer/sft.py").read_text()
+    assert BLACK_ASSERT in sft  # what the bot did not write stays as it was
+    diff = repo.git.diff(base, "HEAD", "--", "trainer/sft.py")
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert any("dataloader_num_workers=" in line for line in added)
+    code = [line for line in added if not line.lstrip().startswith("#")]
+    assert max(map(len, code)) <= 79, [line for line in code if len(line) > 79]

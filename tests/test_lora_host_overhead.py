@@ -148,6 +148,23 @@ def test_the_switch_and_checkpoint_names_pass_through(monkeypatch):
     assert compile_repeated_layers("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
 
 
+def test_a_quantized_model_is_left_uncompiled(monkeypatch):
+    """Compiling bitsandbytes' layers is not measured: a model with integer weights, or one transformers flags as
+    quantized, keeps its layers eager where an unquantized one has them compiled."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # compile() is lazy: nothing runs on a GPU
+    packed = lora_model()
+    packed.base_model.model.model.norm.register_parameter(  # a packed 4-bit weight, as bitsandbytes stores it
+        "packed", torch.nn.Parameter(torch.zeros(4, dtype=torch.uint8), requires_grad=False)
+    )
+    flagged = lora_model()
+    flagged.is_quantized = True
+    plain = lora_model()
+    for model in (packed, flagged, plain):
+        assert compile_repeated_layers(model) is model
+    assert not any(compiled(b) for b in repeated_layers(packed) + repeated_layers(flagged))
+    assert all(compiled(b) for b in repeated_layers(plain))
+
+
 WORDS = [f"w{i}" for i in range(100)]
 
 

@@ -73,8 +73,9 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     (a PEFT wrapper, the loss, the trainer's own hooks) stays eager. PEFT adapters added later are compiled
     with the blocks, which are traced at their first call. Anything but an ``nn.Module`` (a checkpoint name a
     trainer loads itself) is returned untouched, as is every model when ``PERFBOT_COMPILE=0``, when torch has
-    no ``nn.Module.compile`` (before 2.2), or when no GPU is present (compiling for the CPU costs more
-    start-up than it saves in a short run).
+    no ``nn.Module.compile`` (before 2.2), when no GPU is present (compiling for the CPU costs more start-up
+    than it saves in a short run), or when the model is quantized (:func:`is_quantized`: compiling
+    bitsandbytes' layers is not measured here).
 
     ``fixed_budget``: the TRL ``SFTConfig`` the model trains with, or the ``SFTTrainer`` built with it (whose
     collator read the config already). When its packing is padding-free, every packed batch is padded to one
@@ -96,6 +97,12 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     if _switched_off() or not isinstance(model, torch.nn.Module) or not hasattr(model, "compile"):
         return model
     if not torch.cuda.is_available():
+        return model
+    if is_quantized(model):
+        LOG.info(
+            "not compiling %s: its weights are quantized (compiling them is not measured)",
+            type(model).__name__,
+        )
         return model
     layers = repeated_layers(model)
     config, collator = _config_and_collator(fixed_budget)
@@ -120,6 +127,16 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
     for block in layers:
         block.compile()
     return model
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Tell whether ``model`` has quantized weights.
+
+    Integer parameters (bitsandbytes' int8 and 4-bit layers), or transformers' ``is_quantized`` flag.
+    """
+    if getattr(model, "is_quantized", False):
+        return True
+    return any(not (p.is_floating_point() or p.is_complex()) for p in model.parameters())
 
 
 def _config_and_collator(fixed_budget: Any) -> tuple[Any, Any]:
