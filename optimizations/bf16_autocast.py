@@ -95,7 +95,8 @@ class _Refused(Exception):
 
 
 def _assigned(statement: cst.BaseStatement) -> set[str]:
-    """Names a simple statement binds (assignment targets, unpacking included)."""
+    """Names a simple statement binds (assignment targets, unpacking included), and the dotted attributes it
+    assigns (``self.loss`` of ``logits, self.loss = model(x, y)``)."""
     names: set[str] = set()
     if not isinstance(statement, cst.SimpleStatementLine):
         return names
@@ -107,7 +108,30 @@ def _assigned(statement: cst.BaseStatement) -> set[str]:
             targets = [small.target]
         for target in targets:
             names |= {n.value for n in m.findall(target, m.Name()) if not _attribute_part(target, n)}
+            names |= {code_of(a) for a in _unpacked(target) if _dotted(a)}
     return names
+
+
+def _unpacked(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The target itself, or the elements a tuple or list target unpacks into, nested ones included."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [part for element in target.elements for part in _unpacked(element.value)]
+    return [target]
+
+
+def _dotted(node: cst.BaseExpression) -> bool:
+    """``self.loss``, ``state.out.loss``: an attribute of a name, through attributes only."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _losses(loop: cst.For | cst.While) -> set[str]:
+    """The names the loop calls ``.backward()`` on, or the dotted attribute it calls it on directly
+    (``self.loss.backward()``, minGPT's trainer)."""
+    names = loss_names(loop)
+    receivers = [call.func.value for call in backward_calls(loop) if isinstance(call.func, cst.Attribute)]
+    return names or {code_of(r) for r in receivers if isinstance(r, cst.Attribute) and _dotted(r)}
 
 
 def _attribute_part(target: cst.CSTNode, name: cst.Name) -> bool:
@@ -412,7 +436,7 @@ class _Autocast(PlannedCodemod):
         block = self.parent(statement)
         body = list(block.body)
         index = next(i for i, s in enumerate(body) if s is statement)
-        losses = loss_names(loop)
+        losses = _losses(loop)
         last = next((i for i in range(index - 1, -1, -1) if _assigned(body[i]) & losses), None)
         if last is None:
             raise _Refused(
@@ -535,6 +559,35 @@ def train(model, loader, optimizer, device):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+""",
+        ),
+        Example(
+            "loss_kept_on_the_trainer",
+            before="""\
+import torch
+
+
+class Trainer:
+    def run(self, model, loader, optimizer):
+        for x, y in loader:
+            logits, self.loss = model(x, y)
+            model.zero_grad(set_to_none=True)
+            self.loss.backward()
+            optimizer.step()
+""",
+            after="""\
+import torch
+from _perfbot_precision import bf16_supported
+
+
+class Trainer:
+    def run(self, model, loader, optimizer):
+        for x, y in loader:
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):
+                logits, self.loss = model(x, y)
+            model.zero_grad(set_to_none=True)
+            self.loss.backward()
+            optimizer.step()
 """,
         ),
         Example(

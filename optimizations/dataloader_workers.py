@@ -132,6 +132,33 @@ def _uses_cuda(parsed: ParsedFile, class_name: str) -> str | None:
     return None
 
 
+# How a word of a function's name starts when the function evaluates (`eval_split`, `run_validation`).
+EVALUATING = ("eval", "valid", "test", "predict", "generate", "sample")
+# torch's contexts (and decorators) that run without gradients.
+NO_GRADIENTS = frozenset({"no_grad", "inference_mode"})
+
+
+def _loop_iterating(name: cst.Name, parents: dict[cst.CSTNode, cst.CSTNode]) -> cst.For | None:
+    """The ``for`` loop that iterates ``name``: ``for x in name``, or through a call such as
+    ``enumerate(name)``; None for any other use of the name."""
+    parent = parents.get(name)
+    if isinstance(parent, cst.For) and parent.iter is name:
+        return parent
+    call = parents.get(parent) if isinstance(parent, cst.Arg) else None
+    loop = parents.get(call) if isinstance(call, cst.Call) else None
+    return loop if isinstance(loop, cst.For) and loop.iter is call else None
+
+
+def _trains(loop: cst.For) -> bool:
+    """Whether ``loop``'s body calls a ``.backward()`` or a ``.step()`` anywhere."""
+    return any(
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("backward", "step")
+        for node in walk(loop.body, ())
+    )
+
+
 class _AddWorkers(SettingsPlacement, OptimizationCodemod):
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
@@ -241,6 +268,65 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
                 lengths.append(measure)
         return lengths[0] if lengths else None
 
+    def _evaluated_per_call(self, call: cst.Call) -> tuple[cst.FunctionDef, cst.For, cst.FunctionDef] | None:
+        """The function, its first loop and a caller, where the loader ``call`` builds is bound to a name in a
+        function that evaluates (named for it, or iterating without gradients), is called by another function
+        of the file, and iterates it only by loops that neither back-propagate nor step; None otherwise (a loop
+        may train through a helper the name does not show; a script's entry point runs once)."""
+        parents = self.parsed.parents()
+        name, binding = bound_name(parents, call), parents.get(call)
+        function = self.values.function_of(call)
+        if name is None or function is None:
+            return None
+        loops = []
+        for node in walk(function, ()):
+            if (
+                isinstance(node, cst.Name)
+                and node.value == name
+                and parents.get(parents.get(node)) is not binding
+            ):
+                loop = _loop_iterating(node, parents)
+                if loop is None:
+                    return None
+                loops.append(loop)
+        if not loops or any(_trains(loop) for loop in loops):
+            return None
+        parts = function.name.value.lower().split("_")
+        named = any(part.startswith(EVALUATING) for part in parts)
+        if not named and not all(self._without_gradients(loop, function) for loop in loops):
+            return None
+        caller = self._caller(function)
+        return (function, loops[0], caller) if caller is not None else None
+
+    def _caller(self, function: cst.FunctionDef) -> cst.FunctionDef | None:
+        """The first function of this file that calls ``function`` (by name, or as a method): a helper called
+        from the program's own code, not an entry point that a launcher (``fire.Fire(main)``) runs once."""
+        for call in self.nodes(cst.Call):
+            callee = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+            if isinstance(callee, cst.Name) and callee.value == function.name.value:
+                caller = self.values.function_of(call)
+                if caller is not None and caller is not function:
+                    return caller
+        return None
+
+    def _without_gradients(self, loop: cst.For, function: cst.FunctionDef) -> bool:
+        """Whether ``loop`` runs under ``torch.no_grad()``/``torch.inference_mode()``: a ``with`` around it in
+        ``function``, or a decorator of ``function``."""
+        parents = self.parsed.parents()
+        contexts = [d.decorator for d in function.decorators]
+        ancestor = parents.get(loop)
+        while ancestor is not None and ancestor is not function:
+            if isinstance(ancestor, cst.With):
+                contexts += [item.item for item in ancestor.items]
+            ancestor = parents.get(ancestor)
+        for context in contexts:
+            called = context.func if isinstance(context, cst.Call) else context
+            if any(
+                n.startswith("torch.") and n.rpartition(".")[2] in NO_GRADIENTS for n in self.names(called)
+            ):
+                return True
+        return False
+
     def _built_by(self, dataset: cst.BaseExpression | None) -> cst.Call | None:
         """The call that builds ``dataset``: itself where it is one, else the call whose result the file assigns
         to it (a name, ``self.buffer``), when there is one."""
@@ -333,6 +419,18 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         on_device = self._dataset_on_device(original_node) if settings is TORCH_SETTINGS else None
         if on_device is not None:
             self.refused(original_node, message, on_device)
+            return updated_node
+        evaluated = self._evaluated_per_call(original_node) if settings is TORCH_SETTINGS else None
+        if evaluated is not None:
+            function, loop, caller = evaluated
+            self.refused(
+                original_node,
+                message,
+                f"the loader is built at every call of `{function.name.value}()`, which evaluates and is called "
+                f"from `{caller.name.value}()`, and read there once by a loop that neither back-propagates nor "
+                f"steps (line {self.line(loop)}): its worker processes would start at every call to read it "
+                "once; give workers to a loader built once",
+            )
             return updated_node
         measured = self._only_measured(original_node) if settings is TORCH_SETTINGS else None
         if measured is not None:
@@ -643,6 +741,130 @@ DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
 def train(model, dataset, optimizer):
     loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
     print(f"{len(loader)} steps")
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "evaluation_loader_built_per_call",
+            before="""\
+from torch.utils.data import DataLoader
+
+
+def eval_split(model, dataset):
+    loader = DataLoader(dataset, batch_size=100, num_workers=0)
+    correct = 0
+    for b, (x, y) in enumerate(loader):
+        correct += (model(x).argmax(-1) == y).sum().item()
+    return correct / len(dataset)
+
+
+def on_batch_end(trainer):
+    if trainer.iter_num % 500 == 0:
+        print(eval_split(trainer.model, trainer.test_dataset))
+""",
+            refusal="`eval_split()`, which evaluates and is called from `on_batch_end()`",
+        ),
+        Example(
+            "loader_iterated_without_gradients",
+            before="""\
+import torch
+from torch.utils.data import DataLoader
+
+
+def score(model, dataset):
+    loader = DataLoader(dataset, batch_size=64)
+    scores = []
+    with torch.no_grad():
+        for batch in loader:
+            scores.append(model(batch))
+    return scores
+
+
+class Sweep:
+    def run(self, model, dataset):
+        return [self.score(model, dataset) for _ in range(3)]
+
+    def score(self, model, dataset):
+        return score(model, dataset)
+""",
+            refusal="the loader is built at every call of `score()`",
+        ),
+        Example(
+            "evaluation_script_entry_point",
+            before="""\
+import fire
+import torch
+from torch.utils.data import DataLoader
+
+
+def calculate_ppl(model, dataset):
+    loader = DataLoader(dataset, batch_size=4)
+    with torch.no_grad():
+        for batch in loader:
+            print(model(batch).loss.exp())
+
+
+if __name__ == "__main__":
+    fire.Fire(calculate_ppl)
+""",
+            after="""\
+import fire
+import torch
+from torch.utils.data import DataLoader
+import os
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def calculate_ppl(model, dataset):
+    loader = DataLoader(dataset, batch_size=4, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
+    with torch.no_grad():
+        for batch in loader:
+            print(model(batch).loss.exp())
+
+
+if __name__ == "__main__":
+    fire.Fire(calculate_ppl)
+""",
+        ),
+        Example(
+            "loop_trains_through_a_helper",
+            before="""\
+from torch.utils.data import DataLoader
+
+
+def fit(model, dataset, step):
+    loader = DataLoader(dataset, batch_size=8)
+    for batch in loader:
+        step(model, batch)
+
+
+def fit_validated(model, dataset, optimizer):
+    loader = DataLoader(dataset, batch_size=8)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+            after="""\
+from torch.utils.data import DataLoader
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def fit(model, dataset, step):
+    loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
+    for batch in loader:
+        step(model, batch)
+
+
+def fit_validated(model, dataset, optimizer):
+    loader = DataLoader(dataset, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None))
     for batch in loader:
         model(batch).backward()
         optimizer.step()
