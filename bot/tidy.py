@@ -12,8 +12,8 @@ tools would, without touching what the bot did not write:
 * an edited file gets sorted only the import blocks the bot added a line to and that were sorted before, each by
   ruff's own fix for it (sorting another block would reorder imports the commit does not name), and is
   formatted whole when it was format-clean before; otherwise only the statements the bot changed are
-  formatted (``ruff format --range``), so a file that black passes and ruff would format otherwise elsewhere
-  (tloen/alpaca-lora's ``finetune.py``) still gets its new wrapping calls laid out as black lays them out.
+  formatted (``ruff format --range``), so a file that black passes but ruff's formatter would change elsewhere
+  (tloen/alpaca-lora's ``finetune.py``) still gets the calls the bot wrapped laid out as black lays them out.
 
 A target that configures none of these tools gets only that import sort, under ruff's defaults, which sort
 imports too (and which ``bot review`` lints it with).

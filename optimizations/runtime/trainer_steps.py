@@ -106,8 +106,9 @@ def parameters_from_module_list(model: torch.nn.Module) -> None:
     """Give ``model.parameters()`` a fast path.
 
     The parameters are read from the model's list of modules, made again only when a submodule was assigned,
-    replaced or removed, in the order and without the repeats of ``nn.Module.parameters``. ``parameters(recurse=False)`` is the module's own. Left alone when the model's
-    class has a ``parameters()`` of its own.
+    replaced or removed, in the order and without the repeats of ``nn.Module.parameters``.
+    ``parameters(recurse=False)`` is the module's own. Left alone when the model's class has a ``parameters()``
+    of its own.
     """
     if "parameters" in model.__dict__ or type(model).parameters is not torch.nn.Module.parameters:
         return
