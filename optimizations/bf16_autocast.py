@@ -39,6 +39,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
+from optimizations.program.classes import repository_classes
 from optimizations.program.codemod import (
     add_keywords,
     code_of,
@@ -73,7 +74,7 @@ from optimizations.program.training_loops import (
     is_method_call,
     loss_names,
 )
-from optimizations.program.values import dict_items, outcomes
+from optimizations.program.values import assignments, dict_items, outcomes
 from optimizations.program.yaml_settings import YamlSetting
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -110,6 +111,19 @@ def _assigned(statement: cst.BaseStatement) -> set[str]:
             names |= {n.value for n in m.findall(target, m.Name()) if not _attribute_part(target, n)}
             names |= {code_of(a) for a in _unpacked(target) if _dotted(a)}
     return names
+
+
+def _picks_bf16(function: cst.FunctionDef, bf16: tuple[object, ...]) -> bool:
+    """Whether ``function`` asks the GPU for bf16 (``...is_bf16_supported()``) and may return one of ``bf16``."""
+    nodes = list(walk(function.body, NESTED_SCOPES))
+    asks = any(isinstance(n, cst.Call) and code_of(n.func).endswith("is_bf16_supported") for n in nodes)
+    returned = [
+        literal_value(v)
+        for n in nodes
+        if isinstance(n, cst.Return) and n.value is not None
+        for v in outcomes(n.value, [function]) or []
+    ]
+    return asks and any(v in bf16 for v in returned)
 
 
 def _unpacked(target: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -254,6 +268,12 @@ class _Autocast(PlannedCodemod):
                 f"`{written}` at line {self.line(value)}: float16 mixed precision; moving it "
                 "to bf16 is a separate change",
             )
+        elif (picker := self._bf16_picker(value, call, framework.bf16)) is not None:
+            self.already(
+                call,
+                f"{framework.name} mixed precision bf16 where the GPU has it (`{written}`: "
+                f"`{code_of(picker.func)}(...)` at line {self.line(picker)} picks {framework.bf16[0]!r} there)",
+            )
         elif literals is None or ... in literals:
             self.refused(
                 call,
@@ -263,6 +283,41 @@ class _Autocast(PlannedCodemod):
             )
         else:
             self.refused(call, message, f"`{written}` is set explicitly at line {self.line(value)}")
+
+    def _bf16_picker(
+        self, value: cst.BaseExpression, at: cst.Call, bf16: tuple[object, ...]
+    ) -> cst.Call | None:
+        """The call of a repository function that picks the framework's bf16 value where the GPU supports bf16
+        (it calls ``is_bf16_supported()`` and can return one of ``bf16``), where ``value`` is that call, or a
+        parameter the function defaults with it (``precision = precision or pick(...)``, litgpt's
+        ``get_default_supported_precision``)."""
+        candidates = [value]
+        if isinstance(value, cst.Name):
+            for assign in assignments(self.enclosing_body(at), value.value):
+                default = assign.value
+                if m.matches(default, m.BooleanOperation(left=m.Name(value.value), operator=m.Or())):
+                    default = default.right
+                candidates.append(default)
+        for candidate in candidates:
+            if isinstance(candidate, cst.Call) and any(
+                _picks_bf16(f, bf16) for f in self._definitions(candidate)
+            ):
+                return candidate
+        return None
+
+    def _definitions(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """The repository's definitions of the function ``call`` calls: this file's own top-level one, or one
+        another module of the repository defines (through imports and re-exports)."""
+        own = [
+            statement
+            for statement in self.parsed.module.body
+            if isinstance(statement, cst.FunctionDef)
+            and isinstance(call.func, cst.Name)
+            and statement.name.value == call.func.value
+        ]
+        index = repository_classes(self.repo)
+        found = (index.function_definition(q.name, self.path) for q in self.qualified(call.func))
+        return own + [definition for definition, _ in filter(None, found)]
 
     def _plan_deepspeed(self, found: FrameworkCall) -> None:
         call = found.call
@@ -661,6 +716,62 @@ def train(model, loader, optimizer):
         scaler.scale(loss).backward()
         scaler.step(optimizer)
 """,
+        ),
+        Example(
+            "already_bf16_where_a_helper_picks_it",
+            before="""\
+from typing import Optional
+
+import lightning as L
+import torch
+
+
+def default_precision(training: bool) -> str:
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed" if training else "bf16-true"
+    return "32-true"
+
+
+def setup(precision: Optional[str] = None) -> None:
+    precision = precision or default_precision(training=True)
+    fabric = L.Fabric(devices=1, precision=precision)
+    fabric.launch()
+""",
+        ),
+        Example(
+            "precision_a_helper_reads_from_the_environment",
+            before="""\
+import os
+
+import lightning as L
+
+
+def default_precision() -> str:
+    return "bf16-mixed" if os.environ.get("BF16") else "32-true"
+
+
+def setup() -> None:
+    fabric = L.Fabric(devices=1, precision=default_precision())
+    fabric.launch()
+""",
+            refusal="comes from the run's arguments",
+        ),
+        Example(
+            "precision_a_helper_picks_without_bf16",
+            before="""\
+import lightning as L
+import torch
+
+
+def fallback_precision() -> str:
+    return "32-true" if torch.cuda.is_bf16_supported() else "16-mixed"
+
+
+def setup() -> None:
+    fabric = L.Fabric(devices=1, precision=fallback_precision())
+    fabric.launch()
+""",
+            refusal="comes from the run's arguments",
         ),
         Example(
             "accelerator_built_only_to_set_up_shared_state",
