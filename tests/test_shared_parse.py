@@ -291,3 +291,44 @@ def test_a_word_need_matches_whole_identifiers_and_a_plain_need_any_text():
     assert gelu.might_apply("def forward(self, x):\n    return x * torch.rsqrt(v + 1e-5)\n")
     assert not get("sdpa").might_apply("loss = F.log_softmax(logits, -1)\n")
     assert get("regional_compile").might_apply("trainer = SFTTrainer(model)\n")  # "Trainer", anywhere
+
+
+PATH_SETUP = """\
+import sys
+from pathlib import Path
+from functools import partial
+# support running without installing as a package
+wd = Path(__file__).parent.parent.resolve()
+sys.path.append(str(wd))
+from lit_gpt.model import GPT
+import random
+
+name = "tinyllama"
+
+
+def main():
+    return GPT, partial, random
+"""
+
+
+@pytest.mark.parametrize(
+    "setup", ["sys.path.append(str(wd))", "sys.path.insert(0, str(wd))", "sys.path = [str(wd)]"]
+)
+def test_a_vendored_helper_is_imported_after_the_sys_path_setup_its_package_needs(setup):
+    """jzhang38/TinyLlama's pretraining script makes `lit_gpt` importable with `sys.path.append` between its
+    imports: a helper vendored into `lit_gpt` imported above that line would fail to import."""
+    source = PATH_SETUP.replace("sys.path.append(str(wd))", setup)
+    context = CodemodContext(filename="pretrain/tinyllama.py")
+    AddImportsVisitor.add_needed_import(context, "os")
+    AddImportsVisitor.add_needed_import(context, "lit_gpt._perfbot_gpu_flags", "fused_optimizer_supported")
+    added = add_imports(context, cst.parse_module(source)).code
+    assert added == source.replace(
+        "from functools import partial\n", "from functools import partial\nimport os\n\n"
+    ).replace(
+        "import random\n", "import random\nfrom lit_gpt._perfbot_gpu_flags import fused_optimizer_supported\n"
+    )
+    alone = CodemodContext(filename="pretrain/tinyllama.py")
+    AddImportsVisitor.add_needed_import(alone, "lit_gpt._perfbot_gpu_flags", "fused_optimizer_supported")
+    assert add_imports(alone, cst.parse_module(source)).code == source.replace(
+        "import random\n", "import random\nfrom lit_gpt._perfbot_gpu_flags import fused_optimizer_supported\n"
+    )

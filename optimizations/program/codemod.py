@@ -25,7 +25,7 @@ from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, QualifiedN
 from optimizations.program.classes import repository_classes
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
-from optimizations.program.repository import ParsedFile, RepoContext, Site
+from optimizations.program.repository import VENDORED_PREFIX, ParsedFile, RepoContext, Site
 from optimizations.program.tree import children
 
 
@@ -319,9 +319,57 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
     *head, moved = (
         AddImportsVisitor(context).transform_module(module.with_changes(body=[*body[:end], stand_in])).body
     )
+    before = {id(statement) for statement in body[:end]}
+    added = [statement for statement in head if id(statement) not in before]
+    setup = _import_path_setup(body, end)
+    vendored = [statement for statement in added if _imports_vendored(statement)] if setup is not None else []
+    if not vendored:
+        return module.with_changes(
+            body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
+        )
+    # A vendored helper is imported where the file's own first-party imports are: after the sys.path setup.
+    head = [statement for statement in head if all(statement is not v for v in vendored)]
+    after = setup + 1
+    while after < len(body) and _is_import_line(body[after]):
+        after += 1
+    kept = moved.leading_lines if len(head) > end else follower.leading_lines
+    vendored = [statement.with_changes(leading_lines=[]) for statement in vendored]
     return module.with_changes(
-        body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
+        body=[
+            *head,
+            follower.with_changes(leading_lines=kept),
+            *body[end + 1 : after],
+            *vendored,
+            *body[after:],
+        ]
     )
+
+
+def _import_path_setup(body: Sequence[cst.BaseStatement], start: int) -> int | None:
+    """The index of the last top-level ``sys.path`` change (``sys.path.append(...)``, ``.insert``, ``.extend``,
+    an assignment) from ``start`` to the first definition: imports after it may need it."""
+    found = None
+    for index in range(start, len(body)):
+        statement = body[index]
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            code_of(small)
+            .replace(" ", "")
+            .startswith(("sys.path.append(", "sys.path.insert(", "sys.path.extend("))
+            or isinstance(small, (cst.Assign, cst.AugAssign))
+            and code_of(small).replace(" ", "").startswith(("sys.path=", "sys.path+="))
+            for small in statement.body
+        ):
+            found = index
+    return found
+
+
+def _imports_vendored(statement: cst.BaseStatement) -> bool:
+    """``from [package.]_perfbot_<helper> import ...``: the import of a helper perfbot vendored."""
+    imported = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    module = code_of(imported.module) if isinstance(imported, cst.ImportFrom) and imported.module else ""
+    return module.rpartition(".")[2].startswith(VENDORED_PREFIX)
 
 
 def defines(module: cst.Module, name: str) -> bool:
