@@ -17,7 +17,9 @@ else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16
 Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
 gets ``mixed_precision=("bf16" if bf16_supported() else None)``, Lightning's ``Trainer``/``Fabric`` gets
 ``precision=("bf16-mixed" if bf16_supported() else "32-true")``, a DeepSpeed dict config gets ``"bf16":
-{"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line.
+{"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line. A
+setting a repository helper picks where the GPU has bf16 (litgpt's ``get_default_supported_precision``, called
+or defaulting a parameter) is already done too.
 
 A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them
 (torchtune's recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such
@@ -26,7 +28,8 @@ loops get no autocast. Where any says another dtype, the loops are judged as any
 
 Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
 or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
-loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()``.
+loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()`` (a loss
+kept on an attribute, minGPT's ``logits, self.loss = model(x, y)``, counts as computed there).
 
 Tier 1 because loss parity holds: the example GPT (``examples/gpt_loop``, GPT-2 small shapes) trained 200
 steps on an H100 in float32 and under this autocast, same seed, data and batch order, gave step losses within

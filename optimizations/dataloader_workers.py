@@ -9,7 +9,9 @@ where ``torch.cuda.is_available()``: without an accelerator torch warns that pin
 
 A loader is left alone where workers would break it or do nothing: it is built at import time, its dataset is
 an ``IterableDataset`` (every worker would replay the stream), its dataset is a repository class whose code
-uses CUDA (items a worker process cannot touch), or it is only measured (``len(loader)``), never iterated.
+uses CUDA (items a worker process cannot touch), it is only measured (``len(loader)``), never iterated, or it
+is built at every call of an evaluation function that other code calls and only scores with it (minGPT's
+``eval_split``: persistent workers would start at every call to read the loader once).
 So is a config no trainer reads: one handed only to the repository's own helpers that read its fields
 (LLaMA-Factory's inference script gives its dataset loader one; :mod:`optimizations.program.config_use`).
 

@@ -309,7 +309,9 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
     """The imports ``context`` asks for, added by libcst's ``AddImportsVisitor`` over the module's leading
     import block alone. The visitor reads and edits only that block (after a docstring) and the blank lines
     before the next statement, so that statement stands in as ``pass`` and the rest of the file is spliced
-    back untouched instead of being traversed twice per codemod."""
+    back untouched instead of being traversed twice per codemod. An added import of a vendored helper moves
+    below the file's ``sys.path`` setup, if it has one (:func:`_import_path_setup`), after the imports that
+    follow it: the helper's package may be importable only from there."""
     body = module.body
     end = next((i for i in range(1, len(body)) if not _is_import_line(body[i])), len(body))
     if end == len(body):
