@@ -19,7 +19,8 @@ gets ``mixed_precision=("bf16" if bf16_supported() else None)``, Lightning's ``T
 ``precision=("bf16-mixed" if bf16_supported() else "32-true")``, a DeepSpeed dict config gets ``"bf16":
 {"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line. A
 setting a repository helper picks where the GPU has bf16 (litgpt's ``get_default_supported_precision``, called
-or defaulting a parameter) is already done too.
+or defaulting a parameter) is already done too. An ``Accelerator`` given a DeepSpeed plugin is refused: the
+DeepSpeed config owns the precision.
 
 A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them
 (torchtune's recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such
@@ -233,17 +234,31 @@ class _Autocast(PlannedCodemod):
         message = (
             f"{code_of(call.func)}(...): {framework.precision}={bf16!r} where the GPU has bf16 tensor cores"
         )
-        if isinstance(self.parent(call), cst.Expr):
+        parent = self.parent(call)
+        read = isinstance(parent, cst.Attribute) and parent.value is call
+        if isinstance(parent, cst.Expr) or read:
+            how = (
+                f"only `{code_of(parent)}` is read from it" if read else "the call is a statement of its own"
+            )
             self.refused(
                 call,
                 message,
-                f"the `{code_of(call.func)}(...)` built here is thrown away (the call is a statement of its own): "
-                "it sets up shared state, and the one that drives training is built elsewhere",
+                f"the `{code_of(call.func)}(...)` built here is thrown away ({how}): it sets up shared state, and "
+                "the one that drives training is built elsewhere",
             )
             return
         setting = found.setting
         if setting is not None:
             self._judge_setting(found, message, setting.value)
+            return
+        plugin = keyword(call, "deepspeed_plugin") or keyword(call, "deepspeed_plugins")
+        if framework is ACCELERATE and plugin is not None:
+            self.refused(
+                call,
+                message,
+                f"its DeepSpeed plugin (`{code_of(plugin.value)}`) takes the precision from the DeepSpeed config; "
+                'set "bf16": {"enabled": true} there',
+            )
             return
         launch = (
             launch_setting(self.repo, framework.precision, self.path) if framework is ACCELERATE else None
@@ -775,6 +790,43 @@ def setup() -> None:
     fabric.launch()
 """,
             refusal="comes from the run's arguments",
+        ),
+        Example(
+            "accelerator_built_only_to_read_the_process_index",
+            before="""\
+import os
+
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+
+def load(path):
+    device_map = "auto"
+    if int(os.environ.get("WORLD_SIZE", "0")) > 1:
+        device_map = {"": Accelerator().process_index}
+    return AutoModelForCausalLM.from_pretrained(path, device_map=device_map)
+""",
+            refusal="thrown away (only `Accelerator().process_index` is read from it)",
+        ),
+        Example(
+            "accelerator_with_a_deepspeed_plugin",
+            before="""\
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin
+
+
+class Engine:
+    def __init__(self, config_file, steps):
+        plugin = DeepSpeedPlugin(hf_ds_config=config_file)
+        self.accelerator = Accelerator(deepspeed_plugin=plugin, gradient_accumulation_steps=steps)
+
+    def fit(self, model, optimizer, loader):
+        model, optimizer, loader = self.accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            self.accelerator.backward(model(**batch).loss)
+            optimizer.step()
+""",
+            refusal="its DeepSpeed plugin (`plugin`) takes the precision from the DeepSpeed config",
         ),
         Example(
             "accelerator_built_only_to_set_up_shared_state",

@@ -212,6 +212,23 @@ def test_accelerate_launch_config_owns_the_setting(tmp_path):
     )
 
 
+def test_a_launch_config_beside_another_example_does_not_own_this_one(tmp_path):
+    """huggingface/peft's examples: the DeepSpeed launch config in `examples/causal_language_modeling/` was taken
+    to own the precision of every example in the repository."""
+    config = "compute_environment: LOCAL_MACHINE\nmixed_precision: fp16\n"
+    files = {
+        "examples/glora/train.py": ACCELERATE_LOOP.format(setting=""),
+        "examples/clm/accelerate_config.yaml": config,
+    }
+    (site,) = _sites("bf16_autocast", _repo(tmp_path, files))
+    assert site.applicable and not site.refused
+    (tmp_path / "examples/glora/run.sh").write_text(
+        "accelerate launch --config_file ../clm/accelerate_config.yaml train.py\n"
+    )
+    (site,) = _sites("bf16_autocast", tmp_path)
+    assert site.refused and "examples/clm/accelerate_config.yaml:2" in site.reason
+
+
 def test_framework_backward_without_its_setup_in_the_file_is_not_wrapped(tmp_path):
     loop = """\
     def fit(accelerator, model, loader, optimizer):

@@ -103,28 +103,38 @@ LAUNCH_FILES = ("*.sh", "*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "Makefil
 def launch_setting(repo: RepoContext, setting: str, script: str) -> str | None:
     """Why a launch file owns ``setting`` for ``script``, naming the line; ``None`` when none does. A command
     that runs the script with the setting (``accelerate launch --mixed_precision fp16 train.py``) comes first,
-    then a config file that sets it (an ``accelerate config`` YAML with ``mixed_precision: fp16``)."""
+    then a config file that sets it (an ``accelerate config`` YAML with ``mixed_precision: fp16``): one in the
+    script's folder, above it or below it (``configs/``), or one a command that runs the script names. A config
+    beside another example of a repository of examples launches that example, not this one."""
     spellings = (setting, setting.replace("_", "-"))
     name = PurePosixPath(script).name
-    configs = []
+    launches: list[str] = []  # the lines of launch files that run the script
+    configs: list[tuple[str, int, str]] = []
     for path in repo.files(*LAUNCH_FILES):
         try:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
             continue
-        if not any(spelling in text for spelling in spellings):
+        if name not in text and not any(spelling in text for spelling in spellings):
             continue
         for number, line in enumerate(text.splitlines(), start=1):
-            if line.lstrip().startswith("#") or not any(spelling in line for spelling in spellings):
+            if line.lstrip().startswith("#"):
                 continue
             if name in line:
-                return f"the launch command at {path}:{number} sets it (`{line.strip()}`)"
-            if line.lstrip().startswith(f"{setting}:"):
-                configs.append(f"{path}:{number} (`{line.strip()}`)")
-    if configs:
-        return (
-            f"a launch config of the repository sets it at {configs[0]}, and a keyword here would override it"
-        )
+                launches.append(line)
+                if any(spelling in line for spelling in spellings):
+                    return f"the launch command at {path}:{number} sets it (`{line.strip()}`)"
+            elif line.lstrip().startswith(f"{setting}:"):
+                configs.append((path, number, line.strip()))
+    folder = PurePosixPath(script).parent
+    for path, number, line in configs:
+        config = PurePosixPath(path)
+        related = config.parent in (folder, *folder.parents) or folder in config.parents
+        if related or any(config.name in launch for launch in launches):
+            return (
+                f"a launch config of the repository sets it at {path}:{number} (`{line}`), and a keyword here "
+                "would override it"
+            )
     return None
 
 
