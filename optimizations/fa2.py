@@ -520,6 +520,50 @@ def merge(name, adapter, out):
             refusal="the model is loaded only to be converted and saved (`model.save_pretrained` at line 11)",
         ),
         Example(
+            "model_loaded_to_merge_an_adapter_checked_by_its_weights",
+            before="""\
+import torch
+from peft import PeftModel
+from transformers import LlamaForCausalLM
+
+base_model = LlamaForCausalLM.from_pretrained("base", torch_dtype=torch.float16)
+first_weight = base_model.model.layers[0].self_attn.q_proj.weight
+before = first_weight.clone()
+lora_model = PeftModel.from_pretrained(base_model, "adapter")
+lora_weight = lora_model.base_model.model.model.layers[0].self_attn.q_proj.weight
+lora_model = lora_model.merge_and_unload()
+lora_model.train(False)
+assert not torch.allclose(before, first_weight)
+state = {k: v for k, v in lora_model.state_dict().items() if "lora" not in k}
+LlamaForCausalLM.save_pretrained(base_model, "./hf_ckpt", state_dict=state)
+""",
+            refusal="loaded only to be converted and saved (`LlamaForCausalLM.save_pretrained` at line 14)",
+        ),
+        Example(
+            "model_looked_at_then_run",
+            before="""\
+from transformers import AutoModelForCausalLM
+
+
+def sample(name, prompts):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="bfloat16")
+    print(model.lm_head.weight.dtype, model.config.vocab_size)
+    model.eval()
+    return [model.generate(prompt) for prompt in prompts]
+""",
+            after="""\
+from transformers import AutoModelForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+
+def sample(name, prompts):
+    model = AutoModelForCausalLM.from_pretrained(name, dtype="bfloat16", attn_implementation=pick_attention_implementation(AutoModelForCausalLM, name, dtype="bfloat16", fallback=None))
+    print(model.lm_head.weight.dtype, model.config.vocab_size)
+    model.eval()
+    return [model.generate(prompt) for prompt in prompts]
+""",
+        ),
+        Example(
             "model_loaded_for_its_remote_code_and_thrown_away",
             before="""\
 import importlib

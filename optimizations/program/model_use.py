@@ -32,6 +32,8 @@ KEEPS = frozenset({"save_pretrained", "push_to_hub", "unload", "merge_and_unload
 WRAPPERS = frozenset({"get_peft_model", "PeftModel.from_pretrained"})
 # Built-ins that look at a model or set a part of it without running it (``getattr`` gives a part, followed).
 INSPECTS = frozenset({"isinstance", "hasattr", "setattr"})
+# A part's tensors, read through a chain of attributes and indices (``model.layers[0].q_proj.weight``).
+TENSORS = frozenset({"weight", "bias"})
 
 
 def kept_as_data(
@@ -39,9 +41,10 @@ def kept_as_data(
 ) -> cst.Attribute | None:
     """Where the model ``call`` builds is kept (``model.save_pretrained``), else first read
     (``hf.state_dict``), when ``scope`` (a function, or a script's module) binds it to a name and all it does
-    with that name is: read its weights or config; delete, set or look at its parts (:data:`INSPECTS`); put
-    adapters on it (:data:`WRAPPERS`); save, publish, unload or merge it (:data:`KEEPS`); and the same of what
-    those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
+    with that name is: read its weights or config, a part's tensors included (:data:`TENSORS`); delete, set or
+    look at its parts (:data:`INSPECTS`); put it in evaluation mode; put adapters on it (:data:`WRAPPERS`); save,
+    publish, unload or merge it (:data:`KEEPS`, an unbound ``Class.save_pretrained(model, ...)`` too); and the
+    same of what those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
     name = bound_name(parents, call)
     if name is None:
         return None
@@ -54,6 +57,8 @@ def kept_as_data(
         seen.add(current)
         for node in walk(scope, stop=()):
             if not (isinstance(node, cst.Name) and node.value == current) or _binds(parents, node):
+                continue
+            if _labels(parents, node):  # `other.base_model`, `f(base_model=...)`: not the variable
                 continue
             use = _data_use(node, parents)
             if use is None:
@@ -70,6 +75,14 @@ def bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -
     """The name ``name = value`` (or ``name: T = value``) binds, where ``value`` is the whole right side."""
     target = assigned_target(parents.get, value)
     return target.value if isinstance(target, cst.Name) else None
+
+
+def _labels(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:
+    """``name`` is an attribute's name or a keyword's, not a use of the variable it spells."""
+    holder = parents.get(name)
+    return (isinstance(holder, cst.Attribute) and holder.attr is name) or (
+        isinstance(holder, cst.Arg) and holder.keyword is name
+    )
 
 
 def _binds(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:
@@ -90,7 +103,9 @@ def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst
             return holder
         if holder.attr.value in KEEPS and isinstance(above, cst.Call) and above.func is holder:
             return bound_name(parents, above) or holder
-        return None
+        if isinstance(above, cst.Call) and above.func is holder and _sets_evaluation_mode(above):
+            return True
+        return _tensor_read(holder, parents)
     if isinstance(holder, cst.Del):
         return True
     if isinstance(holder, cst.Arg) and holder.value is name:
@@ -101,10 +116,30 @@ def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst
         first = call.args[0] is holder
         if callee in INSPECTS and (first or callee == "setattr"):
             return True
+        if first and callee.rpartition(".")[2] in KEEPS:  # `LlamaForCausalLM.save_pretrained(model, ...)`
+            return call.func if isinstance(call.func, cst.Attribute) else True
         wraps = any(callee == wrapper or callee.endswith(f".{wrapper}") for wrapper in WRAPPERS)
         if first and (callee == "getattr" or wraps):
             return bound_name(parents, call)
     return None
+
+
+def _sets_evaluation_mode(call: cst.Call) -> bool:
+    """``model.eval()`` or ``model.train(False)``: a flag set, nothing run."""
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
+    if method == "eval":
+        return not call.args
+    return method == "train" and len(call.args) == 1 and code_of(call.args[0].value) == "False"
+
+
+def _tensor_read(part: cst.Attribute, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst.Attribute | None:
+    """The ``....weight``/``....bias`` that a chain of attributes and indices from the model ends in, where that
+    tensor is read, not called (``model.model.layers[0].self_attn.q_proj.weight``); ``None`` otherwise."""
+    top: cst.CSTNode = part
+    while isinstance(above := parents.get(top), (cst.Attribute, cst.Subscript)) and above.value is top:
+        top = above
+    called = isinstance(parents.get(top), cst.Call) and parents.get(top).func is top
+    return top if isinstance(top, cst.Attribute) and top.attr.value in TENSORS and not called else None
 
 
 def _position(scope: cst.CSTNode, node: cst.CSTNode) -> int:
