@@ -43,7 +43,6 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.program.classes import repository_classes
 from optimizations.program.codemod import (
     add_keywords,
     code_of,
@@ -317,25 +316,10 @@ class _Autocast(PlannedCodemod):
                     default = default.right
                 candidates.append(default)
         for candidate in candidates:
-            if isinstance(candidate, cst.Call) and any(
-                _picks_bf16(f, bf16) for f in self._definitions(candidate)
-            ):
+            found = self.repository_function(candidate.func) if isinstance(candidate, cst.Call) else None
+            if found is not None and _picks_bf16(found[0], bf16):
                 return candidate
         return None
-
-    def _definitions(self, call: cst.Call) -> list[cst.FunctionDef]:
-        """The repository's definitions of the function ``call`` calls: this file's own top-level one, or one
-        another module of the repository defines (through imports and re-exports)."""
-        own = [
-            statement
-            for statement in self.parsed.module.body
-            if isinstance(statement, cst.FunctionDef)
-            and isinstance(call.func, cst.Name)
-            and statement.name.value == call.func.value
-        ]
-        index = repository_classes(self.repo)
-        found = (index.function_definition(q.name, self.path) for q in self.qualified(call.func))
-        return own + [definition for definition, _ in filter(None, found)]
 
     def _plan_deepspeed(self, found: FrameworkCall) -> None:
         call = found.call
@@ -741,13 +725,8 @@ def train(model, loader, optimizer):
 from typing import Optional
 
 import lightning as L
-import torch
 
-
-def default_precision(training: bool) -> str:
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16-mixed" if training else "bf16-true"
-    return "32-true"
+from precision import default_precision
 
 
 def setup(precision: Optional[str] = None) -> None:
@@ -755,40 +734,62 @@ def setup(precision: Optional[str] = None) -> None:
     fabric = L.Fabric(devices=1, precision=precision)
     fabric.launch()
 """,
+            files={
+                "precision.py": """\
+import torch
+
+
+def default_precision(training: bool) -> str:
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed" if training else "bf16-true"
+    return "32-true"
+""",
+            },
         ),
         Example(
             "precision_a_helper_reads_from_the_environment",
             before="""\
-import os
-
 import lightning as L
 
-
-def default_precision() -> str:
-    return "bf16-mixed" if os.environ.get("BF16") else "32-true"
+from precision import default_precision
 
 
 def setup() -> None:
     fabric = L.Fabric(devices=1, precision=default_precision())
     fabric.launch()
 """,
+            files={
+                "precision.py": """\
+import os
+
+
+def default_precision() -> str:
+    return "bf16-mixed" if os.environ.get("BF16") else "32-true"
+""",
+            },
             refusal="comes from the run's arguments",
         ),
         Example(
             "precision_a_helper_picks_without_bf16",
             before="""\
 import lightning as L
-import torch
 
-
-def fallback_precision() -> str:
-    return "32-true" if torch.cuda.is_bf16_supported() else "16-mixed"
+from precision import fallback_precision
 
 
 def setup() -> None:
     fabric = L.Fabric(devices=1, precision=fallback_precision())
     fabric.launch()
 """,
+            files={
+                "precision.py": """\
+import torch
+
+
+def fallback_precision() -> str:
+    return "32-true" if torch.cuda.is_bf16_supported() else "16-mixed"
+""",
+            },
             refusal="comes from the run's arguments",
         ),
         Example(

@@ -46,6 +46,7 @@ from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
 from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.training_loops import BACKWARD, is_method_call
 from optimizations.program.values import SettingsPlacement
 from optimizations.registry import Example, Numerics, Optimization
 
@@ -153,12 +154,7 @@ def _loop_iterating(name: cst.Name, parents: dict[cst.CSTNode, cst.CSTNode]) -> 
 
 def _trains(loop: cst.For) -> bool:
     """Whether ``loop``'s body calls a ``.backward()`` or a ``.step()`` anywhere."""
-    return any(
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ("backward", "step")
-        for node in walk(loop.body, ())
-    )
+    return any(is_method_call(node, BACKWARD, "step") for node in walk(loop.body, ()))
 
 
 class _AddWorkers(SettingsPlacement, OptimizationCodemod):
@@ -849,6 +845,11 @@ def fit_validated(model, dataset, optimizer):
     for batch in loader:
         model(batch).backward()
         optimizer.step()
+
+
+def main(model, dataset, optimizer, step):
+    fit(model, dataset, step)
+    fit_validated(model, dataset, optimizer)
 """,
             after="""\
 from torch.utils.data import DataLoader
@@ -870,6 +871,11 @@ def fit_validated(model, dataset, optimizer):
     for batch in loader:
         model(batch).backward()
         optimizer.step()
+
+
+def main(model, dataset, optimizer, step):
+    fit(model, dataset, step)
+    fit_validated(model, dataset, optimizer)
 """,
         ),
         Example(

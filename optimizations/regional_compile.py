@@ -122,18 +122,16 @@ class _CompileLayers(TrainerFollowUp):
         """A ``name = torch.compile(...)`` after every trainer of its function is built, outside any loop, whose
         name is never put into an attribute (``trainer.model = name``): it compiles a new object that none of
         those trainers trains."""
-        statement = self.parsed.parents().get(compiled)
+        parents = self.parsed.parents()
+        statement = parents.get(compiled)  # a call's parent Assign holds it as its value
         if "torch.compile" not in self.names(compiled.func) or not isinstance(statement, cst.Assign):
             return False
-        if statement.value is not compiled or not all(
-            isinstance(t.target, cst.Name) for t in statement.targets
-        ):
+        if not all(isinstance(t.target, cst.Name) for t in statement.targets):
             return False
         function = self.links.values.function_of(compiled)
         built = [t for t in trainers if self.links.values.function_of(t) is function]
         if not built or any(self.line(t) >= self.line(compiled) for t in built):
             return False
-        parents = self.parsed.parents()
         enclosing = parents.get(statement)
         while enclosing is not None and enclosing is not function:
             if isinstance(enclosing, (cst.For, cst.While)):

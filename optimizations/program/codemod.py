@@ -531,6 +531,14 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         """libcst's qualified names of ``node`` (with their source: import, builtin, local) in this file."""
         return scoped_names(self.parsed).of(node)
 
+    def repository_function(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, str] | None:
+        """The top-level function of the repository that ``func`` (a call's callee) names, through this file's
+        imports and the re-exports of the repository's modules, and the file that defines it; ``None`` when it
+        is not one of the repository's."""
+        index = repository_classes(self.repo)
+        found = (index.function_definition(q.name, self.path) for q in self.qualified(func))
+        return next(filter(None, found), None)
+
     def calls(self, node: cst.BaseExpression, function: str) -> bool:
         """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""
         return isinstance(node, cst.Call) and (

@@ -42,19 +42,8 @@ def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
     if name is None:
         return False
 
-    def resolve(func: cst.BaseExpression) -> tuple[cst.FunctionDef, str] | None:
-        index = repository_classes(codemod.repo)
-        return next(
-            (
-                found
-                for q in codemod.qualified(func)
-                if (found := index.function_definition(q.name, codemod.path))
-            ),
-            None,
-        )
-
     scope = scoped_names(codemod.parsed).scope_of(call)
-    return _stays(codemod.parsed, scope, name, resolve, depth=0, repo=codemod.repo)
+    return _stays(codemod.parsed, scope, name, codemod.repository_function, depth=0, repo=codemod.repo)
 
 
 def _stays(

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import libcst as cst
 
 from optimizations.program.codemod import assigned_target, code_of, walk
+from optimizations.program.names import is_reference
 
 # Attributes whose use reads a model without running it.
 READS = frozenset(
@@ -58,7 +59,7 @@ def kept_as_data(
         for node in walk(scope, stop=()):
             if not (isinstance(node, cst.Name) and node.value == current) or _binds(parents, node):
                 continue
-            if _labels(parents, node):  # `other.base_model`, `f(base_model=...)`: not the variable
+            if not is_reference(node, parents):  # `other.base_model`, `f(base_model=...)`: not the variable
                 continue
             use = _data_use(node, parents)
             if use is None:
@@ -75,14 +76,6 @@ def bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -
     """The name ``name = value`` (or ``name: T = value``) binds, where ``value`` is the whole right side."""
     target = assigned_target(parents.get, value)
     return target.value if isinstance(target, cst.Name) else None
-
-
-def _labels(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:
-    """``name`` is an attribute's name or a keyword's, not a use of the variable it spells."""
-    holder = parents.get(name)
-    return (isinstance(holder, cst.Attribute) and holder.attr is name) or (
-        isinstance(holder, cst.Arg) and holder.keyword is name
-    )
 
 
 def _binds(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict
+from collections.abc import Mapping
 
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
@@ -144,15 +145,7 @@ class ScopedNames:
         return list(self._reads.get((scope, name), ()))
 
     def _is_reference(self, name: cst.Name) -> bool:
-        """Not the attribute part of ``x.name``, a keyword's label, nor a name inside an import statement."""
-        parent = self._parents.get(name)
-        if isinstance(parent, cst.Attribute) and parent.attr is name:
-            return False
-        if isinstance(parent, cst.Arg) and parent.keyword is name:
-            return False
-        while isinstance(parent, (cst.Attribute, cst.AsName)):
-            parent = self._parents.get(parent)
-        return not isinstance(parent, (cst.ImportAlias, cst.ImportFrom))
+        return is_reference(name, self._parents)
 
     # -- scopes ----------------------------------------------------------------------------------------------
     def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -297,6 +290,19 @@ def _dotted(node: cst.BaseExpression) -> str:
 
 def _as_name(alias: cst.ImportAlias) -> str:
     return alias.asname.name.value if isinstance(alias.asname.name, cst.Name) else ""
+
+
+def is_reference(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
+    """Whether ``name`` refers to a variable: not the attribute part of ``x.name``, a keyword's label, nor a
+    name inside an import statement."""
+    parent = parents.get(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is name:
+        return False
+    while isinstance(parent, (cst.Attribute, cst.AsName)):
+        parent = parents.get(parent)
+    return not isinstance(parent, (cst.ImportAlias, cst.ImportFrom))
 
 
 def scoped_names(parsed: ParsedFile) -> ScopedNames:
