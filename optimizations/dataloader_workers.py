@@ -879,6 +879,38 @@ def main(model, dataset, optimizer, step):
 """,
         ),
         Example(
+            "arguments_on_a_line_of_their_own",
+            before="""\
+from torch.utils.data import DataLoader
+
+
+def train(model, dataset, optimizer):
+    loader = DataLoader(
+        dataset, shuffle=True, batch_size=8
+    )
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+            after="""\
+from torch.utils.data import DataLoader
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def train(model, dataset, optimizer):
+    loader = DataLoader(
+        dataset, shuffle=True, batch_size=8, num_workers=DATALOADER_WORKERS, pin_memory=torch.cuda.is_available(), persistent_workers=DATALOADER_WORKERS > 0, prefetch_factor=(2 if DATALOADER_WORKERS > 0 else None)
+    )
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        ),
+        Example(
             "already_uses_workers",
             before="""\
 import torch

@@ -204,13 +204,13 @@ def add_keywords(call: cst.Call, items: Sequence[tuple[str, cst.BaseExpression]]
     multiline = isinstance(arg_indent, cst.ParenthesizedWhitespace)
     if not multiline:
         separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        trailing = last.comma
-        args[-1] = last.with_changes(comma=separator)
+        # The last argument's trailing comma and the layout before ``)`` move to the new last argument.
+        args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
         for arg in new_args[:-1]:
             args.append(arg.with_changes(comma=separator))
-        args.append(new_args[-1].with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg))
-        if trailing is not cst.MaybeSentinel.DEFAULT or last.whitespace_after_arg != cst.SimpleWhitespace(""):
-            args[-2] = args[-2].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        args.append(
+            new_args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+        )
         return call.with_changes(args=args)
 
     # Multi-line: each new argument on its own line, indented like the others.
