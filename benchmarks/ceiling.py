@@ -1,7 +1,7 @@
 """The ceiling a LoRA SFT step is judged against: the same model, adapter and batch, stepped by hand.
 
-    python -m benchmarks.ceiling [--size gpu] [--modes eager,compile,reduce-overhead] [--steps 30]
-        [--warmup 10] [--batch 8] [--seq 1024] [--loss full|chunked] [--json]
+    python -m benchmarks.ceiling [--size gpu] [--modes eager,compile,reduce-overhead,max-autotune] [--steps 30]
+        [--warmup 10] [--batch 8] [--seq 1024] [--loss full|chunked] [--attention sdpa|sdpa-cudnn|flex] [--json]
 
 No Trainer, no collator, no logging: a fixed batch of ``--batch`` × ``--seq`` random token ids, the causal-LM
 cross-entropy over the whole vocabulary, ``backward()``, a fused AdamW step over the LoRA weights. ``--loss
@@ -10,7 +10,10 @@ takes the decoder's hidden states and computes the LM head and its cross-entropy
 a time, each chunk recomputed in the backward (:func:`chunked_causal_lm_loss`), so the batch's logits never
 exist whole, as TRL's fused LM head does for the trainers. ``--size gpu`` is the bundled example's GPU
 benchmark shape (Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads of 64, 2 KV heads, vocabulary 151,936, tied
-head), LoRA r=16 on q/k/v/o, SDPA attention, bf16 weights; ``tiny`` is a CPU smoke size. Each mode is measured
+head), LoRA r=16 on q/k/v/o, bf16 weights; ``tiny`` is a CPU smoke size. ``--attention`` is the model's attention:
+SDPA with the backend torch picks (``sdpa``), SDPA held to cuDNN's fused attention (``sdpa-cudnn``, CUDA only), or
+FlexAttention (``flex``, the kernel the example's packed tier heads run). ``max-autotune`` compiles as
+``reduce-overhead`` does and also times inductor's candidate matmul kernels for each shape. Each mode is measured
 after ``--warmup`` discarded steps (compilation, CUDA graph capture, clocks): the median step time and its
 spread over ``--steps`` steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak
 (:func:`benchmarks.environment.peak_tflops`, FLOPs per token as the benchmark's
@@ -25,6 +28,7 @@ host-bound mode reads less busy under the profiler than it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -39,8 +43,13 @@ from benchmarks.environment import peak_tflops
 from benchmarks.metrics import model_flops_per_token
 from benchmarks.profiling import Profile, summarize
 
-MODES = ("eager", "compile", "reduce-overhead")
+MODES = ("eager", "compile", "reduce-overhead", "max-autotune")
 LOSSES = ("full", "chunked")
+ATTENTION = {
+    "sdpa": "sdpa",
+    "sdpa-cudnn": "sdpa",
+    "flex": "flex_attention",
+}  # --attention: the model's setting
 LOSS_CHUNK = 1024  # tokens per chunk of --loss chunked: 1024 × 151,936 float32 logits are 0.6 GB
 # The bundled example's model sizes (examples/trainer_repo/model_loading.py), Qwen2 configs with random weights.
 SIZES = {
@@ -64,9 +73,10 @@ SIZES = {
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 PROFILED_STEPS = 5
 # Kernel-name fragments of each kind of work, checked in this order (flash attention kernels name their
-# architecture, as matmuls do; inductor names a fused cross-entropy after its log-softmax).
+# architecture, as matmuls do, and cuDNN's are "..._native_sdpa_..."; inductor names a fused cross-entropy after
+# its log-softmax).
 KERNEL_GROUPS = {
-    "attention": ("flash", "fmha", "attention", "attn"),
+    "attention": ("flash", "fmha", "attention", "attn", "sdpa"),
     "cross-entropy": ("log_softmax", "logsoftmax", "nll_loss", "cross_entropy"),
     "optimizer": ("adam", "multi_tensor_apply"),
     "matmul": ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul", "sm90_", "sm80_"),
@@ -79,6 +89,7 @@ class Measured:
 
     mode: str
     loss: str
+    attention: str
     step_ms: float
     step_ms_min: float
     step_ms_max: float
@@ -91,14 +102,19 @@ class Measured:
     last_loss: float
 
 
-def build(size: str, device: torch.device, seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def build(
+    size: str, device: torch.device, seed: int = 0, attention: str = "sdpa"
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The model with its LoRA adapter (r=16 on q/k/v/o) and a fused AdamW over the adapter's weights."""
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        **SIZES[size], tie_word_embeddings=True, max_position_embeddings=4096, attn_implementation="sdpa"
+        **SIZES[size],
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        attn_implementation=ATTENTION[attention],
     )
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = Qwen2ForCausalLM(config).to(device=device, dtype=dtype)
@@ -185,15 +201,17 @@ def measure(
     warmup: int,
     device: torch.device,
     loss: str = "full",
+    attention: str = "sdpa",
 ) -> Measured:
     """``mode``'s step: ``warmup`` discarded, ``steps`` timed, ``PROFILED_STEPS`` more under the profiler."""
-    model, optimizer = build(size, device)
+    model, optimizer = build(size, device, attention=attention)
     step = make_step(model, optimizer, mode, loss)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, SIZES[size]["vocab_size"], (batch, seq), generator=generator).to(device)
-    losses = [float(step(ids)) for _ in range(warmup)]
-    times = timed(lambda: losses.append(float(step(ids))), device, steps)
-    profile, kernels = _profile(lambda: step(ids), device)
+    with _sdpa_backend(attention):
+        losses = [float(step(ids)) for _ in range(warmup)]
+        times = timed(lambda: losses.append(float(step(ids))), device, steps)
+        profile, kernels = _profile(lambda: step(ids), device)
     median = statistics.median(times)
     tokens_per_s = batch * seq / (median / 1000)
     peak = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
@@ -201,6 +219,7 @@ def measure(
     return Measured(
         mode=mode,
         loss=loss,
+        attention=attention,
         step_ms=median,
         step_ms_min=min(times),
         step_ms_max=max(times),
@@ -212,6 +231,16 @@ def measure(
         first_loss=losses[0],
         last_loss=losses[-1],
     )
+
+
+def _sdpa_backend(attention: str) -> contextlib.AbstractContextManager:
+    """SDPA held to cuDNN's fused attention for ``sdpa-cudnn`` (compiled steps take the backend in force when
+    they are traced, the first warm-up step), else torch's own choice."""
+    if attention != "sdpa-cudnn":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
 
 
 def _profile(run: Callable[[], object], device: torch.device) -> tuple[Profile | None, dict[str, float]]:
@@ -263,20 +292,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--loss", choices=LOSSES, default="full", help="the model's own loss, or chunked")
+    parser.add_argument(
+        "--attention", choices=sorted(ATTENTION), default="sdpa", help="the model's attention"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.attention == "sdpa-cudnn" and device.type != "cuda":
+        parser.error("--attention sdpa-cudnn needs a CUDA device")
     results = [
-        measure(m, args.size, args.batch, args.seq, args.steps, args.warmup, device, args.loss) for m in modes
+        measure(
+            m, args.size, args.batch, args.seq, args.steps, args.warmup, device, args.loss, args.attention
+        )
+        for m in modes
     ]
     if args.json:
         print(json.dumps({"device": str(device), "modes": [asdict(r) for r in results]}, indent=1))
         return 0
     print(
-        f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; loss: {args.loss}"
+        f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; loss: {args.loss}; "
+        f"attention: {args.attention}; batch {args.batch} x {args.seq}"
     )
     print(
         "mode             step ms (min-max)      tokens/s   MFU    device busy  launches/step  loss first→last"

@@ -72,3 +72,50 @@ def test_no_finished_runs_is_an_error(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(sys, "argv", ["rounds", str(tmp_path)])
     with pytest.raises(SystemExit, match="no finished loop runs"):
         rounds.main()
+
+
+def write_results(path: Path, suffix: str, rounds_: range) -> Path:
+    """A bench results file of one machine (its own SHAs), as ``interrupted-NN.json`` keeps it."""
+    subjects = ("example trainer", "perf(calibrate): no-op", "perf(calibrate): planted slowdown")
+    commits = [{"sha": f"{i}{suffix}" * 8, "subject": subject} for i, subject in enumerate(subjects)]
+    runs = [
+        {
+            "commit": commit["sha"],
+            "workload": "loop",
+            "repeat": r - rounds_.start,
+            "status": "ok",
+            "metrics": {"tokens_per_s": values[r]},
+        }
+        for r in rounds_
+        for commit, values in zip(commits, (BASELINE, NOOP, PLANT), strict=True)
+    ]
+    runs.append(
+        {"commit": commits[2]["sha"], "workload": "loop", "repeat": 9, "status": "oom", "metrics": {}}
+    )
+    path.write_text(json.dumps({"baseline": commits[0]["sha"], "commits": commits, "runs": runs}))
+    return path
+
+
+def test_results_files_of_two_machines_pool_their_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = write_results(tmp_path / "a.json", "a", range(0, 4))
+    second = write_results(tmp_path / "b.json", "b", range(4, 8))
+    values, baseline = rounds.values_by_subject([first, second], "loop")
+    assert baseline == "example trainer"
+    assert sorted(values[baseline].values()) == sorted(BASELINE)  # round 0 of each file kept apart
+    monkeypatch.setattr(sys, "argv", ["rounds", str(first), str(second), "--every", "4"])
+    rounds.main()
+    lines = capsys.readouterr().out.splitlines()
+    plant = lines[lines.index("perf(calibrate): planted slowdown") + 2]
+    assert plant.strip().startswith("8 rounds:") and plant.endswith("regression")
+    assert "CV 2.0% over 8 runs: baseline" in lines
+
+
+def test_results_files_of_different_baselines_are_refused(tmp_path: Path) -> None:
+    first = write_results(tmp_path / "a.json", "a", range(0, 4))
+    other = json.loads(first.read_text())
+    other["commits"][0]["subject"] = "another trainer"
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="different baselines"):
+        rounds.values_by_subject([first, tmp_path / "b.json"], "loop")

@@ -33,7 +33,8 @@ def test_the_hand_written_step_trains_and_reports_its_parts(capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["device"] == "cpu"
     [eager] = report["modes"]
-    assert eager["mode"] == "eager" and eager["last_loss"] < eager["first_loss"]
+    assert eager["mode"] == "eager" and eager["attention"] == "sdpa"
+    assert eager["last_loss"] < eager["first_loss"]
     assert eager["step_ms_min"] <= eager["step_ms"] <= eager["step_ms_max"]
     assert eager["tokens_per_s"] == pytest.approx(2 * 32 / (eager["step_ms"] / 1000))
     assert eager["mfu"] is None and eager["device_busy"] is None  # no device peak or trace on a CPU
@@ -89,3 +90,14 @@ def test_the_chunked_loss_is_the_models_own_loss_and_gradients(monkeypatch):
     assert chunked.item() == pytest.approx(full.item(), rel=1e-5)
     for mine, theirs in zip(got, expected, strict=True):
         assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_the_attention_is_the_models_setting_and_cudnn_needs_a_device(capsys):
+    assert (
+        build("tiny", torch.device("cpu"), attention="flex")[0].config._attn_implementation
+        == "flex_attention"
+    )
+    assert build("tiny", torch.device("cpu"))[0].config._attn_implementation == "sdpa"
+    with pytest.raises(SystemExit) as exited:
+        main(["--size", "tiny", "--modes", "eager", "--attention", "sdpa-cudnn"])
+    assert exited.value.code == 2 and "sdpa-cudnn needs a CUDA device" in capsys.readouterr().err
