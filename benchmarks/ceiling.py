@@ -234,13 +234,17 @@ def measure(
 
 
 def _sdpa_backend(attention: str) -> contextlib.AbstractContextManager:
-    """SDPA held to cuDNN's fused attention for ``sdpa-cudnn`` (compiled steps take the backend in force when
-    they are traced, the first warm-up step), else torch's own choice."""
+    """SDPA held to cuDNN's fused attention for ``sdpa-cudnn``, else torch's own choice. A compiled step takes
+    the backend in force when it is traced (the first warm-up step); AOTAutograd's cache is off meanwhile, since
+    its key (the traced graph) does not hold the backend and would hand back another backend's compiled step."""
     if attention != "sdpa-cudnn":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
+    stack = contextlib.ExitStack()
+    stack.enter_context(sdpa_kernel([SDPBackend.CUDNN_ATTENTION]))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
 
 
 def _profile(run: Callable[[], object], device: torch.device) -> tuple[Profile | None, dict[str, float]]:
