@@ -69,7 +69,7 @@ class _ComputeAdaptersInBf16(TrainerFollowUp):
             return updated_node
         message = f"{callee}(...): {WHAT}"
         scope = self.links.values.function_of(original_node) or self.parsed.module
-        kept = kept_as_data(scope, original_node, self.parsed.parents())
+        kept = kept_as_data(scope, original_node, self.parsed)
         other = self._other_adapter(original_node, scope)
         if kept is not None:
             reason = (

@@ -213,7 +213,7 @@ class _PickAttention(OptimizationCodemod):
                 "loading does (a remote module imported), never trained or run",
             )
             return updated_node
-        kept = kept_as_data(function or self.parsed.module, original_node, parents)
+        kept = kept_as_data(function or self.parsed.module, original_node, self.parsed)
         if kept is not None:
             how = "to copy from" if kept.attr.value in READS else "to be converted and saved"
             self.refused(
@@ -538,6 +538,51 @@ state = {k: v for k, v in lora_model.state_dict().items() if "lora" not in k}
 LlamaForCausalLM.save_pretrained(base_model, "./hf_ckpt", state_dict=state)
 """,
             refusal="loaded only to be converted and saved (`LlamaForCausalLM.save_pretrained` at line 14)",
+        ),
+        Example(
+            "adapter_merged_by_flags_on_each_layer_then_exported",
+            before="""\
+import torch
+from peft import PeftModel
+from transformers import LlamaForCausalLM
+
+base_model = LlamaForCausalLM.from_pretrained("base", torch_dtype=torch.float16, device_map={"": "cpu"})
+lora_model = PeftModel.from_pretrained(base_model, "adapter")
+for layer in lora_model.base_model.model.model.layers:
+    layer.self_attn.q_proj.merge_weights = True
+lora_model.train(False)
+
+
+def renamed(key):
+    layer = key.split(".")[2]  # another variable: this function's own
+    return f"layers.{layer}"
+
+
+torch.save({renamed(k): v for k, v in lora_model.state_dict().items()}, "consolidated.pth")
+""",
+            refusal="the model is loaded only to copy from (`lora_model.state_dict` at line 17)",
+        ),
+        Example(
+            "parts_iterated_and_run_is_a_run",
+            before="""\
+import torch
+from transformers import LlamaForCausalLM
+
+model = LlamaForCausalLM.from_pretrained("base", torch_dtype=torch.bfloat16)
+hidden = torch.zeros(1, 4, 64)
+for layer in model.model.layers:
+    hidden = layer(hidden)[0]
+""",
+            after="""\
+import torch
+from transformers import LlamaForCausalLM
+from _perfbot_attention import pick_attention_implementation
+
+model = LlamaForCausalLM.from_pretrained("base", torch_dtype=torch.bfloat16, attn_implementation=pick_attention_implementation(LlamaForCausalLM, dtype=torch.bfloat16, fallback=None))
+hidden = torch.zeros(1, 4, 64)
+for layer in model.model.layers:
+    hidden = layer(hidden)[0]
+""",
         ),
         Example(
             "model_looked_at_then_run",

@@ -59,7 +59,6 @@ def values_by_subject(results: list[Path], workload: str) -> tuple[dict[str, dic
     return values, baselines.pop() if baselines else ""
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(

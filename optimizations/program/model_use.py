@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import libcst as cst
 
 from optimizations.program.codemod import assigned_target, code_of, walk
-from optimizations.program.names import is_reference
+from optimizations.program.names import scoped_names
+from optimizations.program.repository import ParsedFile
 
 # Attributes whose use reads a model without running it.
 READS = frozenset(
@@ -38,14 +39,17 @@ TENSORS = frozenset({"weight", "bias"})
 
 
 def kept_as_data(
-    scope: cst.FunctionDef | cst.Module, call: cst.Call, parents: Mapping[cst.CSTNode, cst.CSTNode]
+    scope: cst.FunctionDef | cst.Module, call: cst.Call, parsed: ParsedFile
 ) -> cst.Attribute | None:
     """Where the model ``call`` builds is kept (``model.save_pretrained``), else first read
     (``hf.state_dict``), when ``scope`` (a function, or a script's module) binds it to a name and all it does
     with that name is: read its weights or config, a part's tensors included (:data:`TENSORS`); delete, set or
-    look at its parts (:data:`INSPECTS`); put it in evaluation mode; put adapters on it (:data:`WRAPPERS`); save,
+    look at its parts (:data:`INSPECTS`, a part's attribute assigned) or iterate them (the loop's name followed);
+    put it in evaluation mode; put adapters on it (:data:`WRAPPERS`); save,
     publish, unload or merge it (:data:`KEEPS`, an unbound ``Class.save_pretrained(model, ...)`` too); and the
-    same of what those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise."""
+    same of what those give back. Never calls, returns, passes on, trains or moves it. ``None`` otherwise. Only
+    the reads of the bindings in ``scope`` count: a nested function's own variable of the same name is another."""
+    parents, names = parsed.parents(), scoped_names(parsed)
     name = bound_name(parents, call)
     if name is None:
         return None
@@ -56,11 +60,7 @@ def kept_as_data(
         if current in seen:
             continue
         seen.add(current)
-        for node in walk(scope, stop=()):
-            if not (isinstance(node, cst.Name) and node.value == current) or _binds(parents, node):
-                continue
-            if not is_reference(node, parents):  # `other.base_model`, `f(base_model=...)`: not the variable
-                continue
+        for node in names.reads(current, scope):
             use = _data_use(node, parents)
             if use is None:
                 return None
@@ -78,12 +78,6 @@ def bound_name(parents: Mapping[cst.CSTNode, cst.CSTNode], value: cst.CSTNode) -
     return target.value if isinstance(target, cst.Name) else None
 
 
-def _binds(parents: Mapping[cst.CSTNode, cst.CSTNode], name: cst.Name) -> bool:
-    """``name`` is the target of an assignment, not a use."""
-    holder = parents.get(name)
-    return isinstance(holder, (cst.AssignTarget, cst.AnnAssign)) and holder.target is name
-
-
 def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst.CSTNode | str | bool | None:
     """What one mention of the model does: a read or a keep (the node to quote), a conversion whose result is
     bound to another name (that name), a deletion or type check (True); ``None`` for any other use."""
@@ -98,7 +92,7 @@ def _data_use(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst
             return bound_name(parents, above) or holder
         if isinstance(above, cst.Call) and above.func is holder and _sets_evaluation_mode(above):
             return True
-        return _tensor_read(holder, parents)
+        return _part_use(holder, parents)
     if isinstance(holder, cst.Del):
         return True
     if isinstance(holder, cst.Arg) and holder.value is name:
@@ -125,13 +119,22 @@ def _sets_evaluation_mode(call: cst.Call) -> bool:
     return method == "train" and len(call.args) == 1 and code_of(call.args[0].value) == "False"
 
 
-def _tensor_read(part: cst.Attribute, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> cst.Attribute | None:
-    """The ``....weight``/``....bias`` that a chain of attributes and indices from the model ends in, where that
-    tensor is read, not called (``model.model.layers[0].self_attn.q_proj.weight``); ``None`` otherwise."""
+def _part_use(
+    part: cst.Attribute, parents: Mapping[cst.CSTNode, cst.CSTNode]
+) -> cst.CSTNode | str | bool | None:
+    """What a chain of attributes and indices from the model does with the part it ends in: a tensor read, not
+    called (``model.model.layers[0].self_attn.q_proj.weight``: that node); a flag set or a part deleted
+    (``layer.self_attn.q_proj.merge_weights = True``: True); the parts iterated (``for layer in
+    model.model.layers``: the loop's name, followed); ``None`` otherwise."""
     top: cst.CSTNode = part
     while isinstance(above := parents.get(top), (cst.Attribute, cst.Subscript)) and above.value is top:
         top = above
-    called = isinstance(parents.get(top), cst.Call) and parents.get(top).func is top
+    holder = parents.get(top)
+    if isinstance(holder, cst.AssignTarget) and holder.target is top or isinstance(holder, cst.Del):
+        return True
+    if isinstance(holder, cst.For) and holder.iter is top:
+        return holder.target.value if isinstance(holder.target, cst.Name) else None
+    called = isinstance(holder, cst.Call) and holder.func is top
     return top if isinstance(top, cst.Attribute) and top.attr.value in TENSORS and not called else None
 
 
