@@ -267,11 +267,14 @@ class TierRun:
     def _apply_row(self, row: Row, optimization: Optimization, issue: int | str) -> str | None:
         """Apply one optimization and commit it; the row says what happened. The sha, or None."""
         workspace = self.workspace
+        untidied = None
         try:
             change, missed = self._dry_run(optimization, focus_files(self.plan, row))
             if change.files:
                 change.write(workspace.root)
-                tidy(workspace.root, {path: workspace.committed_text(path) for path in change.files})
+                untidied = tidy(
+                    workspace.root, {path: workspace.committed_text(path) for path in change.files}
+                )
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
             row.status, row.note = ItemStatus.FAILED, f"{type(exc).__name__}: {exc}"
@@ -313,4 +316,6 @@ class TierRun:
         row.note = missed + "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:
             row.note += " (left alone: " + describe_refusals(change.refused) + ")"
+        if untidied:
+            row.note += f" (not tidied: {untidied})"
         return row.commit

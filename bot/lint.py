@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections import Counter
@@ -24,6 +23,7 @@ from typing import Any
 import git
 
 from bot.formatting import clip
+from bot.ruff_pin import ruff_for
 from bot.tidy import style_settings
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -62,7 +62,7 @@ def _ruff(root: Path, files: list[Path], style: list[str]) -> list[dict[str, Any
     diagnostics = []
     for start in range(0, len(files), _BATCH):
         completed = subprocess.run(
-            [sys.executable, "-m", "ruff", "check", "--no-cache", "--force-exclude", "--exit-zero", *style]
+            [ruff_for(root), "check", "--no-cache", "--force-exclude", "--exit-zero", *style]
             + ["--output-format", "json", *map(str, files[start : start + _BATCH])],
             cwd=root,
             capture_output=True,

@@ -250,8 +250,8 @@ def commit_findings(reviews: list[CommitReview], lint_error: str) -> list[Findin
                 "lint",
                 "ruff could not check the touched files",
                 (lint_error,),
-                "Fix the ruff configuration "
-                "of the repository (run `ruff check` on the touched files by hand), then run `bot review` again",
+                "Make ruff able to check the touched files (the evidence says what stopped it; "
+                "`ruff check` on them by hand shows the same), then run `bot review` again",
             )
         )
     for review in reviews:

@@ -27,13 +27,11 @@ import json
 import re
 import subprocess
 import tomllib
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ruff.__main__ import find_ruff_bin
-
 from bot.rewrap import rewrap
+from bot.ruff_pin import RuffPinMismatch, ruff_for
 from optimizations.program.repository import VENDORED_PREFIX
 
 RUFF_CONFIGS = ("ruff.toml", ".ruff.toml")
@@ -134,15 +132,11 @@ def style_settings(root: Path) -> list[str] | None:
     ]
 
 
-@cache
-def _ruff_binary() -> str:
-    """The ruff executable (run directly: a ``python -m ruff`` would start an interpreter per call)."""
-    return str(find_ruff_bin())
-
-
 def _ruff(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The target's ruff (:func:`bot.ruff_pin.ruff_for`), run directly: a ``python -m ruff`` would start an
+    interpreter per call."""
     return subprocess.run(
-        [_ruff_binary(), *args],
+        [ruff_for(root), *args],
         cwd=root,
         input=stdin,
         capture_output=True,
@@ -203,10 +197,12 @@ def _unsorted_blocks(root: Path, path: str, source: str, settings: tuple[str, ..
 
 
 def sort_added_import_blocks(root: Path, path: str, original: str, settings: tuple[str, ...] = ()) -> None:
-    """Sort the import blocks of ``path`` that the bot added a line to and that were sorted before it did (ruff's
-    ``I001`` fix for each); a block that was unsorted before keeps its order, and so does every other block."""
+    """Sort the import blocks of ``path`` that the bot added a line to, or put a line right after (the blank
+    lines a target's ``lines-after-imports`` asks for), and that were sorted before it did (ruff's ``I001`` fix
+    for each); a block that was unsorted before keeps its order, and so does every other block."""
     file = root / path
     source = file.read_text(encoding="utf-8")
+    source_lines = source.splitlines()
     matcher = difflib.SequenceMatcher(None, original.splitlines(), source.splitlines(), autojunk=False)
     kept = {  # a line of the edited file that the original has: its line number there (1-based)
         new + 1: old_start + new - new_start + 1
@@ -220,8 +216,11 @@ def sort_added_import_blocks(root: Path, path: str, original: str, settings: tup
     ]
     edits = []
     for block in _unsorted_blocks(root, path, source, settings):
+        after = block["end_location"]["row"] + 1  # the first line of code after the block's blank lines
+        while after <= len(source_lines) and not source_lines[after - 1].strip():
+            after += 1
         lines = range(block["location"]["row"], block["end_location"]["row"] + 1)
-        added = any(line not in kept for line in lines)
+        added = any(line not in kept for line in range(lines.start, min(after, len(source_lines)) + 1))
         was_unsorted = any(
             first <= kept[line] <= last for line in lines if line in kept for first, last in unsorted_before
         )
@@ -249,12 +248,16 @@ def _apply_edits(source: str, edits: list[dict[str, Any]]) -> str:
     return source
 
 
-def tidy(root: Path, originals: dict[str, str | None]) -> None:
+def tidy(root: Path, originals: dict[str, str | None]) -> str | None:
     """Tidy the changed Python files the way the target's ruff/black/isort would, leaving alone what the bot
-    did not write.
+    did not write. ``None``, or why nothing was tidied (the target pins a ruff that is not to be found).
 
     ``originals`` maps each changed path to its text before the change (``None`` for a new file).
     """
+    try:
+        ruff_for(root)
+    except RuffPinMismatch as mismatch:
+        return str(mismatch)
     found = style_settings(root)
     settings = tuple(found or ())
     python = [p for p in originals if p.endswith(".py")]
@@ -263,7 +266,7 @@ def tidy(root: Path, originals: dict[str, str | None]) -> None:
     for path in edited:
         sort_added_import_blocks(root, path, originals[path], settings)
     if found is None:
-        return
+        return None
     if ours:  # the target's own rule set where it configures ruff, else only the import order
         rules = () if uses_ruff(root) else ("--select", "I001")
         _ruff(root, "check", *settings, "--fix", *rules, "--quiet", *ours)
@@ -275,3 +278,4 @@ def tidy(root: Path, originals: dict[str, str | None]) -> None:
             format_changed_lines(root, path, originals[path], settings)
     for path in ours:
         _fit(root, path, settings)
+    return None

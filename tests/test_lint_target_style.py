@@ -501,3 +501,23 @@ def test_a_file_black_passes_and_ruff_would_reformat_gets_only_its_edits_formatt
     assert any("dataloader_num_workers=" in line for line in added)
     code = [line for line in added if not line.lstrip().startswith("#")]
     assert max(map(len, code)) <= 79, [line for line in code if len(line) > 79]
+
+
+def test_a_line_put_right_after_an_import_block_gets_the_blank_lines_the_target_asks_for(tmp_path):
+    """huggingface/peft's shape: ``lines-after-imports = 2``. The constant the bot puts after the imports would
+    leave one blank line; the block, sorted before, gets its two, and a block the bot did not touch stays."""
+    from bot.tidy import tidy
+
+    (tmp_path / "pyproject.toml").write_text(
+        f"{PROJECT}\n[tool.ruff.lint]\nselect = ['I']\n\n[tool.ruff.lint.isort]\nlines-after-imports = 2\n"
+    )
+    original = (
+        "import os\n\n\nWORKERS = os.cpu_count()\n\n\ndef main():\n    import sys\n    return sys.argv\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        original.replace("\n\n\nWORKERS", "\n\n# perfbot: workers\nLOADER_WORKERS = 2\nWORKERS")
+    )
+    tidy(tmp_path, {"train.py": original})
+    assert script.read_text().startswith("import os\n\n\n# perfbot: workers\nLOADER_WORKERS = 2\nWORKERS")
+    assert ruff(tmp_path, "check", "train.py").returncode == 0
