@@ -136,10 +136,11 @@ def test_launch_lines_are_read_with_continuations_and_every_launcher(tmp_path):
     assert found[0].flags == {"config": "./recipes/a.yaml", "packing": "False"}
     assert found[1].flags == {"bf16": "true"}
     sites = switch(ctx, "train/sft.py", PACKING, "packing")
-    assert [(s.path, s.line) for s in sites] == [("run.sh", 4)]
+    assert [(s.path, s.line) for s in sites] == [("run.sh", 4), ("train/go.sh", 1)]
     assert ctx.edits["run.sh"].endswith(
         "--packing true --packing_strategy bfd; echo --seed 1\npython -m pip install trl\necho train/sft.py\n"
     )
+    assert ctx.edits["train/go.sh"] == "python3 sft.py --bf16 --packing true --packing_strategy bfd\n"
     assert switch(ctx, "other.py", PACKING, "packing") is None
 
 
@@ -300,3 +301,57 @@ def test_a_parsed_streaming_flag_blocks_precompute_only_where_a_launch_turns_it_
     else:
         assert [(s.path, s.applicable) for s in sites] == [("dpo.py", False)]
         assert "streaming=script_args.dataset_streaming" in sites[0].reason
+
+
+def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
+    """lm-sys/FastChat's shape: ``deepspeed train_lora.py \\`` and a flag a line; the flags go on lines of their
+    own after the last, where the spans of the file's earlier commands stay valid; a command that chains on, or
+    ends in a comment, is left with the reason; one that trains nothing is left alone."""
+    ctx = _repo(
+        tmp_path,
+        {
+            "sft.py": "",
+            "scripts/lora.sh": (
+                "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False\n"
+                "python sft.py --seed 1 | tee log.txt\n"
+                "python sft.py --seed 2  # the second seed\n"
+                "python sft.py --seed 3\n"
+                "python sft.py --do_train False --do_predict True\n"
+            ),
+        },
+    )
+    sites = switch(ctx, "sft.py", PACKING, "packing")
+    assert sorted((s.line, s.applicable) for s in sites) == [(4, False), (4, True), (5, False), (6, True)]
+    assert all("a pipe, `&&`, `;`, a comment" in s.reason for s in sites if not s.applicable)
+    assert ctx.edits["scripts/lora.sh"] == (
+        "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False \\\n"
+        "    --packing True \\\n    --packing_strategy bfd\n"
+        "python sft.py --seed 1 | tee log.txt\n"
+        "python sft.py --seed 2  # the second seed\n"
+        "python sft.py --seed 3 --packing true --packing_strategy bfd\n"
+        "python sft.py --do_train False --do_predict True\n"
+    )
+
+
+def test_a_script_that_imports_and_runs_the_parsers_function_launches_it(tmp_path):
+    """lm-sys/FastChat's ``train_mem.py``: it patches attention, imports ``train`` from
+    ``fastchat/train/train.py`` and calls it, so the commands that run it launch ``train.py``'s parser. A script
+    that only imports a helper from it, or calls it inside a function of its own, does not."""
+    ctx = _repo(
+        tmp_path,
+        {
+            "pkg/train.py": "",
+            "pkg/train_mem.py": "import patch\n\nfrom pkg.train import train\n\nif __name__ == '__main__':\n    train()\n",
+            "pkg/beside.py": "from train import train as run\n\nrun()\n",
+            "pkg/helper_only.py": "from pkg.train import preprocess\n\n\ndef main():\n    preprocess()\n",
+            "run.sh": (
+                "torchrun --nproc_per_node=4 pkg/train_mem.py --seed 1\n"
+                "python pkg/helper_only.py --seed 2\n"
+                "python pkg/beside.py --seed 3\n"
+            ),
+        },
+    )
+    assert [(f.path, f.line, f.flags) for f in launches(ctx, "pkg/train.py")] == [
+        ("run.sh", 1, {"seed": "1"}),
+        ("run.sh", 3, {"seed": "3"}),
+    ]

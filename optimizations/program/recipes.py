@@ -17,6 +17,7 @@ purpose is respected: a flag or recipe key that already turns the setting on is 
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from collections.abc import Callable
@@ -167,9 +168,11 @@ def _words(command: str) -> list[str]:
 
 
 def launches(repo: RepoContext, script: str) -> list[Launch]:
-    """The commands that run ``script`` with python/accelerate/torchrun: those of the repository's shell
-    scripts, and those its Markdown documents show in code blocks."""
+    """The commands that run ``script`` with python/accelerate/torchrun, or a script that imports and calls
+    its code (:func:`_runs_code_of`): those of the repository's shell scripts, and those its Markdown documents
+    show in code blocks."""
     found = []
+    entries: dict[str, bool] = {}
     for path in repo.files(*SHELL_FILES, *DOCUMENT_FILES):
         try:
             text = repo.read(path)
@@ -177,7 +180,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             continue
         for line, start, end, command in _commands(text if path.endswith(".sh") else _code_blocks(text)):
             words = _words(command)
-            runs = next((i for i, w in enumerate(words) if _same_script(w, script, path)), None)
+            runs = next((i for i, w in enumerate(words) if _runs(repo, w, script, path, entries)), None)
             if runs is None or not any(PurePosixPath(w).name in LAUNCHERS for w in words[:runs]):
                 continue
             arguments = words[runs + 1 :]
@@ -186,6 +189,52 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             )
             found.append(Launch(path, line, start, end, _flags(arguments[:ends])))
     return found
+
+
+def _runs(repo: RepoContext, word: str, script: str, shell: str, entries: dict[str, bool]) -> bool:
+    """True when the shell word runs ``script``'s code: names it, or names an entry script that calls it."""
+    if _same_script(word, script, shell):
+        return True
+    if not word.endswith(".py"):
+        return False
+    entry = next(
+        (p for p in (word, str(PurePosixPath(shell).parent / word)) if (repo.root / p).is_file()), None
+    )
+    if entry is None or entry == script:
+        return False
+    if entry not in entries:
+        entries[entry] = _runs_code_of(repo, entry, script)
+    return entries[entry]
+
+
+def _runs_code_of(repo: RepoContext, entry: str, script: str) -> bool:
+    """Whether the script ``entry`` imports a function of ``script``'s module and calls it when run (at its top
+    level, or under ``if __name__ == "__main__":``), as lm-sys/FastChat's ``train_mem.py`` runs ``train()`` of
+    ``fastchat/train/train.py`` after patching attention."""
+    try:
+        tree = ast.parse(repo.read(entry))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    path, folder = PurePosixPath(script).with_suffix(""), PurePosixPath(entry).parent
+    modules = {".".join(path.parts)}  # from the repository root, or from the entry's own folder
+    if path.is_relative_to(folder):
+        modules.add(".".join(path.relative_to(folder).parts))
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules
+        for alias in node.names
+    }
+    run = list(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            run += node.body
+    return any(
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in imported
+        for statement in run
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If))
+        for call in ast.walk(statement)
+    )
 
 
 def _same_script(word: str, script: str, shell: str) -> bool:
@@ -217,41 +266,92 @@ def _flip_flag(text: str, launch: Launch, setting: RecipeSetting) -> tuple[str, 
     return text[: launch.start] + edited + text[launch.end :], line
 
 
+def _append_flags(text: str, launch: Launch, setting: RecipeSetting) -> tuple[str, int] | None:
+    """The shell text with ``--<key> <value>`` and its companions added after the command's last argument, in its
+    layout (a continuation line each, or on its one line), and the line of the first; ``None`` where the command
+    has no last argument to add them after (it pipes or chains on, or a comment ends it)."""
+    span = text[launch.start : launch.end]
+    body = span.rstrip("\n")
+    lines = body.split("\n")
+    words = _words(" ".join(line.removesuffix("\\") for line in lines))
+    if "#" in lines[-1] or any(word and set(word) <= set(OPERATORS) for word in words):
+        return None
+    flags = {setting.key: setting.value, **setting.companions}
+    if any(value in ("True", "False") for value in launch.flags.values()):  # the command's own spelling
+        flags = {
+            key: value.capitalize() if value in ("true", "false") else value for key, value in flags.items()
+        }
+    if len(lines) > 1:
+        indent = lines[-1][: len(lines[-1]) - len(lines[-1].lstrip())]
+        added, line = "".join(f" \\\n{indent}--{k} {v}" for k, v in flags.items()), launch.line + len(lines)
+    else:
+        added, line = "".join(f" --{k} {v}" for k, v in flags.items()), launch.line
+    edited = body.rstrip() + added + span[len(body) :]
+    return text[: launch.start] + edited + text[launch.end :], line
+
+
 def switch(repo: RepoContext, script: str, setting: RecipeSetting, optimization: str) -> list[Site] | None:
-    """Turn ``setting`` on where each launch of ``script`` takes it from; the sites, ``None`` without a launch."""
+    """Turn ``setting`` on where each launch of ``script`` takes it from: its flag, the recipes it passes, else a
+    flag added to a shell script's command (a document's is left as shown). The sites; ``None`` without a
+    launch."""
     found = launches(repo, script)
     if not found:
         return None
     sites: list[Site] = []
-    done: set[str] = set()
-    for launch in found:
-        message = f"{setting.key} {setting.value}" + "".join(
-            f", {k} {v}" for k, v in setting.companions.items()
-        )
-        if setting.key in launch.flags:
-            flag = f"--{setting.key} {launch.flags[setting.key]}"
-            if setting.is_on(yaml_value(launch.flags[setting.key])):
-                sites.append(
-                    Site(launch.path, launch.line, optimization, f"launch flag {flag}", False, already=True)
-                )
-                continue
-            reason = setting.blocked({k: yaml_value(v) for k, v in launch.flags.items()})
-            if reason is None and launch.documented:
-                reason = f"the documented command passes {flag}, which wins over its recipe; change it there"
-            flipped = _flip_flag(repo.read(launch.path), launch, setting) if reason is None else None
-            if reason is not None:
-                sites.append(
-                    Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)
-                )
-            elif flipped is not None:
-                repo.edit(launch.path, flipped[0])
-                sites.append(Site(launch.path, flipped[1], optimization, f"launch flag --{message}"))
-            continue
-        for config in launch.configs:
-            if config not in done:
-                done.add(config)
-                sites.extend(_switch_recipe(repo, config, setting, optimization))
+    recipes: set[str] = set()
+    # a file's later commands first, so that an edit leaves the spans of those before it where they were; each
+    # command's sites go before those of the commands after it
+    for launch in reversed(found):
+        sites[:0] = _launch_sites(repo, launch, setting, optimization, recipes)
     return sites
+
+
+def _launch_sites(
+    repo: RepoContext, launch: Launch, setting: RecipeSetting, optimization: str, recipes: set[str]
+) -> list[Site]:
+    """``setting`` turned on for one launch: its flag flipped, else the recipes it passes that ``recipes`` (those
+    done already) does not hold, else flags added to its command. None for a command that trains nothing
+    (``--do_train False``: artidoro/qlora's ``generate.sh`` runs its script to predict)."""
+    if yaml_value(launch.flags.get("do_train", "")) is False:
+        return []
+    message = f"{setting.key} {setting.value}" + "".join(f", {k} {v}" for k, v in setting.companions.items())
+    if setting.key in launch.flags:
+        flag = f"--{setting.key} {launch.flags[setting.key]}"
+        if setting.is_on(yaml_value(launch.flags[setting.key])):
+            return [Site(launch.path, launch.line, optimization, f"launch flag {flag}", False, already=True)]
+        reason = setting.blocked({k: yaml_value(v) for k, v in launch.flags.items()})
+        if reason is None and launch.documented:
+            reason = f"the documented command passes {flag}, which wins over its recipe; change it there"
+        if reason is not None:
+            return [Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)]
+        flipped = _flip_flag(repo.read(launch.path), launch, setting)
+        if flipped is None:
+            return []
+        repo.edit(launch.path, flipped[0])
+        return [Site(launch.path, flipped[1], optimization, f"launch flag --{message}")]
+    if launch.configs:
+        sites = []
+        for config in (c for c in launch.configs if c not in recipes):
+            recipes.add(config)
+            sites.extend(_switch_recipe(repo, config, setting, optimization))
+        return sites
+    return [] if launch.documented else [_add_flags(repo, launch, setting, optimization, message)]
+
+
+def _add_flags(
+    repo: RepoContext, launch: Launch, setting: RecipeSetting, optimization: str, message: str
+) -> Site:
+    """The site of a shell script's command that passes no recipe: ``setting`` added as flags, or why not."""
+    reason = setting.blocked({k: yaml_value(v) for k, v in launch.flags.items()})
+    appended = _append_flags(repo.read(launch.path), launch, setting) if reason is None else None
+    if appended is None:
+        reason = (
+            reason
+            or f"the command goes on after its arguments (a pipe, `&&`, `;`, a comment): add --{message}"
+        )
+        return Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)
+    repo.edit(launch.path, appended[0])
+    return Site(launch.path, appended[1], optimization, f"launch flag --{message}")
 
 
 def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
