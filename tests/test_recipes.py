@@ -311,6 +311,7 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
         tmp_path,
         {
             "sft.py": "",
+            "README.md": "```bash\npython sft.py --seed 4\n```\n",
             "scripts/lora.sh": (
                 "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False\n"
                 "python sft.py --seed 1 | tee log.txt\n"
@@ -321,8 +322,12 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
         },
     )
     sites = switch(ctx, "sft.py", PACKING, "packing")
-    assert sorted((s.line, s.applicable) for s in sites) == [(4, False), (4, True), (5, False), (6, True)]
-    assert all("a pipe, `&&`, `;`, a comment" in s.reason for s in sites if not s.applicable)
+    shown = [s for s in sites if s.path == "README.md"]
+    assert [(s.line, s.applicable) for s in shown] == [(2, False)] and "documented command" in shown[0].reason
+    run = [s for s in sites if s.path == "scripts/lora.sh"]
+    assert sorted((s.line, s.applicable) for s in run) == [(4, False), (4, True), (5, False), (6, True)]
+    assert all("a pipe, `&&`, `;`, a comment" in s.reason for s in run if not s.applicable)
+    assert "README.md" not in ctx.edits
     assert ctx.edits["scripts/lora.sh"] == (
         "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False \\\n"
         "    --packing True \\\n    --packing_strategy bfd\n"

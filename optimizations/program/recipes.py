@@ -335,7 +335,10 @@ def _launch_sites(
             recipes.add(config)
             sites.extend(_switch_recipe(repo, config, setting, optimization))
         return sites
-    return [] if launch.documented else [_add_flags(repo, launch, setting, optimization, message)]
+    if launch.documented:
+        reason = f"the documented command passes no recipe; add --{message} to it where the run is launched"
+        return [Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)]
+    return [_add_flags(repo, launch, setting, optimization, message)]
 
 
 def _add_flags(
