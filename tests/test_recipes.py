@@ -316,7 +316,7 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
                 "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False\n"
                 "python sft.py --seed 1 | tee log.txt\n"
                 "python sft.py --seed 2  # the second seed\n"
-                "python sft.py --seed 3\n"
+                "python sft.py --seed 3 --packing_strategy wrapped\n"
                 "python sft.py --do_train False --do_predict True\n"
             ),
         },
@@ -333,7 +333,7 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
         "    --packing True \\\n    --packing_strategy bfd\n"
         "python sft.py --seed 1 | tee log.txt\n"
         "python sft.py --seed 2  # the second seed\n"
-        "python sft.py --seed 3 --packing true --packing_strategy bfd\n"
+        "python sft.py --seed 3 --packing_strategy wrapped --packing true\n"
         "python sft.py --do_train False --do_predict True\n"
     )
 

@@ -276,7 +276,10 @@ def _append_flags(text: str, launch: Launch, setting: RecipeSetting) -> tuple[st
     words = _words(" ".join(line.removesuffix("\\") for line in lines))
     if "#" in lines[-1] or any(word and set(word) <= set(OPERATORS) for word in words):
         return None
-    flags = {setting.key: setting.value, **setting.companions}
+    flags = {
+        setting.key: setting.value,
+        **{k: v for k, v in setting.companions.items() if k not in launch.flags},
+    }
     if any(value in ("True", "False") for value in launch.flags.values()):  # the command's own spelling
         flags = {
             key: value.capitalize() if value in ("true", "false") else value for key, value in flags.items()
