@@ -45,11 +45,8 @@ from benchmarks.profiling import Profile, summarize
 
 MODES = ("eager", "compile", "reduce-overhead", "max-autotune")
 LOSSES = ("full", "chunked")
-ATTENTION = {
-    "sdpa": "sdpa",
-    "sdpa-cudnn": "sdpa",
-    "flex": "flex_attention",
-}  # --attention: the model's setting
+# --attention: the model's attn_implementation for each choice
+ATTENTION = {"sdpa": "sdpa", "sdpa-cudnn": "sdpa", "flex": "flex_attention"}
 LOSS_CHUNK = 1024  # tokens per chunk of --loss chunked: 1024 × 151,936 float32 logits are 0.6 GB
 # The bundled example's model sizes (examples/trainer_repo/model_loading.py), Qwen2 configs with random weights.
 SIZES = {
