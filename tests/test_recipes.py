@@ -360,3 +360,37 @@ def test_a_script_that_imports_and_runs_the_parsers_function_launches_it(tmp_pat
         ("run.sh", 1, {"seed": "1"}),
         ("run.sh", 3, {"seed": "3"}),
     ]
+
+
+def test_commands_documented_under_docs_are_launches_and_docs_code_is_still_out_of_scope(tmp_path):
+    """lm-sys/FastChat documents ``train_flant5.py``'s command in ``docs/training.md`` only."""
+    ctx = _repo(
+        tmp_path,
+        {
+            "train.py": "",
+            "docs/training.md": "```bash\ntorchrun train.py --bf16 True\n```\n",
+            "docs/demo.py": "",
+        },
+    )
+    assert [(f.path, f.line, f.documented) for f in launches(ctx, "train.py")] == [
+        ("docs/training.md", 2, True)
+    ]
+    assert "docs/demo.py" not in ctx.python_files()
+
+
+def test_a_recipe_given_positionally_is_the_launchs_recipe(tmp_path):
+    """huggingface/alignment-handbook's README runs ``scripts/dpo.py recipes/.../config_qlora.yaml``: the recipe
+    is edited, as one passed with ``--config``, and no flag is added to the command."""
+    ctx = _repo(
+        tmp_path,
+        {
+            "sft.py": "",
+            "recipes/sft.yaml": "max_length: 512\n",
+            "run.sh": "accelerate launch --config_file ddp.yaml sft.py recipes/sft.yaml --seed 1\n",
+        },
+    )
+    [launch] = launches(ctx, "sft.py")
+    assert launch.configs == ["recipes/sft.yaml"] and launch.flags == {"seed": "1"}
+    sites = switch(ctx, "sft.py", PACKING, "packing")
+    assert [(s.path, s.applicable) for s in sites] == [("recipes/sft.yaml", True)]
+    assert set(ctx.edits) == {"recipes/sft.yaml"}

@@ -36,6 +36,8 @@ from optimizations.program.yaml_settings import add_keys, settings
 LAUNCHERS = ("python", "python3", "accelerate", "torchrun", "deepspeed")
 # Characters of the shell's control operators, which end a command's arguments.
 OPERATORS = ";&|"
+# A recipe given as a positional argument: a YAML file.
+RECIPE_SUFFIXES = (".yaml", ".yml")
 # Files whose commands launch scripts: shell scripts (edited), and Markdown code blocks (read only).
 SHELL_FILES = ("*.sh",)
 DOCUMENT_FILES = ("*.md",)
@@ -52,12 +54,15 @@ class Launch:
     start: int  # character span of the command (continuations included) in the shell script
     end: int
     flags: dict[str, str] = field(default_factory=dict)
+    positional: tuple[str, ...] = ()  # the arguments that are no flag's value
 
     @property
     def configs(self) -> list[str]:
-        """The recipes passed with ``--config``, relative to the repository root, ``{a,b}`` expanded."""
-        given = self.flags.get("config")
-        return [] if given is None else [str(PurePosixPath(p)) for p in _expand_braces(given)]
+        """The recipes passed with ``--config`` or as a positional YAML file (``dpo.py recipes/dpo.yaml``, as
+        HfArgumentParser scripts read ``sys.argv[1]``), relative to the repository root, ``{a,b}`` expanded."""
+        given = [self.flags["config"]] if "config" in self.flags else []
+        given += [word for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
+        return [str(PurePosixPath(p)) for word in given for p in _expand_braces(word)]
 
     @property
     def documented(self) -> bool:
@@ -141,12 +146,19 @@ def _commands(text: str) -> list[tuple[int, int, int, str]]:
 
 def _flags(words: list[str]) -> dict[str, str]:
     """``--key value`` and ``--key=value`` arguments; a flag followed by another flag is ``"true"``."""
+    return _arguments(words)[0]
+
+
+def _arguments(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The flags of :func:`_flags`, and the words that are no flag's value (positional arguments)."""
     flags: dict[str, str] = {}
+    positional: list[str] = []
     index = 0
     while index < len(words):
         word = words[index]
         index += 1
         if not word.startswith("--"):
+            positional.append(word)
             continue
         name, equals, value = word[2:].partition("=")
         if not equals:
@@ -154,7 +166,7 @@ def _flags(words: list[str]) -> dict[str, str]:
             value = words[index] if follows else "true"
             index += follows
         flags[name.replace("-", "_")] = value
-    return flags
+    return flags, positional
 
 
 def _words(command: str) -> list[str]:
@@ -173,7 +185,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
     show in code blocks."""
     found = []
     entries: dict[str, bool] = {}
-    for path in repo.files(*SHELL_FILES, *DOCUMENT_FILES):
+    for path in [*repo.files(*SHELL_FILES), *repo.documents(*DOCUMENT_FILES)]:
         try:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
@@ -187,7 +199,8 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             ends = next(
                 (i for i, w in enumerate(arguments) if w and set(w) <= set(OPERATORS)), len(arguments)
             )
-            found.append(Launch(path, line, start, end, _flags(arguments[:ends])))
+            flags, positional = _arguments(arguments[:ends])
+            found.append(Launch(path, line, start, end, flags, tuple(positional)))
     return found
 
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 VENDORED_PREFIX = "_perfbot_"
-DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", "docs/*", "examples/*/.venv/*")
+DOCS = "docs/*"
+DEFAULT_EXCLUDES = ("tests/*", "test_*.py", "*/tests/*", "*/test_*.py", DOCS, "examples/*/.venv/*")
 
 
 class TransformError(Exception):
@@ -217,6 +218,20 @@ class RepoContext:
             self.sources.listings[key] = self._list(patterns)
         scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
         return [p for p in self.sources.listings[key] if scope.in_scope(p)]
+
+    def documents(self, *patterns: str) -> list[str]:
+        """Like :meth:`files`, ``docs/`` included: documents are read for the commands they show, never edited,
+        and ``docs/*`` is excluded by default only as code (its examples)."""
+        key = (self.root, patterns)
+        if key not in self.sources.listings:
+            self.sources.listings[key] = self._list(patterns)
+        exclude = [pattern for pattern in self.exclude if pattern != DOCS]
+        return [
+            path
+            for path in self.sources.listings[key]
+            if not any(part.startswith(".") for part in Path(path).parts)
+            and not any(fnmatch.fnmatch(path, pattern) for pattern in exclude)
+        ]
 
     def _list(self, patterns: tuple[str, ...]) -> list[str]:
         """Tracked and untracked-but-not-ignored files matching ``patterns`` (outside git: present ones)."""
