@@ -48,9 +48,8 @@ def required_version(root: Path) -> str | None:
 
 def satisfies(version: Version, pin: str) -> bool:
     """Whether ``version`` meets ``pin`` as ruff reads it: a PEP 440 specifier, or a bare version meaning ``==``."""
-    text = pin.strip()
     try:
-        return version in SpecifierSet(text if text[:1] in "<>=!~" else f"=={text}")
+        return version in SpecifierSet(_as_requirement(pin))
     except InvalidSpecifier:
         return False
 
@@ -103,5 +102,6 @@ def ruff_for(root: Path) -> str:
 
 
 def _as_requirement(pin: str) -> str:
+    """``pin`` as a requirement specifier: a bare version means ``==``."""
     text = pin.strip()
     return text if text[:1] in "<>=!~" else f"=={text}"

@@ -144,13 +144,9 @@ def _commands(text: str) -> list[tuple[int, int, int, str]]:
     return commands
 
 
-def _flags(words: list[str]) -> dict[str, str]:
-    """``--key value`` and ``--key=value`` arguments; a flag followed by another flag is ``"true"``."""
-    return _arguments(words)[0]
-
-
 def _arguments(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """The flags of :func:`_flags`, and the words that are no flag's value (positional arguments)."""
+    """The ``--key value`` and ``--key=value`` arguments (a flag followed by another flag is ``"true"``), and the
+    words that are no flag's value (positional arguments)."""
     flags: dict[str, str] = {}
     positional: list[str] = []
     index = 0

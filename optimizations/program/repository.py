@@ -213,25 +213,22 @@ class RepoContext:
         The repository is listed once per run (``sources`` keeps the listing): transforms add no files but
         vendored ones, which are out of scope.
         """
-        key = (self.root, patterns)
-        if key not in self.sources.listings:
-            self.sources.listings[key] = self._list(patterns)
         scope = self if all(p.endswith(".py") for p in patterns) else RepoContext(self.root, self.exclude)
-        return [p for p in self.sources.listings[key] if scope.in_scope(p)]
+        return [p for p in self._listing(patterns) if scope.in_scope(p)]
 
     def documents(self, *patterns: str) -> list[str]:
         """Like :meth:`files`, ``docs/`` included: documents are read for the commands they show, never edited,
         and ``docs/*`` is excluded by default only as code (its examples)."""
+        scope = RepoContext(self.root, self.exclude)
+        scope.exclude = tuple(pattern for pattern in scope.exclude if pattern != DOCS)
+        return [p for p in self._listing(patterns) if scope.in_scope(p)]
+
+    def _listing(self, patterns: tuple[str, ...]) -> list[str]:
+        """:meth:`_list`, once per run (``sources`` keeps it)."""
         key = (self.root, patterns)
         if key not in self.sources.listings:
             self.sources.listings[key] = self._list(patterns)
-        exclude = [pattern for pattern in self.exclude if pattern != DOCS]
-        return [
-            path
-            for path in self.sources.listings[key]
-            if not any(part.startswith(".") for part in Path(path).parts)
-            and not any(fnmatch.fnmatch(path, pattern) for pattern in exclude)
-        ]
+        return self.sources.listings[key]
 
     def _list(self, patterns: tuple[str, ...]) -> list[str]:
         """Tracked and untracked-but-not-ignored files matching ``patterns`` (outside git: present ones)."""
