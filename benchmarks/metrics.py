@@ -41,11 +41,12 @@ on CUDA it synchronises the device first, to time the step. The record keeps the
 (``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked.
 
 A meter given a :class:`benchmarks.turns.TurnClient` is one run of a round whose runs take turns on one device
-(``bot bench --interleave``): it waits for its turn before its first step, hands the device on after its
-warm-up and after each measured window (synchronising the device and returning its cached memory first, so the
+(``bot bench --interleave``): it waits for its turn before its first step (after its warm-up when the round
+warms up together, ``--warm-up-together``), hands the device on after its warm-up and after each measured window (synchronising the device and returning its cached memory first, so the
 runs of a round need one run's peak memory plus the others' weights and optimizer state, not three peaks), and
 measures nothing after its last window; ``turns`` in the record gives each window's throughput. The waits
-belong to no step.
+belong to no step. ``timeline`` in the record says where the run's other time went: start-up, warm-up, and
+waiting for turns (:mod:`benchmarks.timeline`).
 
 ``host_load_others`` is the share of the host's CPUs that other processes kept busy while the measured steps ran
 (:mod:`benchmarks.host`): a benchmark sharing its machine measures the other tenants too, and the statistics leave
@@ -92,6 +93,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from benchmarks import host
+from benchmarks.timeline import Timeline
 from benchmarks.turns import TurnClient
 
 PHASES = ("data_wait", "forward", "backward", "optimizer")
@@ -287,6 +289,7 @@ class Meter:
     ) -> None:
         self.planted_slowdown = planted_slowdown
         self._turns = turns
+        self.timeline = Timeline()
         self._plant_since = 0.0
         self._planted_waited = 0.0  # seconds the plant waited, and the step time it was a fraction of
         self._planted_of = 0.0
@@ -491,7 +494,10 @@ class Meter:
         if self._pad_token_id is None:
             pad = getattr(getattr(model, "config", None), "pad_token_id", None)
             self._pad_token_id = pad if isinstance(pad, int) else None
-        if self._turns is not None:
+        self.timeline.first_step()
+        if self._load_from_step == 0:
+            self.timeline.warmed_up()
+        if self._turns is not None and self._turns.plan.first_turn_at_start:
             self._take_turn()
             return
         self._last = _Mark(self._cuda)
@@ -513,6 +519,10 @@ class Meter:
         if self.planted_slowdown > 0:
             self._plant_delay()
         done = len(self._steps)
+        if not self._paused:
+            self.timeline.step_closed()
+        if done == self._load_from_step:
+            self.timeline.warmed_up()
         if self._turns is not None and hand_over and self._turns.plan.turn_ends_after(done):
             self._take_turn()
         elif self._turns is not None and self._turns.plan.done_after(done):
@@ -532,7 +542,8 @@ class Meter:
             torch.cuda.synchronize(self._device)
             torch.cuda.empty_cache()  # the cached blocks of this run's steps are room for the next run's
         self._close_load_span()
-        self._turns.take()
+        with self.timeline.waiting():
+            self._turns.take()
         if len(self._steps) >= self._load_from_step:
             self._load_start = host.read()
         self._last = _Mark(self._cuda)
@@ -667,6 +678,7 @@ class Meter:
             "peak_tflops": peak_tflops,
             "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
             "turns": self._turns_report(step_tokens, step_ms),
+            "timeline": self.timeline.report(),
         }
 
     def _turns_report(self, step_tokens: list[float | None], step_ms: list[float]) -> dict[str, Any] | None:

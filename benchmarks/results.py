@@ -340,8 +340,8 @@ def _calibrated(
 ) -> tuple[BenchSpec, dict[str, dict]]:
     """The spec with calibrated steps, and the calibration of each workload. A first run per workload at the
     baseline (none when it asks for no minimum time) gives the step time; when its measured steps lasted under
-    half the minimum time (a short first run is mostly warm-up) or other processes disturbed it, another run
-    with the steps found measures it again, three runs at most."""
+    half the minimum time and their times had not settled (a short first run is mostly warm-up), or other
+    processes disturbed it, another run with the steps found measures it again, three runs at most."""
     workloads = dict(spec.workloads)
     calibration = {
         name: {"steps_asked": w.steps, "steps": w.steps, "min_time_s": 0} for name, w in workloads.items()
@@ -364,10 +364,24 @@ def _calibrated(
                 and isinstance(window, int | float)
                 and window < wanted / 2
             )
-            if short or calibration[name]["disturbed"]:
+            settled = settled_steps(records.get(name))
+            calibration[name]["settled"] = settled
+            if (short and not settled) or calibration[name]["disturbed"]:
                 again[name] = original
         asked = again
     return replace(spec, workloads=workloads), calibration
+
+
+def settled_steps(record: RunRecord | None, tolerance: float = 0.1) -> bool:
+    """Whether a calibration run's step times had settled: it measured at least four steps and the median of
+    the later half is within ``tolerance`` of the median of all (a compilation or graph capture among the
+    first measured steps leaves the median alone; a run still speeding up does not)."""
+    metrics = record.metrics if record is not None and record.ok else None
+    times = ((metrics or {}).get("per_step") or {}).get("ms") or []
+    if len(times) < 4 or not all(isinstance(t, int | float) and t > 0 for t in times):
+        return False
+    whole, later = statistics.median(times), statistics.median(times[len(times) // 2 :])
+    return abs(later - whole) <= tolerance * whole
 
 
 def _default_budget(calibration: dict[str, dict[str, Any]], runner: Runner) -> float:

@@ -31,6 +31,7 @@ import git
 from benchmarks import host
 from benchmarks.spec import BenchSpec, Workload
 from benchmarks.status import RunStatus
+from benchmarks.timeline import launch_environment
 from benchmarks.turns import TurnPlan, TurnTaker, client_environment, window_steps_for
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
@@ -233,7 +234,8 @@ def worktrees(repo: git.Repo, commits: Sequence[str], root: Path) -> Iterator[di
 class LocalRunner:
     """Runs jobs as subprocesses on this machine: one job per visible GPU at a time, or one at a time on CPU;
     with ``interleave`` windows (2 or more), a round's runs of a one-GPU workload start together on one device
-    and take turns measuring that many windows each (:mod:`benchmarks.turns`).
+    and take turns measuring that many windows each (:mod:`benchmarks.turns`), warming up in turns or, with
+    ``warm_up_together``, all at once (their peak memory must then fit the device together).
 
     ``work_dir`` receives a fresh ``bench-*`` folder per :meth:`run` with the worktrees (removed afterwards)
     and each job's ``metrics.json`` and ``log.txt`` (kept). ``launch`` builds each job's argv; it defaults to
@@ -253,6 +255,7 @@ class LocalRunner:
         quiet_below: float | None = None,
         quiet_wait_s: float = QUIET_WAIT_S,
         interleave: int = 0,
+        warm_up_together: bool = False,
     ):
         self.repo = repo if isinstance(repo, git.Repo) else git.Repo(repo, search_parent_directories=True)
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
@@ -261,6 +264,7 @@ class LocalRunner:
         self.log_tail_lines = log_tail_lines
         self.quiet_below, self.quiet_wait_s = quiet_below, quiet_wait_s
         self.interleave = interleave
+        self.warm_up_together = warm_up_together
         self._processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -368,7 +372,7 @@ class LocalRunner:
                 def run(index: int, job: BenchJob) -> None:
                     warmup = job.workload.warmup_steps
                     size = window_steps_for(job.workload.steps - warmup, self.interleave)
-                    plan = TurnPlan(warmup, self.interleave, size)
+                    plan = TurnPlan(warmup, self.interleave, size, self.warm_up_together)
                     job = replace(job, workload=replace(job.workload, steps=warmup + plan.measured_steps))
                     try:
                         records[index] = self._run_job(
@@ -455,7 +459,7 @@ class LocalRunner:
         timed_out = False
         returncode: int | None = None
         try:
-            env = _job_environment(job, gpus) | (turns or {})
+            env = _job_environment(job, gpus) | (turns or {}) | launch_environment()
             argv = self.launch(job, metrics_path)
             with open(log_path, "wb") as log, self._lock:
                 if self._stopping:

@@ -7,7 +7,11 @@ turns, the runner starts every run of a round together (their start-ups overlap)
 lets exactly one of them run at a time:
 
 - each run's first turn covers its warm-up steps; the warm-up turns go in the round's order, so no window is
-  measured while another run still compiles;
+  measured while another run still compiles. With ``warm_up_together`` the runs warm up (compile, capture
+  graphs) at the same time instead, each asking for its first turn once warmed up, and their compilations
+  overlap as their start-ups do;
+- the first turn goes out only once every run of the round has asked for one (or ended), so no window, and
+  no warm-up taken in turns, runs beside another run's loading or compiling;
 - then each run measures ``windows`` windows of ``window_steps`` steps, one window per turn, in ABBA order
   (A B C, C B A, A B C, …): every commit is measured in every stretch of the round, early and late alike;
 - a run that has measured its last window keeps the turn until it exits, so its saving and teardown do not
@@ -39,16 +43,19 @@ SOCKET_ENV = "PERFBOT_TURN_SOCKET"
 KEY_ENV = "PERFBOT_TURN_KEY"
 WINDOWS_ENV = "PERFBOT_TURN_WINDOWS"
 WINDOW_STEPS_ENV = "PERFBOT_TURN_WINDOW_STEPS"
+WARM_UP_TOGETHER_ENV = "PERFBOT_TURN_WARM_UP_TOGETHER"
 _READY, _GO = "ready", "go"
 
 
 @dataclass(frozen=True)
 class TurnPlan:
-    """How one run's steps fall into turns: its warm-up steps, then ``windows`` windows of ``window_steps``."""
+    """How one run's steps fall into turns: its warm-up steps (in a turn of their own, or outside the turns when
+    ``warm_up_together``), then ``windows`` windows of ``window_steps``."""
 
     warmup_steps: int
     windows: int
     window_steps: int
+    warm_up_together: bool = False
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0 or self.windows < 1 or self.window_steps < 1:
@@ -66,6 +73,11 @@ class TurnPlan:
         if measured < 0 or measured >= self.measured_steps:
             return False
         return measured % self.window_steps == 0 and (measured > 0 or self.warmup_steps > 0)
+
+    @property
+    def first_turn_at_start(self) -> bool:
+        """Whether the run asks for its first turn before its first step (else once its warm-up is done)."""
+        return not (self.warm_up_together and self.warmup_steps > 0)
 
     def done_after(self, steps_done: int) -> bool:
         """Whether ``steps_done`` closed steps complete the last window."""
@@ -110,6 +122,7 @@ def client_from_environment(warmup_steps: int) -> TurnClient | None:
         warmup_steps=warmup_steps,
         windows=int(os.environ[WINDOWS_ENV]),
         window_steps=int(os.environ[WINDOW_STEPS_ENV]),
+        warm_up_together=os.environ.get(WARM_UP_TOGETHER_ENV) == "1",
     )
     return TurnClient(path, os.environ[KEY_ENV], plan)
 
@@ -121,6 +134,7 @@ def client_environment(path: str, key: str, plan: TurnPlan) -> dict[str, str]:
         KEY_ENV: key,
         WINDOWS_ENV: str(plan.windows),
         WINDOW_STEPS_ENV: str(plan.window_steps),
+        WARM_UP_TOGETHER_ENV: "1" if plan.warm_up_together else "0",
     }
 
 
@@ -199,6 +213,8 @@ class TurnTaker:
             if holder == key:
                 holder = None
 
+        while not all(key in waiting or key in ended for key in self.keys):
+            absorb(*self._events.get())  # every run has loaded (and warmed up, when together) or ended
         forward = True
         while len(ended) < len(self.keys):
             for key in self.keys if forward else reversed(self.keys):

@@ -43,6 +43,7 @@ class BenchOptions:
     address: str | None = None
     drop_regressions: bool = False
     interleave: int = 0
+    warm_up_together: bool = False
 
 
 def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
@@ -101,6 +102,7 @@ def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
             state_dir(workspace.root) / "bench",
             quiet_below=limit if limit < 1 else None,
             interleave=options.interleave,
+            warm_up_together=options.warm_up_together,
         )
     if options.interleave > 1:
         raise BadInput(

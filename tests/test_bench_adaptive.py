@@ -35,6 +35,8 @@ class FakeRunner:
         self.step_s, self.window_s = step_s, window_s
         self.timing = "host_clock"
         self.calibration_loads: list[float] = []  # other processes' load during each calibration run, in turn
+        self.calibration_steps_ms: list[float] | None = None  # each calibration run's measured steps
+        self.timeline: dict | None = None  # what each run says its time went to, when set
         self.jobs: list = []
         self.rng = random.Random(5)
 
@@ -54,6 +56,10 @@ class FakeRunner:
                 if job.calibration
                 else self.window_s,
             }
+            if self.timeline is not None:
+                metrics["timeline"] = self.timeline
+            if job.calibration and self.calibration_steps_ms is not None:
+                metrics["per_step"] = {"ms": self.calibration_steps_ms}
             if job.calibration and self.calibration_loads:
                 metrics["host_load_others"] = self.calibration_loads.pop(0)
             record = RunRecord(job.commit, job.workload.name, job.repeat, "ok", self.seconds, "", metrics)
@@ -98,6 +104,37 @@ def test_calibration_sets_the_steps_and_repeats_a_run_that_was_mostly_warm_up(re
     runner.timing = "cuda_events"
     on_gpu = run_bench(repo, _spec(), COMMITS, runner, clock=clock)
     assert on_gpu.calibration["loop"]["min_time_s"] == 10.0 and on_gpu.stopping["loop"]["budget_s"] == 1800.0
+
+
+def test_a_short_calibration_run_whose_steps_settled_is_not_run_again(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1100.0})
+    runner.calibration_steps_ms = [
+        900.0,
+        40.0,
+        10.0,
+        10.0,
+        10.0,
+        10.0,
+    ]  # compiled in the first measured steps
+    settled = run_bench(repo, _spec(), COMMITS, runner, clock=clock).calibration["loop"]
+    assert (settled["steps"], settled["runs"], settled["settled"]) == (302, 1, True)
+    runner.calibration_steps_ms = [30.0, 25.0, 20.0, 15.0, 12.0, 10.0]  # still speeding up
+    unsettled = run_bench(repo, _spec(), COMMITS, runner, clock=clock).calibration["loop"]
+    assert (unsettled["runs"], unsettled["settled"]) == (2, False)
+
+
+def test_the_measurement_setup_says_where_a_runs_time_went(repo):
+    from bot.comments.results import measurement_setup
+
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1100.0}, seconds=130.0)
+    assert "a run lasted" not in measurement_setup(
+        run_bench(repo, _spec(), COMMITS, runner, clock=clock), "loop"
+    )
+    runner.timeline = {"start_up_s": 41.0, "warm_up_s": 24.3, "waiting_s": 0.0, "last_step_s": 120.0}
+    setup = measurement_setup(run_bench(repo, _spec(), COMMITS, runner, clock=clock), "loop")
+    assert "; a run lasted 2.2 min: start-up 41.0 s, warm-up 24.3 s)" in setup  # no turns waited for
 
 
 def test_a_disturbed_calibration_run_is_run_again(repo):

@@ -43,6 +43,10 @@ def test_a_plan_ends_turns_after_the_warmup_and_every_window_but_the_last():
     assert window_steps_for(30, 4) == 8 and window_steps_for(32, 4) == 8 and window_steps_for(1, 4) == 1
     with pytest.raises(ValueError):
         TurnPlan(warmup_steps=0, windows=0, window_steps=1)
+    # a run that warms up together with its round asks for its first turn only once warmed up
+    assert plan.first_turn_at_start and no_warmup.first_turn_at_start
+    assert not TurnPlan(2, 3, 4, warm_up_together=True).first_turn_at_start
+    assert TurnPlan(0, 3, 4, warm_up_together=True).first_turn_at_start  # nothing to warm up
 
 
 class _Holder:
@@ -157,6 +161,36 @@ def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_
     assert a_run.metrics["wall_s"] < 0.35
 
 
+def test_a_round_that_warms_up_together_measures_only_once_every_run_has_warmed_up(tmp_path, monkeypatch):
+    root = tmp_path / "target"
+    # A's warm-up (2 steps of 10 ms) ends long before B's (2 of 300 ms): its first window must wait for B's
+    shas = _history(
+        root, {label: LOOP.format(label=label, pause=pause) for label, pause in (("A", 0.01), ("B", 0.3))}
+    )
+    log = tmp_path / "turns.log"
+    monkeypatch.setenv("TURN_LOG", str(log))
+    workload = Workload(
+        name="loop", command="python train.py --steps {steps}", steps=8, warmup_steps=2, repeats=1
+    )
+    jobs = plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
+    runs = LocalRunner(root, tmp_path / "bench", gpus=[], interleave=3, warm_up_together=True).run(jobs)
+
+    assert [run.status for run in runs] == ["ok"] * 2, [run.log_tail for run in runs]
+    steps = log.read_text().split()
+    assert set(steps[:4]) == {"A0", "A1", "B0", "B1"}  # both warm-ups before any window
+    assert steps[4:] == "A2 A3 B2 B3 B4 B5 A4 A5 A6 A7 B6 B7".split()  # then the windows in ABBA order
+    for run in runs:
+        timeline = run.metrics["timeline"]
+        assert timeline["start_up_s"] > 0 and timeline["warm_up_s"] >= 0
+        # launch to the last window: start-up, warm-up, the turns waited for, the measured steps
+        spent = timeline["start_up_s"] + timeline["warm_up_s"] + timeline["waiting_s"]
+        assert spent - 0.01 <= timeline["last_step_s"] <= run.duration_s
+    a_run, b_run = (next(run for run in runs if run.commit == sha) for sha in shas)
+    # A waited for B's warm-up (about 0.6 s) and B's two windows (4 × 0.3 s) at least
+    assert a_run.metrics["timeline"]["waiting_s"] >= 1.2
+    assert b_run.metrics["timeline"]["warm_up_s"] >= 0.5
+
+
 def test_units_keep_calibration_and_multi_gpu_runs_alone(tmp_path):
     repo = git.Repo.init(tmp_path)
     workload = Workload(name="w", command="python t.py", steps=4, repeats=1)
@@ -188,6 +222,13 @@ def test_interleave_takes_two_windows_or_more_and_only_on_this_machine():
             bench_options(parser.parse_args(["--interleave", bad]))
     with pytest.raises(BadInput, match="--runner local"):
         make_runner(BenchOptions(runner="ray", interleave=4), workspace=None)
+    together = bench_options(parser.parse_args(["--interleave", "4", "--warm-up-together"]))
+    assert (
+        together.warm_up_together
+        and not bench_options(parser.parse_args(["--interleave", "4"])).warm_up_together
+    )
+    with pytest.raises(BadInput, match="use it with --interleave"):
+        bench_options(parser.parse_args(["--warm-up-together"]))
 
 
 def test_a_round_that_cannot_take_turns_is_recorded_as_crashed(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ def workload_size(text: str) -> str:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``,
-    ``--warmup-rounds``, ``--max-host-load``, ``--interleave`` and ``--drop-regressions``."""
+    ``--warmup-rounds``, ``--max-host-load``, ``--interleave``, ``--warm-up-together`` and ``--drop-regressions``."""
     parser.add_argument(
         "--runner",
         choices=("local", "ray"),
@@ -89,6 +89,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "optimizer state; a run out of memory there runs again alone)",
     )
     parser.add_argument(
+        "--warm-up-together",
+        action="store_true",
+        help="with --interleave: the round's runs warm up (compile, capture graphs) at the same time, not in "
+        "turns, and take turns only to measure; faster for compiled programs, but the GPU must hold every "
+        "run's peak memory at once",
+    )
+    parser.add_argument(
         "--drop-regressions",
         action="store_true",
         help="revert each commit that measured a significant slowdown (a new revert commit with the evidence; "
@@ -100,6 +107,8 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     """The parsed benchmark options as typed values; a value out of range is bad input."""
     if args.interleave < 0 or args.interleave == 1:
         raise BadInput("--interleave takes 2 or more windows per run (0: one run at a time)")
+    if args.warm_up_together and not args.interleave:
+        raise BadInput("--warm-up-together is a way of taking turns: use it with --interleave WINDOWS")
     if args.max_host_load is not None and not 0 < args.max_host_load <= 1:
         raise BadInput(
             "--max-host-load is a share of the host's CPUs: above 0, at most 1 (1 keeps every run)"
@@ -118,4 +127,5 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         address=args.address,
         drop_regressions=args.drop_regressions,
         interleave=args.interleave,
+        warm_up_together=args.warm_up_together,
     )

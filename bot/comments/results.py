@@ -3,6 +3,7 @@ attribution, dropped regressions and failed runs, every number from a :class:`be
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from benchmarks.results import BUDGET, INTERRUPTED, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
@@ -175,6 +176,7 @@ def measurement_setup(results: Results, workload: str) -> str:
         text += f"; calibrated: {calibrated['note']}"
     if calibrated.get("window_s") is not None:
         text += f"; median measured window {formatting.duration(calibrated['window_s'])}"
+    text += _run_time(results, workload)
     rounds = stop.get("rounds", spec.get("repeats", "?"))
     text += f"), {rounds} rounds per commit in ABBA order"
     half = f"±{results.thresholds['min_effect']:.0%}"
@@ -199,6 +201,30 @@ def measurement_setup(results: Results, workload: str) -> str:
             f"{results.thresholds.get('max_host_load', 0):.0%} of the host's CPUs busy"
         )
     return text
+
+
+def _run_time(results: Results, workload: str) -> str:
+    """``; a run lasted 2.2 min: start-up 41.0 s, warm-up 24.3 s, waiting for turns 48.0 s`` (medians over the
+    workload's successful runs that report a timeline, :mod:`benchmarks.timeline`), or nothing."""
+    runs = [
+        run
+        for run in results.runs
+        if run.workload == workload and run.ok and isinstance((run.metrics or {}).get("timeline"), dict)
+    ]
+    if not runs:
+        return ""
+    text = f"; a run lasted {formatting.duration(statistics.median(run.duration_s for run in runs))}"
+    parts = []
+    for key, label in (
+        ("start_up_s", "start-up"),
+        ("warm_up_s", "warm-up"),
+        ("waiting_s", "waiting for turns"),
+    ):
+        values = [run.metrics["timeline"].get(key) for run in runs]
+        values = [value for value in values if isinstance(value, int | float)]
+        if values and statistics.median(values) > 0:
+            parts.append(f"{label} {formatting.duration(statistics.median(values))}")
+    return text + (f": {', '.join(parts)}" if parts else "")
 
 
 def chart(results: Results, workload: str) -> tuple[str, int]:
