@@ -22,6 +22,8 @@ shell launch of it takes them from: its ``--dataloader_num_workers`` flag or its
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
@@ -46,6 +48,7 @@ from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
 from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.requirements import admits_older
 from optimizations.program.training_loops import BACKWARD, is_method_call
 from optimizations.program.values import SettingsPlacement
 from optimizations.registry import Example, Numerics, Optimization
@@ -75,6 +78,21 @@ TORCH_SETTINGS = {
     "prefetch_factor": "(2 if {workers} > 0 else None)",
 }
 
+
+# How a site's message names the settings besides the worker count (torch's keyword; transformers prefixes it).
+SETTING_WORDS = {
+    "pin_memory": "pinned memory",
+    "persistent_workers": "persistent workers",
+    "prefetch_factor": "prefetch factor 2",
+}
+
+# The transformers release each TrainingArguments setting came in (dataloader_num_workers is older than 4.0). One
+# that a release the repository still allows lacks is left out: that release would reject the flag or keyword.
+TRANSFORMERS_SINCE = {
+    "dataloader_pin_memory": "4.3.0",
+    "dataloader_persistent_workers": "4.36.0",
+    "dataloader_prefetch_factor": "4.38.0",
+}
 
 # The same settings in launch flags and recipe YAMLs of an argument-parser script (values are fixed there).
 RECIPE_WORKERS = RecipeSetting(
@@ -164,9 +182,31 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         self.iterable_classes: set[str] = set()
         self.iterable_instances: set[str] = set()
         self.edited = False
+        self._unknown_to_allowed: dict[str, str] | None = None
 
     def visit_Module(self, node: cst.Module) -> None:
         self.start_placement()
+
+    def _too_new(self) -> dict[str, str]:
+        """The TrainingArguments settings that a transformers release the repository allows lacks, each with the
+        requirement that allows it (:data:`TRANSFORMERS_SINCE`)."""
+        if self._unknown_to_allowed is None:
+            self._unknown_to_allowed = {}
+            for key, release in TRANSFORMERS_SINCE.items():
+                if (requirement := admits_older(self.repo, "transformers", release)) is not None:
+                    self._unknown_to_allowed[key] = requirement
+        return self._unknown_to_allowed
+
+    def _left_out(self) -> str:
+        """`` (left out, as requirements.txt: transformers>=4.31.0 allows older releases:
+        dataloader_persistent_workers, new in 4.36.0)`` for the settings :meth:`_too_new` names, or nothing."""
+        by_requirement: dict[str, list[str]] = {}
+        for key, requirement in self._too_new().items():
+            by_requirement.setdefault(requirement, []).append(f"{key}, new in {TRANSFORMERS_SINCE[key]}")
+        return "".join(
+            f" (left out, as {requirement} allows older releases: {'; '.join(keys)})"
+            for requirement, keys in by_requirement.items()
+        )
 
     # -- where the code runs -------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -342,7 +382,10 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         """An argument parser filling a TrainingArguments-family config: workers where its launches set them."""
         if not any(is_training_config(self.names(e)) for e in parser_types(call, self.nodes(cst.Assign))):
             return
-        launched = switch(self.repo, self.path, RECIPE_WORKERS, self.optimization.id)
+        companions = {k: v for k, v in RECIPE_WORKERS.companions.items() if k not in self._too_new()}
+        launched = switch(
+            self.repo, self.path, replace(RECIPE_WORKERS, companions=companions), self.optimization.id
+        )
         if launched is None:
             self.refused(
                 call,
@@ -361,7 +404,8 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         if is_training_config(names):
             if feeds_no_trainer(self, original_node):
                 return updated_node  # no trainer reads this config (config_use)
-            settings, label = HF_SETTINGS, "dataloader_num_workers"
+            settings = {k: v for k, v in HF_SETTINGS.items() if k not in self._too_new()}
+            label = "dataloader_num_workers"
         elif is_data_loader(names):
             settings, label = TORCH_SETTINGS, "num_workers"
         else:
@@ -377,7 +421,13 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             )
             self.already(original_node, f"{callee}(...): {shown}")
             return updated_node
-        message = f"{callee}(...): {label}={WORKERS}, pinned memory, persistent workers, prefetch factor 2"
+        message = f"{callee}(...): {label}={WORKERS}" + "".join(
+            f", {words}"
+            for key, words in SETTING_WORDS.items()
+            if key in settings or f"dataloader_{key}" in settings
+        )
+        if settings is not TORCH_SETTINGS:
+            message += self._left_out()
         if current is not None and literal_value(current.value) is ...:
             pinned = settings is TORCH_SETTINGS and pin is None
             if pinned and self.values.hidden(original_node, ["pin_memory"]) is None:
@@ -1025,6 +1075,31 @@ def _read(path, args):
     return [json.loads(line) for line in open(path)][: args.seed]
 """,
             },
+        ),
+        Example(
+            "config_of_a_repository_that_still_allows_transformers_4_31",
+            before="""\
+from transformers import Trainer, TrainingArguments
+
+
+def main(model, data):
+    args = TrainingArguments(output_dir="out")
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+            after="""\
+from transformers import Trainer, TrainingArguments
+import os
+import torch
+
+# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead.
+DATALOADER_WORKERS = min(4, (os.cpu_count() or 1) - 1)
+
+
+def main(model, data):
+    args = TrainingArguments(output_dir="out", dataloader_num_workers=DATALOADER_WORKERS, dataloader_pin_memory=torch.cuda.is_available())
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+            files={"requirements.txt": "torch\ntransformers>=4.31.0\n"},
         ),
         Example(
             "config_a_repository_helper_hands_to_a_trainer",

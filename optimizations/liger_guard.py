@@ -47,8 +47,9 @@ from optimizations.program.hf import (
     is_training_config,
     trainer_class,
 )
-from optimizations.program.recipes import RecipeSetting, declares_dependency, parser_types, switch
+from optimizations.program.recipes import RecipeSetting, parser_types, switch
 from optimizations.program.repository import RepoContext
+from optimizations.program.requirements import declares_dependency
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
 from optimizations.registry import Example, Numerics, Optimization
 

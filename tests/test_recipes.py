@@ -338,6 +338,26 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
     )
 
 
+def test_a_command_that_continues_into_the_end_of_its_file_gets_the_flags_after_its_last_argument(tmp_path):
+    """artidoro/qlora's ``finetune.sh`` ends ``--optim paged_adamw_32bit \\`` and the file: the flags go after
+    that argument, and the dangling backslash is not left in the middle of the command."""
+    ctx = _repo(
+        tmp_path,
+        {
+            "sft.py": "",
+            "lora.sh": "python sft.py \\\n    --seed 1 \\\n",
+            "one.sh": "python sft.py --seed 2 \\\n\npython other.py\n",
+        },
+    )
+    assert all(site.applicable for site in switch(ctx, "sft.py", PACKING, "packing"))
+    assert ctx.edits["lora.sh"] == (
+        "python sft.py \\\n    --seed 1 \\\n    --packing true \\\n    --packing_strategy bfd\n"
+    )
+    assert ctx.edits["one.sh"] == (
+        "python sft.py --seed 2 --packing true --packing_strategy bfd\n\npython other.py\n"
+    )
+
+
 def test_a_script_that_imports_and_runs_the_parsers_function_launches_it(tmp_path):
     """lm-sys/FastChat's ``train_mem.py``: it patches attention, imports ``train`` from
     ``fastchat/train/train.py`` and calls it, so the commands that run it launch ``train.py``'s parser. A script

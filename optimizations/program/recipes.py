@@ -298,7 +298,10 @@ def _append_flags(text: str, launch: Launch, setting: RecipeSetting) -> tuple[st
         added, line = "".join(f" \\\n{indent}--{k} {v}" for k, v in flags.items()), launch.line + len(lines)
     else:
         added, line = "".join(f" --{k} {v}" for k, v in flags.items()), launch.line
-    edited = body.rstrip() + added + span[len(body) :]
+    kept = body.rstrip()
+    if kept.endswith("\\"):  # a continuation into the end of the file or a blank line, which ends the command
+        kept = kept[:-1].rstrip()
+    edited = kept + added + span[len(body) :]
     return text[: launch.start] + edited + text[launch.end :], line
 
 
@@ -367,18 +370,6 @@ def _add_flags(
         return Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)
     repo.edit(launch.path, appended[0])
     return Site(launch.path, appended[1], optimization, f"launch flag --{message}")
-
-
-def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
-    """The file that lists ``distribution`` among the repository's requirements (``setup.py``, ``setup.cfg``,
-    ``pyproject.toml``, ``requirements*.txt``), if one does: a recipe can only turn on a setting whose package
-    the repository installs, as it cannot check at run time that the package imports."""
-    spelled = "[-_]".join(map(re.escape, re.split(r"[-_]", distribution)))
-    requirement = re.compile(rf"(^|[\"'\s])({spelled})\s*(\[[^\]]*\])?\s*([<>=!~;\"',\s]|$)", re.I | re.M)
-    for path in repo.files("setup.py", "setup.cfg", "pyproject.toml", "requirements*.txt"):
-        if requirement.search(repo.read(path)):
-            return path
-    return None
 
 
 def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:

@@ -1,0 +1,65 @@
+"""What the repository declares it installs: the file that names a distribution among its requirements, and
+whether those requirements admit a release older than the one a setting came in.
+
+Read from ``setup.py``, ``setup.cfg``, ``pyproject.toml`` and ``requirements*.txt`` as text: a requirement
+(``transformers>=4.31.0``, ``"trl[peft]==0.9.6"``) is found wherever a file spells one, whatever builds the list
+around it. A setting an older release does not know must stay out where the repository still allows that
+release: its argument parser would stop at the unknown flag, and the config class at the unknown keyword.
+"""
+
+from __future__ import annotations
+
+import re
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from optimizations.program.repository import RepoContext
+
+REQUIREMENT_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "requirements*.txt")
+# A bound that names the oldest release a specifier admits, and one that names the newest.
+LOWER_BOUNDS = frozenset({">=", ">", "==", "~=", "==="})
+UPPER_BOUNDS = frozenset({"<", "<="})
+
+
+def _requirement(distribution: str) -> re.Pattern[str]:
+    """A requirement naming ``distribution`` (``-``, ``_`` and ``.`` alike, any case), its specifiers in the
+    group ``specifiers``."""
+    spelled = "[-_.]".join(map(re.escape, re.split(r"[-_.]", distribution)))
+    return re.compile(
+        rf"(?:^|[\"'\s])(?:{spelled})\s*(?:\[[^\]]*\])?\s*"
+        r"(?P<specifiers>(?:[<>=!~]=?=?\s*[\w.*+!-]+\s*,?\s*)*)(?=[;\"',\s#]|$)",
+        re.I | re.M,
+    )
+
+
+def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
+    """The file that lists ``distribution`` among the repository's requirements, if one does: a recipe can only
+    turn on a setting whose package the repository installs, as it cannot check at run time that it imports."""
+    pattern = _requirement(distribution)
+    for path in repo.files(*REQUIREMENT_FILES):
+        if pattern.search(repo.read(path)):
+            return path
+    return None
+
+
+def admits_older(repo: RepoContext, distribution: str, release: str) -> str | None:
+    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits a release older than
+    ``release``: its lower bound is older, or it has only an upper bound. A bare requirement admits the newest
+    release, which is what an installation gets: None, as for no requirement."""
+    needed = Version(release)
+    pattern = _requirement(distribution)
+    for path in repo.files(*REQUIREMENT_FILES):
+        for match in pattern.finditer(repo.read(path)):
+            written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
+            try:
+                specifiers = SpecifierSet(written)
+                lower = [
+                    Version(s.version.removesuffix(".*")) for s in specifiers if s.operator in LOWER_BOUNDS
+                ]
+            except (InvalidSpecifier, InvalidVersion):
+                continue
+            upper = [s for s in specifiers if s.operator in UPPER_BOUNDS]
+            if (lower and max(lower) < needed) or (upper and not lower):
+                return f"{path}: {distribution}{written}"
+    return None

@@ -1,0 +1,116 @@
+"""What a repository declares it installs, read from its requirement files, and the dataloader settings left out
+where a transformers release it still allows would reject them (lm-sys/FastChat declares ``transformers>=4.31.0``;
+``dataloader_persistent_workers`` came in 4.36.0, ``dataloader_prefetch_factor`` in 4.38.0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizations.program.repository import RepoContext
+from optimizations.program.requirements import admits_older, declares_dependency
+from optimizations.registry import registry
+from tests.git_repos import make_repo
+
+
+def _repo(tmp_path, files: dict[str, str]) -> RepoContext:
+    make_repo(tmp_path / "r", files)
+    return RepoContext(tmp_path / "r")
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "admitted"),
+    [
+        ("requirements.txt", "torch\ntransformers>=4.31.0\n", "requirements.txt: transformers>=4.31.0"),
+        ("requirements.txt", "transformers >= 4.40, < 5  # pinned\n", None),
+        ("requirements.txt", "transformers\n", None),  # an installation gets the newest release
+        ("requirements.txt", "transformers<4.30\n", "requirements.txt: transformers<4.30"),
+        ("requirements.txt", "transformers==4.28.1\n", "requirements.txt: transformers==4.28.1"),
+        ("requirements.txt", "transformers~=4.36.0\n", None),
+        ("requirements.txt", "Transformers>4.35,<5\n", "requirements.txt: transformers>4.35,<5"),
+        ("requirements.txt", "sentence-transformers>=2.0\n", None),  # another distribution
+        (
+            "pyproject.toml",
+            '[project]\ndependencies = ["torch", "transformers[torch]>=4.31"]\n',
+            "pyproject.toml: transformers>=4.31",
+        ),
+        (
+            "setup.py",
+            'setup(install_requires=["transformers>=4.31.0", "peft"])\n',
+            "setup.py: transformers>=4.31.0",
+        ),
+    ],
+)
+def test_a_requirement_admits_an_older_release_through_a_lower_or_only_an_upper_bound(
+    tmp_path, path, text, admitted
+):
+    ctx = _repo(tmp_path, {path: text, "train.py": ""})
+    assert admits_older(ctx, "transformers", "4.36.0") == admitted
+    assert (declares_dependency(ctx, "transformers") is None) == ("sentence" in text)
+
+
+def test_a_distribution_is_found_however_its_name_is_spelled(tmp_path):
+    ctx = _repo(tmp_path, {"requirements-gpu.txt": "Liger_Kernel==0.3.1\n", "train.py": ""})
+    assert declares_dependency(ctx, "liger-kernel") == "requirements-gpu.txt"
+    assert admits_older(ctx, "liger-kernel", "0.4") == "requirements-gpu.txt: liger-kernel==0.3.1"
+    assert declares_dependency(ctx, "liger") is None
+
+
+PARSER_SCRIPT = """\
+from transformers import HfArgumentParser, TrainingArguments
+
+
+def train():
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    return args
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+
+@pytest.mark.parametrize(
+    ("declared", "flags"),
+    [
+        (
+            "transformers>=4.31.0",
+            " --dataloader_num_workers 4 --dataloader_pin_memory True",
+        ),
+        (
+            "transformers>=4.40",
+            " --dataloader_num_workers 4 --dataloader_pin_memory True --dataloader_persistent_workers True",
+        ),
+    ],
+)
+def test_launch_flags_leave_out_what_an_allowed_transformers_lacks(tmp_path, declared, flags):
+    ctx = _repo(
+        tmp_path,
+        {
+            "pyproject.toml": f'[project]\nname = "t"\ndependencies = ["{declared}"]\n',
+            "train.py": PARSER_SCRIPT,
+            "scripts/train.sh": "deepspeed train.py --output_dir out --bf16 True\n",
+        },
+    )
+    result = registry()["dataloader_workers"].transform_source(PARSER_SCRIPT, "train.py", ctx)
+    assert [site.applicable for site in result.sites] == [True]
+    assert ctx.edits["scripts/train.sh"] == f"deepspeed train.py --output_dir out --bf16 True{flags}\n"
+
+
+def test_a_config_call_says_which_settings_it_left_out_and_why(tmp_path):
+    source = (
+        "from transformers import TrainingArguments\n\n\n"
+        "def main():\n    return TrainingArguments(output_dir='out')\n"
+    )
+    ctx = _repo(tmp_path, {"requirements.txt": "transformers>=4.31.0\n", "train.py": source})
+    result = registry()["dataloader_workers"].transform_source(source, "train.py", ctx)
+    assert (
+        "dataloader_persistent_workers" not in result.source
+        and "dataloader_prefetch_factor" not in result.source
+    )
+    assert "dataloader_pin_memory=torch.cuda.is_available()" in result.source
+    (site,) = result.sites
+    assert site.message == (
+        "TrainingArguments(...): dataloader_num_workers=DATALOADER_WORKERS, pinned memory (left out, as "
+        "requirements.txt: transformers>=4.31.0 allows older releases: dataloader_persistent_workers, new in 4.36.0; "
+        "dataloader_prefetch_factor, new in 4.38.0)"
+    )
