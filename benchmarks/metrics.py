@@ -42,9 +42,10 @@ on CUDA it synchronises the device first, to time the step. The record keeps the
 
 A meter given a :class:`benchmarks.turns.TurnClient` is one run of a round whose runs take turns on one device
 (``bot bench --interleave``): it waits for its turn before its first step (after its warm-up when the round
-warms up together, ``--warm-up-together``), hands the device on after its warm-up and after each measured window (synchronising the device and returning its cached memory first, so the
-runs of a round need one run's peak memory plus the others' weights and optimizer state, not three peaks), and
-measures nothing after its last window; ``turns`` in the record gives each window's throughput. The waits
+warms up together, ``--warm-up-together``), hands the device on after its warm-up and after each measured
+window (synchronising the device and returning its cached memory first, so the runs of a round need one run's
+peak memory plus the others' weights and optimizer state, not three peaks), and measures nothing after its last
+window; ``turns`` in the record gives each window's throughput. The waits
 belong to no step. ``timeline`` in the record says where the run's other time went: start-up, warm-up, and
 waiting for turns (:mod:`benchmarks.timeline`).
 

@@ -20,8 +20,8 @@ Compiled kernels fuse element-wise work and round differently: losses agree clos
 first steps pay the compilation. A model already compiled (``torch.compile(model)``, ``model.compile()``, in the
 function or a caller in the same file) is reported as already done, as is a file that calls a training
 framework's own compilation (torchtune's ``training.compile_model``). Refused: a file that calls
-``torch.compile`` on something else, a model wrapped in DistributedDataParallel or FSDP (compile the inner
-module before wrapping, by hand), a loop that trains several modules or none the function can name.
+``torch.compile`` on something else, a model wrapped in DistributedDataParallel, FSDP or by a Lightning Fabric's
+``setup`` (compile the inner module before wrapping, by hand), a loop that trains several modules or none the function can name.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from itertools import groupby
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, walk
+from optimizations.program.codemod import code_of, qualified_under, walk
 from optimizations.program.components import (
     instantiates_components,
     reads_config_key,
     switch_on,
     top_level_settings,
 )
+from optimizations.program.frameworks import LIGHTNING
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
@@ -54,6 +55,8 @@ COMPILE = "compile_model"
 # Training frameworks' own in-place compilation of a model: a program that calls one has its own compilation.
 FRAMEWORK_COMPILERS = ("torchtune.training.compile_model",)
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel", "fully_shard")
+# Lightning's class whose ``setup``/``setup_module`` wraps a module too.
+FABRIC = ("Fabric",)
 # Methods only a module has: a parameter the function calls them on is a model.
 MODULE_METHODS = ("train", "eval", "parameters", "named_parameters", "state_dict")
 MOVES = ("to", "cuda", "half", "bfloat16", "float", "load_state_dict", "apply", "requires_grad_")
@@ -85,7 +88,7 @@ class _Compile(PlannedCodemod):
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
             (c for c in calls if any(n.rsplit(".", 1)[-1] in WRAPPERS for n in self.names(c.func))), None
-        )
+        ) or self._fabric_setup(calls)
         seen: list[cst.CSTNode] = []
         for loop in self.training_loops():
             owner = self.enclosing_body(loop)
@@ -148,6 +151,35 @@ class _Compile(PlannedCodemod):
             self.inserted_before.setdefault(anchor, []).append(statement)
         self.runtime_imports.add((RUNTIME_MODULE, COMPILE))
         self.changed(anchor, message)
+
+    def _fabric_setup(self, calls: list[cst.Call]) -> cst.Call | None:
+        """A Lightning Fabric's ``setup(module)`` or ``setup_module(module)`` in the file: the module it returns is
+        a ``_FabricModule`` wrapper, and compiling that in place recurses without end under bf16-mixed
+        (Lightning-AI/litgpt's tutorial): Lightning compiles a module before ``setup``."""
+        fabrics = {
+            target.target.value
+            for assign in self.nodes(cst.Assign)
+            if isinstance(assign.value, cst.Call)
+            and qualified_under(self.names(assign.value.func), LIGHTNING.packages, FABRIC)
+            for target in assign.targets
+            if isinstance(target.target, cst.Name)
+        } | {
+            param.name.value
+            for param in self.nodes(cst.Param)
+            if param.annotation is not None
+            and qualified_under(self.names(param.annotation.annotation), LIGHTNING.packages, FABRIC)
+        }
+        return next(
+            (
+                call
+                for call in calls
+                if is_method_call(call, "setup", "setup_module")
+                and isinstance(call.func.value, cst.Name)
+                and call.func.value.value in fabrics
+                and call.args
+            ),
+            None,
+        )
 
     def _compiling(self, models: set[str]) -> cst.Call | None:
         """The ``torch.compile(m)`` (or ``m = torch.compile(...)``) or ``m.compile()`` of one of ``models``."""
@@ -331,6 +363,30 @@ class CompileModel(Optimization):
         return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
+        Example(
+            "module_set_up_by_lightning_fabric",
+            before="""\
+import lightning as L
+import torch
+
+from model import GPT
+
+
+def train(fabric: L.Fabric, model, optimizer, loader):
+    for batch in loader:
+        loss = model(batch)
+        fabric.backward(loss)
+        optimizer.step()
+
+
+def main(config, loader):
+    fabric = L.Fabric(precision="bf16-mixed")
+    model = fabric.setup(GPT(config))
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
+    train(fabric, model, optimizer, fabric.setup_dataloaders(loader))
+""",
+            refusal="compile the inner module before wrapping it",
+        ),
         Example(
             "framework_compiles_the_model",
             before="""\

@@ -41,8 +41,8 @@ from optimizations.program.codemod import (
     replace_keyword,
     walk,
 )
-from optimizations.program.config_use import feeds_no_trainer
-from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, is_training_config
+from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, HF_PACKAGES, is_training_config
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
@@ -402,8 +402,8 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             self._parser(original_node)
             return updated_node
         if is_training_config(names):
-            if feeds_no_trainer(self, original_node):
-                return updated_node  # no trainer reads this config (config_use)
+            if feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node):
+                return updated_node  # no trainer reads it, or a library's default (config_use)
             settings = {k: v for k, v in HF_SETTINGS.items() if k not in self._too_new()}
             label = "dataloader_num_workers"
         elif is_data_loader(names):
@@ -447,6 +447,16 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         hidden = self.values.hidden(original_node, settings)
         if hidden is not None:
             self.refused(original_node, message, hidden)
+            return updated_node
+        trainer = self._trainer_class(original_node) if settings is TORCH_SETTINGS else None
+        if trainer is not None:
+            self.refused(
+                original_node,
+                message,
+                f"built by the trainer class `{trainer}`, whose users choose workers with "
+                "`args.dataloader_num_workers` and `args.dataloader_pin_memory`: a count fixed here would "
+                "override theirs; read them from `self.args`",
+            )
             return updated_node
         if self.guarded_depth == 0:
             self.refused(
@@ -500,6 +510,21 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         self.changed(original_node, message)
         self.edited = True
         return call
+
+    def _trainer_class(self, node: cst.CSTNode) -> str | None:
+        """The name of the class ``node`` is in when it derives from a transformers or TRL trainer (a
+        library's trainer, as huggingface/trl's experimental ``PPOTrainer``), else None."""
+        parents = self.parsed.parents()
+        while (node := parents.get(node)) is not None and not isinstance(node, cst.ClassDef):
+            pass
+        if node is None:
+            return None
+        bases = {name for base in node.bases for name in self.names(base.value)}
+        derived = any(
+            name.partition(".")[0] in HF_PACKAGES and name.rpartition(".")[2].endswith("Trainer")
+            for name in bases
+        )
+        return node.name.value if derived else None
 
     def _loads_with_workers(self, workers: cst.BaseExpression) -> bool:
         """The call already loads as this optimization would have it: a literal worker count above 0, or the
@@ -1075,6 +1100,32 @@ def _read(path, args):
     return [json.loads(line) for line in open(path)][: args.seed]
 """,
             },
+        ),
+        Example(
+            "loader_built_inside_a_trainer_class",
+            before="""\
+from torch.utils.data import DataLoader
+from transformers import Trainer
+
+
+class RolloutTrainer(Trainer):
+    def rollout_loader(self, prompts):
+        return DataLoader(prompts, batch_size=self.args.per_device_train_batch_size, shuffle=True)
+""",
+            refusal="built by the trainer class `RolloutTrainer`",
+        ),
+        Example(
+            "library_default_for_callers_without_a_config",
+            before="""\
+from transformers import Trainer, TrainingArguments
+
+
+class MyTrainer(Trainer):
+    def __init__(self, model, args=None, train_dataset=None):
+        if args is None:
+            args = TrainingArguments(f"{type(model).__name__}-trained")
+        super().__init__(model=model, args=args, train_dataset=train_dataset)
+""",
         ),
         Example(
             "config_of_a_repository_that_still_allows_transformers_4_31",

@@ -42,7 +42,7 @@ from optimizations.program.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.program.config_use import feeds_no_trainer
+from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.registry import Example, Numerics, Optimization
@@ -355,8 +355,8 @@ class _Prefetch(PlannedCodemod):
 
     # -- Trainer configs ----------------------------------------------------------------------------------
     def _plan_trainer_config(self, call: cst.Call) -> None:
-        if feeds_no_trainer(self, call):
-            return  # no trainer reads this config (config_use)
+        if feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call):
+            return  # no trainer reads it, or a library's default (config_use)
         callee = code_of(call.func)
         message = f'{callee}(...): accelerator_config={{"non_blocking": True}} (pinned batches copied without blocking)'
         current = keyword(call, "accelerator_config")
@@ -663,6 +663,19 @@ def get_dataset(template, training_args):
         return {"train": [template.format(i) for i in range(training_args.seed)]}
 """,
             },
+        ),
+        Example(
+            "trainer_config_a_library_builds_for_callers_without_one",
+            before="""\
+from transformers import Trainer, TrainingArguments
+
+
+class MyTrainer(Trainer):
+    def __init__(self, model, args=None, train_dataset=None):
+        if args is None:
+            args = TrainingArguments(f"{type(model).__name__}-trained")
+        super().__init__(model=model, args=args, train_dataset=train_dataset)
+""",
         ),
         Example(
             "trainer_config_non_blocking",

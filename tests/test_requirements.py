@@ -28,6 +28,11 @@ def _repo(tmp_path, files: dict[str, str]) -> RepoContext:
         ("requirements.txt", "transformers~=4.36.0\n", None),
         ("requirements.txt", "Transformers>4.35,<5\n", "requirements.txt: transformers>4.35,<5"),
         ("requirements.txt", "sentence-transformers>=2.0\n", None),  # another distribution
+        (  # huggingface/trl: a comment beside an extra requires nothing
+            "pyproject.toml",
+            'dependencies = ["transformers>=4.56.2"]\nkernels = [\n    "transformers[hub-kernels]",  # transformers < 5.1.0\n]\n',
+            None,
+        ),
         (
             "pyproject.toml",
             '[project]\ndependencies = ["torch", "transformers[torch]>=4.31"]\n',

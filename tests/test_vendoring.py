@@ -91,6 +91,18 @@ def write(root: Path, files: dict[str, str]) -> None:
             "lib._perfbot_gpu_flags",
             "src/lib/_perfbot_gpu_flags.py",
         ),
+        # Only what the file imports whenever it runs counts: its own package imported inside a function (only
+        # for some runs) does not, the library it imports at the top does (Lightning-AI/litgpt's thunder script).
+        (
+            {
+                "lib/__init__.py": "",
+                "ext/__init__.py": "",
+                "ext/thunder/__init__.py": "",
+                "ext/thunder/train.py": "from lib import x\n\n\ndef main():\n    from ext.thunder.strategies import s\n",
+            },
+            "lib._perfbot_gpu_flags",
+            "lib/_perfbot_gpu_flags.py",
+        ),
         # Nothing of the repository imported: beside it, relatively, as before.
         (
             {"recipes/__init__.py": "", "recipes/lora.py": "import torch\nfrom torch import nn\n"},

@@ -29,8 +29,8 @@ def workload_size(text: str) -> str:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``,
-    ``--warmup-rounds``, ``--max-host-load``, ``--interleave``, ``--warm-up-together`` and ``--drop-regressions``."""
+    """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``, ``--warmup-rounds``,
+    ``--max-host-load``, ``--interleave``, ``--warm-up-together`` and ``--drop-regressions``."""
     parser.add_argument(
         "--runner",
         choices=("local", "ray"),

@@ -11,6 +11,10 @@ a method on it (``args.seed``, ``args.main_process_first()``) keeps it where it 
 of the repository, it is followed into that function's parameter, up to :data:`MAX_DEPTH` calls deep. Every other
 use may reach a trainer: an argument to a trainer or to code outside the repository, a return, an assignment, a
 container. So does a config this cannot follow: one not bound to a name, or passed as ``*args``/``**kwargs``.
+
+A config a function builds only when its caller passed none (``if args is None: args = SFTConfig(...)``, as
+huggingface/trl's trainers default their ``args``) is the library's default for every caller without a config
+of its own, not a run's config: a setting added there changes the library (:func:`fills_in_for_a_parameter`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import libcst as cst
+import libcst.matchers as m
 
 from optimizations.program.classes import repository_classes
 from optimizations.program.codemod import OptimizationCodemod, code_of
@@ -44,6 +49,24 @@ def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
 
     scope = scoped_names(codemod.parsed).scope_of(call)
     return _stays(codemod.parsed, scope, name, codemod.repository_function, depth=0, repo=codemod.repo)
+
+
+def fills_in_for_a_parameter(codemod: OptimizationCodemod, call: cst.Call) -> bool:
+    """Whether ``call`` builds the value of a parameter of its function under ``if <parameter> is None:``."""
+    parents = codemod.parsed.parents()
+    name = bound_name(parents, call)
+    above = []
+    node = parents.get(call)
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        above.append(node)
+        node = parents.get(node)
+    if name is None or node is None:
+        return False
+    unset = m.Comparison(left=m.Name(name), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
+    parameters = (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)
+    return any(isinstance(n, cst.If) and m.matches(n.test, unset) for n in above) and name in {
+        parameter.name.value for parameter in parameters
+    }
 
 
 def _stays(

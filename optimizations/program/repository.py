@@ -291,13 +291,15 @@ class RepoContext:
     def _absolute_home(
         self, path: str, syntax: ast.Module | None, in_package: bool
     ) -> tuple[str, str] | None:
-        """The folder and dotted package of the repository that the file ``path`` imports absolutely (its own
-        package first); None where it imports relatively, or nothing of this repository."""
+        """The folder and dotted package of the repository that the file ``path`` imports absolutely whenever it
+        runs (its own package first); None where it imports relatively, or nothing of this repository. An import
+        inside a function may never run (Lightning-AI/litgpt's thunder ``pretrain.py`` imports its own package
+        only for multi-device runs, and is run by path), so only the module's own imports count for it."""
         if syntax is None:
             return None
-        imports = [n for n in ast.walk(syntax) if isinstance(n, (ast.Import, ast.ImportFrom))]
-        if any(isinstance(n, ast.ImportFrom) and n.level for n in imports):
+        if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(syntax)):
             return None
+        imports = _module_level_imports(syntax)
         names = [a.name for n in imports if isinstance(n, ast.Import) for a in n.names]
         names += [n.module for n in imports if isinstance(n, ast.ImportFrom) and n.module]
         top_levels = list(dict.fromkeys(name.partition(".")[0] for name in names))
@@ -315,6 +317,18 @@ class RepoContext:
                 if (self.root / folder / "__init__.py").exists():
                     return folder, name
         return None
+
+
+def _module_level_imports(syntax: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is loaded: outside its functions' bodies."""
+    found, pending = [], list(syntax.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+    return found[::-1]
 
 
 # Where the modules a repository's code imports live, besides the importing file's own folder (a script's).

@@ -33,12 +33,21 @@ def _requirement(distribution: str) -> re.Pattern[str]:
     )
 
 
+def _declarations(repo: RepoContext) -> list[tuple[str, str]]:
+    """Each requirement file's path and text, its comments (``#`` at a line's start or after a space) removed:
+    huggingface/trl notes ``# transformers < 5.1.0`` beside an extra, which requires nothing."""
+    return [
+        (path, re.sub(r"(^|\s)#.*$", "", repo.read(path), flags=re.M))
+        for path in repo.files(*REQUIREMENT_FILES)
+    ]
+
+
 def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
     """The file that lists ``distribution`` among the repository's requirements, if one does: a recipe can only
     turn on a setting whose package the repository installs, as it cannot check at run time that it imports."""
     pattern = _requirement(distribution)
-    for path in repo.files(*REQUIREMENT_FILES):
-        if pattern.search(repo.read(path)):
+    for path, text in _declarations(repo):
+        if pattern.search(text):
             return path
     return None
 
@@ -49,8 +58,8 @@ def admits_older(repo: RepoContext, distribution: str, release: str) -> str | No
     release, which is what an installation gets: None, as for no requirement."""
     needed = Version(release)
     pattern = _requirement(distribution)
-    for path in repo.files(*REQUIREMENT_FILES):
-        for match in pattern.finditer(repo.read(path)):
+    for path, text in _declarations(repo):
+        for match in pattern.finditer(text):
             written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
             try:
                 specifiers = SpecifierSet(written)
