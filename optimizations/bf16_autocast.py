@@ -291,6 +291,12 @@ class _Autocast(PlannedCodemod):
                 f"{framework.name} mixed precision bf16 where the GPU has it (`{written}`: "
                 f"`{code_of(picker.func)}(...)` at line {self.line(picker)} picks {framework.bf16[0]!r} there)",
             )
+        elif (default := self._bf16_default(value, call, framework.bf16)) is not None:
+            self.already(
+                call,
+                f"{framework.name} mixed precision bf16 unless the run asks otherwise (`{written}`: the parameter "
+                f"defaults to {literal_value(default)!r} at line {self.line(default)})",
+            )
         elif literals is None or ... in literals:
             self.refused(
                 call,
@@ -300,6 +306,20 @@ class _Autocast(PlannedCodemod):
             )
         else:
             self.refused(call, message, f"`{written}` is set explicitly at line {self.line(value)}")
+
+    def _bf16_default(
+        self, value: cst.BaseExpression, at: cst.Call, bf16: tuple[object, ...]
+    ) -> cst.BaseExpression | None:
+        """The default of the parameter ``value`` names, where it is one of ``bf16`` and the function never
+        assigns the parameter (Lightning-AI/litgpt's XLA scripts: ``precision: str = "bf16-true"``)."""
+        function = self.enclosing_body(at)
+        if not isinstance(value, cst.Name) or not isinstance(function, cst.FunctionDef):
+            return None
+        parameters = (*function.params.params, *function.params.kwonly_params)
+        parameter = next((p for p in parameters if p.name.value == value.value), None)
+        if parameter is None or parameter.default is None or assignments(function, value.value):
+            return None
+        return parameter.default if literal_value(parameter.default) in bf16 else None
 
     def _bf16_picker(
         self, value: cst.BaseExpression, at: cst.Call, bf16: tuple[object, ...]
@@ -767,6 +787,31 @@ def default_precision() -> str:
     return "bf16-mixed" if os.environ.get("BF16") else "32-true"
 """,
             },
+            refusal="comes from the run's arguments",
+        ),
+        Example(
+            "already_bf16_by_the_parameters_default",
+            before="""\
+import lightning as L
+
+
+def setup(devices: int = 8, precision: str = "bf16-true") -> None:
+    fabric = L.Fabric(devices=devices, precision=precision)
+    fabric.launch()
+""",
+        ),
+        Example(
+            "precision_a_parameter_reassigns",
+            before="""\
+import lightning as L
+
+
+def setup(precision: str = "bf16-true", quantize: bool = False) -> None:
+    if quantize:
+        precision = "32-true"
+    fabric = L.Fabric(devices=1, precision=precision)
+    fabric.launch()
+""",
             refusal="comes from the run's arguments",
         ),
         Example(

@@ -12,7 +12,9 @@ only if the size reaches nothing but the embedding and output layers, so every r
 the repository must be an argument of ``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other
 read (sizing the data, a tokenizer, an ``assert`` against one) is refused, as is a repository that samples from
 the logits (``generate``: a padded id could come out), a tokenizer built with the literal, and a Hugging Face
-config (``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there).
+config (``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there). A config
+class that pads the vocabulary itself (a field or attribute such as Lightning-AI/litgpt's ``padded_vocab_size``)
+is already done.
 
 Measured (``experiments/from_scratch_gpt``): the mean loss over steps 160-300 of the example GPT moved by
 -0.007 to +0.005 across three seeds, within seed noise; tier 2 because the loss is not the same number.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, keyword, qualified_under
+from optimizations.program.codemod import code_of, keyword, qualified_under, walk
 from optimizations.program.positions import start_line
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.program.shapes import ProgramShape
@@ -58,6 +60,19 @@ def _holds_field(cls: cst.ClassDef) -> bool:
             if any(p.name.value == FIELD for p in statement.params.params + statement.params.kwonly_params):
                 return True
     return False
+
+
+def _padding_attribute(cls: cst.ClassDef) -> str | None:
+    """A field or ``self.`` attribute of the class that pads the vocabulary itself (Lightning-AI/litgpt's
+    ``padded_vocab_size``, computed from ``vocab_size`` and ``padding_multiple``): a name with both "vocab" and
+    "pad" in it."""
+    for node in walk(cls, stop=()):
+        target = node.target if isinstance(node, (cst.AnnAssign, cst.AssignTarget)) else None
+        if isinstance(target, cst.Attribute):
+            target = target.attr
+        if isinstance(target, cst.Name) and "vocab" in target.value and "pad" in target.value:
+            return target.value
+    return None
 
 
 def _int_literal(node: cst.BaseExpression | None) -> int | None:
@@ -133,8 +148,13 @@ class _Pad(PlannedCodemod):
         padded_already: list[tuple[cst.CSTNode, cst.Integer]] = []
         for cls in self.nodes(cst.ClassDef):
             tokenizer = "token" in cls.name.value.lower()
+            pads = None if tokenizer else _padding_attribute(cls)
             for owner, literal in self._class_literals(cls):
-                if _int_literal(literal) % MULTIPLE == 0:
+                if pads is not None:
+                    self.already(
+                        owner, f"vocab_size {_int_literal(literal)}, padded by the class itself: `{pads}`"
+                    )
+                elif _int_literal(literal) % MULTIPLE == 0:
                     if not tokenizer:
                         padded_already.append((owner, literal))
                 elif tokenizer:
@@ -238,6 +258,35 @@ class VocabPadding(Optimization):
     needs = (FIELD,)
 
     examples = (
+        Example(
+            "already_padded_by_the_config_itself",
+            path="model.py",
+            before="""\
+from dataclasses import dataclass
+from typing import Optional
+
+import torch.nn as nn
+
+
+@dataclass
+class Config:
+    vocab_size: int = 50254
+    padding_multiple: int = 512
+    padded_vocab_size: Optional[int] = None
+    n_embd: int = 768
+
+    def __post_init__(self):
+        if self.padded_vocab_size is None:
+            self.padded_vocab_size = -(-self.vocab_size // self.padding_multiple) * self.padding_multiple
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+""",
+        ),
         Example(
             "config_field",
             path="model.py",
