@@ -296,7 +296,7 @@ class TierRun:
         message = redact(
             commit_message(
                 optimization.scope,
-                optimization.title,
+                optimization.subject(change.applied),
                 _expected(self.plan, row, optimization, self.shapes),
                 _commit_body(self.plan, row, optimization, change.sites, missed),
                 {

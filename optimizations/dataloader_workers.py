@@ -47,7 +47,7 @@ from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.recipes import RecipeSetting, parser_types, switch
-from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.repository import ParsedFile, RepoContext, Site
 from optimizations.program.requirements import admits_older
 from optimizations.program.training_loops import BACKWARD, is_method_call
 from optimizations.program.values import SettingsPlacement
@@ -85,6 +85,10 @@ SETTING_WORDS = {
     "persistent_workers": "persistent workers",
     "prefetch_factor": "prefetch factor 2",
 }
+
+# How a site's message says that the worker count was the program's, and what was left out of the settings.
+KEPT_WORKERS = "left as set)"
+LEFT_OUT = " (left out"
 
 # The transformers release each TrainingArguments setting came in (dataloader_num_workers is older than 4.0). One
 # that a release the repository still allows lacks is left out: that release would reject the flag or keyword.
@@ -204,7 +208,7 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         for key, requirement in self._too_new().items():
             by_requirement.setdefault(requirement, []).append(f"{key}, new in {TRANSFORMERS_SINCE[key]}")
         return "".join(
-            f" (left out, as {requirement} allows older releases: {'; '.join(keys)})"
+            f"{LEFT_OUT}, as {requirement} allows older releases: {'; '.join(keys)})"
             for requirement, keys in by_requirement.items()
         )
 
@@ -435,7 +439,7 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
                 self.changed(
                     original_node,
                     f"{callee}(...): pin_memory=torch.cuda.is_available() "
-                    f"({label} from `{code_of(current.value)}` left as set)",
+                    f"({label} from `{code_of(current.value)}` {KEPT_WORKERS}",
                 )
                 return add_keywords(updated_node, [("pin_memory", _setting(TORCH_SETTINGS["pin_memory"]))])
             self.refused(
@@ -555,6 +559,17 @@ class DataloaderWorkers(Optimization):
 
     id = "dataloader_workers"
     title = "dataloader workers with pinned memory and persistent workers"
+
+    def subject(self, changed: list[Site]) -> str:
+        """The title where every site got persistent workers; else what the sites did: workers and pinned memory
+        (a transformers the repository allows lacks the rest), or only pinned memory (the program sets the
+        worker count)."""
+        if changed and all(KEPT_WORKERS in site.message for site in changed):
+            return "pinned memory for data loaders whose worker count the program sets"
+        if any("persistent" not in site.message.partition(LEFT_OUT)[0] for site in changed):
+            return "dataloader workers with pinned memory"
+        return self.title
+
     tier = 1
     expected = "+10-30% GPU util"
     summary = "dataloader_num_workers / num_workers with pin memory, persistent workers and prefetch"

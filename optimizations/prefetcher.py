@@ -44,8 +44,12 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
 from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.repository import Site
 from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
 from optimizations.registry import Example, Numerics, Optimization
+
+# What a Trainer config gets: its batches copied without blocking the host.
+NON_BLOCKING = 'accelerator_config={"non_blocking": True}'
 
 RUNTIME_MODULE = "prefetcher"
 PREFETCHER = "CudaPrefetcher"
@@ -358,7 +362,7 @@ class _Prefetch(PlannedCodemod):
         if feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call):
             return  # no trainer reads it, or a library's default (config_use)
         callee = code_of(call.func)
-        message = f'{callee}(...): accelerator_config={{"non_blocking": True}} (pinned batches copied without blocking)'
+        message = f"{callee}(...): {NON_BLOCKING} (pinned batches copied without blocking)"
         current = keyword(call, "accelerator_config")
         if current is not None and isinstance(current.value, cst.Dict):
             values = {
@@ -501,6 +505,13 @@ class Prefetcher(Optimization):
 
     id = "prefetcher"
     title = "CUDA prefetcher: pinned batches copied one step ahead on a side stream"
+
+    def subject(self, changed: list[Site]) -> str:
+        """The title, unless every site is a Trainer config, which gets non-blocking copies and no prefetcher."""
+        if changed and all(NON_BLOCKING in site.message for site in changed):
+            return "Trainer batches copied to the GPU without blocking"
+        return self.title
+
     tier = 2
     expected = "-10-40% step time where host-to-device copies are exposed"
     summary = "for batch in CudaPrefetcher(loader, device) + pinned memory; Trainer: non_blocking copies"

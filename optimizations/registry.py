@@ -159,6 +159,11 @@ class Optimization:
         where = f"measured on {' and '.join(s.value for s in cls.measured_on)}; " if cls.measured_on else ""
         return f"{cls.expected} ({where}not measured for this shape)"
 
+    def subject(self, changed: list[Site]) -> str:
+        """What a commit of these changed sites does, for its subject: the title, unless the optimization can
+        say more exactly what its sites did."""
+        return self.title
+
     def might_apply(self, source: str) -> bool:
         """False when a file with this text cannot have a site: it meets none of ``needs``."""
         return not self.needs or any(_has(source, need) for need in self.needs)

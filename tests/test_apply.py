@@ -57,6 +57,18 @@ def state(repo: git.Repo) -> tuple:
     return (repo.head.commit.hexsha, sorted(h.name for h in repo.heads), repo.is_dirty(untracked_files=True))
 
 
+def test_the_commit_subject_says_what_the_sites_did(tmp_path):
+    """Where the repository still allows a transformers without persistent workers, the commit does not claim
+    them (lm-sys/FastChat, artidoro/qlora, tloen/alpaca-lora)."""
+    root = tmp_path / "target"
+    repo = make_repo(root, {"train.py": TRAIN, "PLAN.md": PLAN, "requirements.txt": "transformers>=4.31.0\n"})
+    base = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    [commit] = list(repo.iter_commits(f"{base}..HEAD"))
+    assert commit.summary == "perf(data): dataloader workers with pinned memory"
+    assert "dataloader_persistent_workers" not in (root / "train.py").read_text()
+
+
 def test_apply_commits_once_and_resumes(target, capsys):
     root, repo = target
     base = repo.head.commit.hexsha

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimizations.program.repository import RepoContext
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.requirements import admits_older, declares_dependency
 from optimizations.registry import registry
 from tests.git_repos import make_repo
@@ -119,3 +119,28 @@ def test_a_config_call_says_which_settings_it_left_out_and_why(tmp_path):
         "requirements.txt: transformers>=4.31.0 allows older releases: dataloader_persistent_workers, new in 4.36.0; "
         "dataloader_prefetch_factor, new in 4.38.0)"
     )
+
+
+def test_subjects_say_what_the_sites_did():
+    workers, prefetcher = registry()["dataloader_workers"], registry()["prefetcher"]
+
+    def sites(*messages: str) -> list[Site]:
+        return [Site("train.py", line, "x", message) for line, message in enumerate(messages, start=1)]
+
+    full = (
+        "TrainingArguments(...): dataloader_num_workers=DATALOADER_WORKERS, pinned memory, persistent workers"
+    )
+    flags = "launch flag --dataloader_num_workers 4, dataloader_pin_memory true, dataloader_persistent_workers true"
+    left_out = "TrainingArguments(...): dataloader_num_workers=W, pinned memory (left out, ...: dataloader_persistent_workers)"
+    pinned = "DataLoader(...): pin_memory=torch.cuda.is_available() (num_workers from `self.num_workers` left as set)"
+    assert workers.subject(sites(full, flags)) == workers.title
+    assert workers.subject(sites(full, left_out)) == "dataloader workers with pinned memory"
+    assert (
+        workers.subject(sites(pinned, pinned))
+        == "pinned memory for data loaders whose worker count the program sets"
+    )
+    trainer = (
+        'SFTConfig(...): accelerator_config={"non_blocking": True} (pinned batches copied without blocking)'
+    )
+    assert prefetcher.subject(sites(trainer)) == "Trainer batches copied to the GPU without blocking"
+    assert prefetcher.subject(sites(trainer, "for batch in loader: ... (CudaPrefetcher)")) == prefetcher.title
