@@ -324,9 +324,16 @@ def test_a_command_without_a_recipe_gets_the_flags_in_its_own_layout(tmp_path):
     sites = switch(ctx, "sft.py", PACKING, "packing")
     shown = [s for s in sites if s.path == "README.md"]
     assert [(s.line, s.applicable) for s in shown] == [(2, False)] and "documented command" in shown[0].reason
+    assert (
+        "add `--packing true --packing_strategy bfd` to it" in shown[0].reason
+    )  # flags as a command takes them
     run = [s for s in sites if s.path == "scripts/lora.sh"]
     assert sorted((s.line, s.applicable) for s in run) == [(4, False), (4, True), (5, False), (6, True)]
-    assert all("a pipe, `&&`, `;`, a comment" in s.reason for s in run if not s.applicable)
+    assert all(
+        "a pipe, `&&`, `;`, a comment): add `--packing true --packing_strategy bfd`" in s.reason
+        for s in run
+        if not s.applicable
+    )
     assert "README.md" not in ctx.edits
     assert ctx.edits["scripts/lora.sh"] == (
         "deepspeed sft.py \\\n    --lora_r 8 \\\n    --flash_attn False \\\n"

@@ -351,7 +351,7 @@ def _launch_sites(
             sites.extend(_switch_recipe(repo, config, setting, optimization))
         return sites
     if launch.documented:
-        reason = f"the documented command passes no recipe; add --{message} to it where the run is launched"
+        reason = f"the documented command passes no recipe; add `{_flags(setting)}` to it where the run is launched"
         return [Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)]
     return [_add_flags(repo, launch, setting, optimization, message)]
 
@@ -365,11 +365,16 @@ def _add_flags(
     if appended is None:
         reason = (
             reason
-            or f"the command goes on after its arguments (a pipe, `&&`, `;`, a comment): add --{message}"
+            or f"the command goes on after its arguments (a pipe, `&&`, `;`, a comment): add `{_flags(setting)}`"
         )
         return Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)
     repo.edit(launch.path, appended[0])
     return Site(launch.path, appended[1], optimization, f"launch flag --{message}")
+
+
+def _flags(setting: RecipeSetting) -> str:
+    """The setting and its companions as the flags a command passes: ``--packing true --packing_strategy bfd``."""
+    return " ".join(f"--{k} {v}" for k, v in {setting.key: setting.value, **setting.companions}.items())
 
 
 def turned_on_at(repo: RepoContext, script: str, key: str) -> str | None:
