@@ -58,6 +58,25 @@ def trains_in_bf16(findings: list[Finding]) -> bool:
     return finding is not None and bool(finding.already) and not finding.applied and not finding.refused
 
 
+def files_in_bf16(findings: list[Finding]) -> set[str]:
+    """The files whose own set-up already trains in bf16: bf16 autocast reports them done, with nothing there
+    to change or refused. A rounding change in such a file is as pure as in a program that trains in bf16
+    throughout (Lightning-AI/litgpt: its finetune and pretrain scripts set Fabric's precision to bf16, while a
+    tutorial in fp32 keeps the repository as a whole from reading as bf16)."""
+    finding = next((f for f in findings if f.optimization.id == BF16_TRAINING), None)
+    if finding is None:
+        return set()
+    return {s.path for s in finding.already} - {s.path for s in (*finding.applied, *finding.refused)}
+
+
+def _split_by_precision(finding: Finding, in_bf16: set[str]) -> tuple[Finding, Finding]:
+    """The finding's changeable sites in files that train in bf16, and those elsewhere."""
+    inside = [s for s in finding.applied if s.path in in_bf16]
+    return Finding(finding.optimization, inside), Finding(
+        finding.optimization, [s for s in finding.applied if s.path not in in_bf16]
+    )
+
+
 def pure_speedup(optimization: Optimization, in_bf16: bool) -> bool:
     """True when applying it cannot move what the program trains beyond what it already accepts: ``exact``,
     or ``rounding`` in a program that already trains in bf16 (TF32, fused kernels and other kernel orders
@@ -75,6 +94,7 @@ def render_plan(
     in_bf16 = trains_in_bf16(findings)
     exclude = excluded(root) if scope is None else scope.exclude
     shapes = program_shapes(RepoContext(root, exclude, sources=sources))
+    bf16_files = files_in_bf16(findings)
     speedups: dict[int, list[Finding]] = {}
     numerics_changes: list[Finding] = []
     for finding in findings:
@@ -82,6 +102,12 @@ def render_plan(
             opt = finding.optimization
             if pure_speedup(opt, in_bf16):
                 speedups.setdefault(opt.tier, []).append(finding)
+            elif opt.numerics is Numerics.ROUNDING:  # pure in the files that train in bf16
+                pure, rest = _split_by_precision(finding, bf16_files)
+                if pure.applied:
+                    speedups.setdefault(opt.tier, []).append(pure)
+                if rest.applied:
+                    numerics_changes.append(rest)
             else:
                 numerics_changes.append(finding)
     keys = _keys()

@@ -78,7 +78,7 @@ def test_no_dynamics_change_is_drafted_among_the_pure_speedups(tmp_path, bf16):
         assert tier_of[optimization.id] == (optimization.tier if pure else opt_in_tier), optimization.id
         if not pure:
             assert optimization.numerics.shown(optimization.numerics_reason) in changes
-    assert ("did not see this program train in bf16" in changes) is not bf16
+    assert ("did not see the files of the `rounding` rows here train in bf16" in changes) is not bf16
 
 
 LOOP = """\
@@ -104,6 +104,19 @@ def test_rounding_counts_as_a_pure_speedup_only_where_the_loop_already_autocasts
     end = text.index(NUMERICS_CHANGES) if NUMERICS_CHANGES in text else text.index("### Refused sites")
     assert "(opt:tf32)" in text and ("(opt:tf32)" in text[:end]) is pure
     assert (PURE_SPEEDUPS in text) is pure  # nothing else in this loop is exact
+
+
+def test_a_rounding_change_is_pure_in_the_files_that_train_in_bf16_and_opt_in_elsewhere(tmp_path):
+    """Lightning-AI/litgpt's shape: its trainers set bf16 and one tutorial trains in fp32. The tutorial keeps the
+    repository from reading as bf16, but not the trainers' rounding changes from their tier."""
+    make_repo(tmp_path, {"bf16.py": LOOP.format(forward=BF16), "fp32.py": LOOP.format(forward=FP32)})
+    text = render_plan(tmp_path, scan(tmp_path))
+    speedups = text[text.index(PURE_SPEEDUPS) : text.index(NUMERICS_CHANGES)]
+    changes = text[text.index(NUMERICS_CHANGES) : text.index("### Refused sites")]
+    [pure] = [line for line in speedups.splitlines() if "(opt:tf32)" in line]
+    [opt_in] = [line for line in changes.splitlines() if "(opt:tf32)" in line]
+    assert "bf16.py:" in pure and "fp32.py" not in pure
+    assert "fp32.py:" in opt_in and "bf16.py" not in opt_in
 
 
 def test_scan_plan_then_apply_tier_1_lands_only_pure_speedups_and_the_opt_in_tier_the_rest(tmp_path, capsys):
