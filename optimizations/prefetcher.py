@@ -678,13 +678,14 @@ def get_dataset(template, training_args):
         Example(
             "trainer_config_a_library_builds_for_callers_without_one",
             before="""\
-from transformers import Trainer, TrainingArguments
+from trl import SFTConfig, SFTTrainer
 
 
-class MyTrainer(Trainer):
-    def __init__(self, model, args=None, train_dataset=None):
+class ChatTrainer(SFTTrainer):
+    def __init__(self, model, train_dataset, *, args: SFTConfig | None = None):
         if args is None:
-            args = TrainingArguments(f"{type(model).__name__}-trained")
+            name = model.config._name_or_path.split("/")[-1]
+            args = SFTConfig(f"{name}-chat", packing=True)
         super().__init__(model=model, args=args, train_dataset=train_dataset)
 """,
         ),

@@ -130,18 +130,24 @@ for step in range(args.steps):
 """
 
 
-def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_path, monkeypatch):
+def _rounds(
+    tmp_path, monkeypatch, pauses: dict[str, float], repeats: int, **runner
+) -> tuple[list, list, Path]:
+    """``repeats`` rounds of a loop at one commit per label (each step sleeping its pause) taking turns in 3
+    windows of 2 steps after 2 warm-up steps: the shas, the runs, and the log of steps in the order they ran."""
     root = tmp_path / "target"
-    shas = _history(
-        root, {label: LOOP.format(label=label, pause=pause) for label, pause in (("A", 0.01), ("B", 0.1))}
-    )
+    shas = _history(root, {label: LOOP.format(label=label, pause=pause) for label, pause in pauses.items()})
     log = tmp_path / "turns.log"
     monkeypatch.setenv("TURN_LOG", str(log))
     workload = Workload(
-        name="loop", command="python train.py --steps {steps}", steps=8, warmup_steps=2, repeats=2
+        name="loop", command="python train.py --steps {steps}", steps=8, warmup_steps=2, repeats=repeats
     )
     jobs = plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
-    runs = LocalRunner(root, tmp_path / "bench", gpus=[], interleave=3).run(jobs)
+    return shas, LocalRunner(root, tmp_path / "bench", gpus=[], interleave=3, **runner).run(jobs), log
+
+
+def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_path, monkeypatch):
+    shas, runs, log = _rounds(tmp_path, monkeypatch, {"A": 0.01, "B": 0.1}, repeats=2)
 
     assert [run.status for run in runs] == ["ok"] * 4, [run.log_tail for run in runs]
     # 6 measured steps in 3 windows of 2: the warm-ups in the round's order, then the windows ABBA; the
@@ -162,18 +168,8 @@ def test_a_round_of_training_processes_takes_turns_under_the_launch_wrapper(tmp_
 
 
 def test_a_round_that_warms_up_together_measures_only_once_every_run_has_warmed_up(tmp_path, monkeypatch):
-    root = tmp_path / "target"
     # A's warm-up (2 steps of 10 ms) ends long before B's (2 of 300 ms): its first window must wait for B's
-    shas = _history(
-        root, {label: LOOP.format(label=label, pause=pause) for label, pause in (("A", 0.01), ("B", 0.3))}
-    )
-    log = tmp_path / "turns.log"
-    monkeypatch.setenv("TURN_LOG", str(log))
-    workload = Workload(
-        name="loop", command="python train.py --steps {steps}", steps=8, warmup_steps=2, repeats=1
-    )
-    jobs = plan_jobs(BenchSpec(workloads={"loop": workload}), shas)
-    runs = LocalRunner(root, tmp_path / "bench", gpus=[], interleave=3, warm_up_together=True).run(jobs)
+    shas, runs, log = _rounds(tmp_path, monkeypatch, {"A": 0.01, "B": 0.3}, repeats=1, warm_up_together=True)
 
     assert [run.status for run in runs] == ["ok"] * 2, [run.log_tail for run in runs]
     steps = log.read_text().split()
