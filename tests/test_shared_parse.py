@@ -332,3 +332,14 @@ def test_a_vendored_helper_is_imported_after_the_sys_path_setup_its_package_need
     assert add_imports(alone, cst.parse_module(source)).code == source.replace(
         "import random\n", "import random\nfrom lit_gpt._perfbot_gpu_flags import fused_optimizer_supported\n"
     )
+    # a package the leading imports load already needs no setup: the helper joins them, as ruff's E402 wants
+    # (Lightning-AI/litgpt's thunder script imports litgpt above its sys.path line)
+    first_party = CodemodContext(filename="pretrain/tinyllama.py")
+    AddImportsVisitor.add_needed_import(
+        first_party, "lit_gpt._perfbot_gpu_flags", "fused_optimizer_supported"
+    )
+    leading = source.replace("import sys\n", "import sys\nimport lit_gpt\n")
+    assert add_imports(first_party, cst.parse_module(leading)).code == leading.replace(
+        "from functools import partial\n",
+        "from functools import partial\nfrom lit_gpt._perfbot_gpu_flags import fused_optimizer_supported\n\n",
+    )

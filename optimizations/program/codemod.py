@@ -311,7 +311,9 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
     before the next statement, so that statement stands in as ``pass`` and the rest of the file is spliced
     back untouched instead of being traversed twice per codemod. An added import of a vendored helper moves
     below the file's ``sys.path`` setup, if it has one (:func:`_import_path_setup`), after the imports that
-    follow it: the helper's package may be importable only from there."""
+    follow it: the helper's package may be importable only from there. Not when the leading block imports that
+    package already (Lightning-AI/litgpt's thunder script imports ``litgpt`` above its setup, and an import
+    below it fails ruff's E402)."""
     body = module.body
     end = next((i for i in range(1, len(body)) if not _is_import_line(body[i])), len(body))
     if end == len(body):
@@ -324,7 +326,16 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
     before = {id(statement) for statement in body[:end]}
     added = [statement for statement in head if id(statement) not in before]
     setup = _import_path_setup(body, end)
-    vendored = [statement for statement in added if _imports_vendored(statement)] if setup is not None else []
+    importable = _top_level_packages(body[:end])  # the helper's package imported before the setup needs none
+    vendored = (
+        [
+            statement
+            for statement in added
+            if _imports_vendored(statement) and _imported_package(statement) not in importable
+        ]
+        if setup is not None
+        else []
+    )
     if not vendored:
         return module.with_changes(
             body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
@@ -365,6 +376,26 @@ def _import_path_setup(body: Sequence[cst.BaseStatement], start: int) -> int | N
         ):
             found = index
     return found
+
+
+def _imported_package(statement: cst.BaseStatement) -> str:
+    """The top-level package a ``from package.module import ...`` line imports from ("" for a relative one)."""
+    imported = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    if not isinstance(imported, cst.ImportFrom) or imported.relative or imported.module is None:
+        return ""
+    return code_of(imported.module).partition(".")[0]
+
+
+def _top_level_packages(statements: Sequence[cst.BaseStatement]) -> set[str]:
+    """The top-level packages the import lines ``statements`` import absolutely."""
+    found = set()
+    for statement in statements:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import):
+                found |= {code_of(alias.name).partition(".")[0] for alias in small.names}
+            elif isinstance(small, cst.ImportFrom):
+                found.add(_imported_package(statement))
+    return found - {""}
 
 
 def _imports_vendored(statement: cst.BaseStatement) -> bool:
