@@ -29,14 +29,14 @@ class RuffPinMismatch(RuntimeError):
 
 
 def required_version(root: Path) -> str | None:
-    """The target's ``required-version`` for ruff, from the config file ruff reads first, else ``None``."""
+    """The target's ``required-version`` for ruff, from the config file ruff reads first, else ``None``. Each
+    file is parsed once per modification time: tidy runs ruff many times per commit."""
     for name, table in (("ruff.toml", ()), (".ruff.toml", ()), ("pyproject.toml", ("tool", "ruff"))):
         path = root / name
         if not path.is_file():
             continue
-        try:
-            settings = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        settings = _toml(str(path), path.stat().st_mtime_ns)
+        if settings is None:
             continue
         for key in table:
             settings = settings.get(key) if isinstance(settings, dict) else None
@@ -65,6 +65,20 @@ def ruff_version(binary: str) -> Version | None:
 
 
 @functools.cache
+def _toml(path: str, modified: int) -> dict | None:
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+
+
+@functools.cache
+def _own_ruff() -> str:
+    """perfbot's own ruff executable."""
+    return str(find_ruff_bin())
+
+
+@functools.cache
 def _version(binary: str, modified: int) -> Version | None:
     try:
         completed = subprocess.run(
@@ -79,7 +93,7 @@ def _version(binary: str, modified: int) -> Version | None:
 def ruff_for(root: Path) -> str:
     """The ruff executable to run on the target at ``root``: one that satisfies its pin, perfbot's own where it
     pins none. Raises :class:`RuffPinMismatch` when no ruff found satisfies the pin."""
-    own = str(find_ruff_bin())
+    own = _own_ruff()
     pin = required_version(root)
     if pin is None:
         return os.environ.get(ENVIRONMENT) or own
