@@ -448,60 +448,9 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
                 f"{label} comes from `{code_of(current.value)}`; raise its default where that value is defined",
             )
             return updated_node
-        hidden = self.values.hidden(original_node, settings)
-        if hidden is not None:
-            self.refused(original_node, message, hidden)
-            return updated_node
-        trainer = self._trainer_class(original_node) if settings is TORCH_SETTINGS else None
-        if trainer is not None:
-            self.refused(
-                original_node,
-                message,
-                f"built by the trainer class `{trainer}`, whose users choose workers with "
-                "`args.dataloader_num_workers` and `args.dataloader_pin_memory`: a count fixed here would "
-                "override theirs; read them from `self.args`",
-            )
-            return updated_node
-        if self.guarded_depth == 0:
-            self.refused(
-                original_node,
-                message,
-                "runs at import time: worker processes started with spawn/forkserver re-import this module; "
-                'move it into a function or under `if __name__ == "__main__":`',
-            )
-            return updated_node
-        if settings is TORCH_SETTINGS and self._dataset_is_iterable(original_node):
-            self.refused(
-                original_node,
-                message,
-                "the dataset is an IterableDataset: every worker would replay the whole stream unless it "
-                "shards by torch.utils.data.get_worker_info()",
-            )
-            return updated_node
-        on_device = self._dataset_on_device(original_node) if settings is TORCH_SETTINGS else None
-        if on_device is not None:
-            self.refused(original_node, message, on_device)
-            return updated_node
-        evaluated = self._evaluated_per_call(original_node) if settings is TORCH_SETTINGS else None
-        if evaluated is not None:
-            function, loop, caller = evaluated
-            self.refused(
-                original_node,
-                message,
-                f"the loader is built at every call of `{function.name.value}()`, which evaluates and is called "
-                f"from `{caller.name.value}()`, and read there once by a loop that neither back-propagates nor "
-                f"steps (line {self.line(loop)}): its worker processes would start at every call to read it "
-                "once; give workers to a loader built once",
-            )
-            return updated_node
-        measured = self._only_measured(original_node) if settings is TORCH_SETTINGS else None
-        if measured is not None:
-            self.refused(
-                original_node,
-                message,
-                f"the loader is only measured (`{code_of(measured)}` at line {self.line(measured)}), never "
-                "iterated: workers would load nothing",
-            )
+        reason = self._refusal(original_node, settings)
+        if reason is not None:
+            self.refused(original_node, message, reason)
             return updated_node
 
         call = updated_node
@@ -514,6 +463,47 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
         self.changed(original_node, message)
         self.edited = True
         return call
+
+    def _refusal(self, node: cst.Call, settings: dict[str, str]) -> str | None:
+        """Why the loader or config ``node`` must keep loading as it does, the first reason found; None where
+        workers may go in."""
+        if (hidden := self.values.hidden(node, settings)) is not None:
+            return hidden
+        torch_loader = settings is TORCH_SETTINGS
+        if torch_loader and (trainer := self._trainer_class(node)) is not None:
+            return (
+                f"built by the trainer class `{trainer}`, whose users choose workers with "
+                "`args.dataloader_num_workers` and `args.dataloader_pin_memory`: a count fixed here would "
+                "override theirs; read them from `self.args`"
+            )
+        if self.guarded_depth == 0:
+            return (
+                "runs at import time: worker processes started with spawn/forkserver re-import this module; "
+                'move it into a function or under `if __name__ == "__main__":`'
+            )
+        if not torch_loader:
+            return None
+        if self._dataset_is_iterable(node):
+            return (
+                "the dataset is an IterableDataset: every worker would replay the whole stream unless it "
+                "shards by torch.utils.data.get_worker_info()"
+            )
+        if (on_device := self._dataset_on_device(node)) is not None:
+            return on_device
+        if (evaluated := self._evaluated_per_call(node)) is not None:
+            function, loop, caller = evaluated
+            return (
+                f"the loader is built at every call of `{function.name.value}()`, which evaluates and is called "
+                f"from `{caller.name.value}()`, and read there once by a loop that neither back-propagates nor "
+                f"steps (line {self.line(loop)}): its worker processes would start at every call to read it "
+                "once; give workers to a loader built once"
+            )
+        if (measured := self._only_measured(node)) is not None:
+            return (
+                f"the loader is only measured (`{code_of(measured)}` at line {self.line(measured)}), never "
+                "iterated: workers would load nothing"
+            )
+        return None
 
     def _trainer_class(self, node: cst.CSTNode) -> str | None:
         """The name of the class ``node`` is in when it derives from a transformers or TRL trainer (a

@@ -29,6 +29,7 @@ from optimizations.program.codemod import OptimizationCodemod, code_of
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.values import parameters
 
 # How many calls deep a config is followed into the repository's functions (LLaMA-Factory's dataset loader hands
 # it four deep).
@@ -63,10 +64,7 @@ def fills_in_for_a_parameter(codemod: OptimizationCodemod, call: cst.Call) -> bo
     if name is None or node is None:
         return False
     unset = m.Comparison(left=m.Name(name), comparisons=[m.ComparisonTarget(m.Is(), m.Name("None"))])
-    parameters = (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)
-    return any(isinstance(n, cst.If) and m.matches(n.test, unset) for n in above) and name in {
-        parameter.name.value for parameter in parameters
-    }
+    return any(isinstance(n, cst.If) and m.matches(n.test, unset) for n in above) and name in parameters(node)
 
 
 def _stays(

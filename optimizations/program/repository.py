@@ -12,7 +12,7 @@ import ast
 import fnmatch
 import posixpath
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -299,7 +299,7 @@ class RepoContext:
             return None
         if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(syntax)):
             return None
-        imports = _module_level_imports(syntax)
+        imports = list(_module_level_imports(syntax))
         names = [a.name for n in imports if isinstance(n, ast.Import) for a in n.names]
         names += [n.module for n in imports if isinstance(n, ast.ImportFrom) and n.module]
         top_levels = list(dict.fromkeys(name.partition(".")[0] for name in names))
@@ -319,16 +319,13 @@ class RepoContext:
         return None
 
 
-def _module_level_imports(syntax: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """The imports a module runs when it is loaded: outside its functions' bodies."""
-    found, pending = [], list(syntax.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            pending.extend(ast.iter_child_nodes(node))
-    return found[::-1]
+def _module_level_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is loaded (outside its functions' bodies), in source order."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child
+        elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield from _module_level_imports(child)
 
 
 # Where the modules a repository's code imports live, besides the importing file's own folder (a script's).
