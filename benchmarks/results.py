@@ -2,10 +2,12 @@
 
 A bench calibrates each workload's measured window on one run at the baseline (enough steps for the
 workload's ``min_time_s``), runs the warm-up rounds and the first ``repeats`` rounds (ABBA order, see
-:func:`benchmarks.runner.round_jobs`), then adds two rounds at a time while some effect's interval is still
-wider than the minimum effect, until it is not, the workload's ``max_repeats`` is reached, or the next two
-rounds would end after the spec's time budget (at the mean wall time per run so far). Why each workload
-stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI turns SIGTERM into the same) stops its runs
+:func:`benchmarks.runner.round_jobs`), then adds one round at a time while some effect's interval is not yet
+precise (:func:`benchmarks.stats.precise_half_width`: within the minimum effect, or narrow enough for the
+resolution asked), until it is, the workload's ``max_repeats`` is reached, or the next round would end after
+the spec's time budget (at the mean wall time per run of the rounds so far, calibration left out). Rounds
+alternate their order, so a bench that stops at an odd count has run one order once more than the other. Why
+each workload stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI turns SIGTERM into the same) stops its runs
 and raises :class:`BenchInterrupted` with the results of every measured run that finished before it.
 
 The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
@@ -270,6 +272,7 @@ def run_bench(
         )
 
     try:
+        rounds_started, jobs_before_rounds = clock(), batches.done
         runs = [run for run in batches.run(plan_jobs(spec, shas)) if run.repeat >= 0]
         while True:
             summary = summarize(shas, spec.workloads, runs, thresholds)
@@ -279,27 +282,22 @@ def run_bench(
                     continue
                 if not summary[name]["imprecise"]:
                     stopping[name] = {"reason": PRECISE if _any_effect(summary[name]) else UNMEASURABLE}
-                elif rounds[name] + 2 > workload.max_repeats:
+                elif rounds[name] + 1 > workload.max_repeats:
                     stopping[name] = {"reason": MAX_REPEATS}
                 else:
                     pending.append(name)
-            elapsed = clock() - started
-            per_job = elapsed / max(batches.done, 1)  # waits for a quiet host and start-up included
-            if pending and elapsed + 2 * len(shas) * len(pending) * per_job > budget:
+            # per job of the rounds so far, calibration left out; waits for a quiet host and start-up included
+            per_job = (clock() - rounds_started) / max(batches.done - jobs_before_rounds, 1)
+            if pending and clock() - started + len(shas) * len(pending) * per_job > budget:
                 stopping.update({name: {"reason": BUDGET} for name in pending})
                 pending = []
             if not pending:
                 return results(runs)
             runs += batches.run(
-                [
-                    job
-                    for k in (0, 1)
-                    for name in pending
-                    for job in round_jobs(spec, shas, rounds[name] + k, [name])
-                ]
+                [job for name in pending for job in round_jobs(spec, shas, rounds[name], [name])]
             )
             for name in pending:
-                rounds[name] += 2
+                rounds[name] += 1
     except KeyboardInterrupt:
         finished = [run for run in batches.finished if run.repeat >= 0]
         stopping.update({name: {"reason": INTERRUPTED} for name in spec.workloads if name not in stopping})

@@ -21,8 +21,10 @@ Choices, so the numbers can be checked by hand:
   minimum effect (default 3%) in size; anything else is **no change**. With too few successful runs no test
   is possible and the verdict is **insufficient data**.
 - **Precision**: an effect is *precise* when its interval's half-width (the larger side, as a fraction of
-  the ratio) is at most the minimum effect; the runner adds rounds until every effect is precise or its time
-  budget runs out (:func:`benchmarks.results.run_bench`).
+  the ratio) is at most the minimum effect, or, when the bench is asked to resolve an effect size R
+  (``Thresholds.resolve``), when an interval that wide would detect a change of R 95% of the time
+  (:func:`detectable_effect`); the runner adds rounds until every effect is precise or its time budget runs
+  out (:func:`benchmarks.results.run_bench`).
 - **Loss parity** is compared at equal tokens seen, never at equal steps (packing changes the step count):
   each logged loss is placed at the tokens seen while its steps ran, the curves are interpolated onto a common
   grid over the range every run covers, and the mean loss over the last part of that range is compared with
@@ -84,6 +86,37 @@ class Thresholds:
     loss_tail_fraction: float = 0.25
     memory_threshold: float = 0.10
     max_host_load: float = 0.10
+    resolve: float | None = (
+        None  # the change the intervals must detect 95% of the time; None: min_effect wide
+    )
+
+
+DETECTION_POWER = 0.95
+
+
+def _standard_errors_past_significance(thresholds: Thresholds) -> float:
+    """How many interval half-widths past the significance edge an estimate must lie, on average, to clear
+    it 95% of the time: z(power) / z(confidence), the half-width being z(confidence) standard errors."""
+    normal = statistics.NormalDist()
+    return normal.inv_cdf(DETECTION_POWER) / normal.inv_cdf(1 - (1 - thresholds.confidence) / 2)
+
+
+def detectable_effect(half_width: float, thresholds: Thresholds) -> float:
+    """The smallest change that intervals of this half-width name 95% of the time: the estimate must clear
+    both the minimum effect and the half-width (significance), with a standard error of about half-width / z."""
+    return (
+        max(thresholds.min_effect, half_width) + _standard_errors_past_significance(thresholds) * half_width
+    )
+
+
+def precise_half_width(thresholds: Thresholds) -> float:
+    """The widest interval that counts as precise: the minimum effect, or with ``resolve`` set, the widest
+    whose :func:`detectable_effect` is ``resolve`` (that piecewise-linear function inverted)."""
+    if thresholds.resolve is None:
+        return thresholds.min_effect
+    k = _standard_errors_past_significance(thresholds)
+    within_min_effect = (thresholds.resolve - thresholds.min_effect) / k
+    return within_min_effect if within_min_effect <= thresholds.min_effect else thresholds.resolve / (1 + k)
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -260,7 +293,7 @@ def compare(
         "method": effect.method,
         "n": effect.n,
         "half_width": effect.half_width,
-        "precise": effect.half_width <= thresholds.min_effect,
+        "precise": effect.half_width <= precise_half_width(thresholds),
         "verdict": verdict(effect, higher_is_better, thresholds),
     }
 

@@ -39,6 +39,7 @@ class BenchOptions:
     min_time_s: float | None = None
     time_budget_s: float | None = None
     max_host_load: float | None = None
+    resolve: float | None = None
     runner: str = "local"
     address: str | None = None
     drop_regressions: bool = False
@@ -73,11 +74,13 @@ def results_path(root: Path, branch: str, name: str = "") -> Path:
 
 
 def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None) -> Thresholds:
-    """The statistics' thresholds with the options' host-load limit and the plan's loss tolerance."""
+    """The statistics' thresholds with the options' host-load limit and resolution, and the plan's loss
+    tolerance."""
     return replace(
         DEFAULT_THRESHOLDS,
         loss_tolerance=loss_tolerance or DEFAULT_THRESHOLDS.loss_tolerance,
         max_host_load=options.max_host_load or DEFAULT_THRESHOLDS.max_host_load,
+        resolve=options.resolve,
     )
 
 

@@ -1,11 +1,12 @@
 """The adaptive bench of `run_bench`: calibration of the measured window, ABBA rounds, rounds added until every
-interval is within the minimum effect, and the time budget and round limit that stop it, on a fake runner
+interval is precise (within the minimum effect, or narrow enough for the resolution asked), and the time budget and round limit that stop it, on a fake runner
 whose runs measure known values (no processes, a fake clock)."""
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import git
 import pytest
@@ -21,6 +22,7 @@ from benchmarks.results import (
 )
 from benchmarks.runner import RunRecord
 from benchmarks.spec import BenchSpec, Workload
+from benchmarks.stats import DEFAULT_THRESHOLDS, detectable_effect, precise_half_width, summarize
 
 COMMITS = [CommitInfo("a" * 40, "base"), CommitInfo("b" * 40, "perf: faster (+10%)", "opt")]
 
@@ -30,8 +32,9 @@ class FakeRunner:
 
     device = "CPU on fakehost"
 
-    def __init__(self, clock, speed, noise=0.0, seconds=10.0, step_s=0.01, window_s=3.0):
+    def __init__(self, clock, speed, noise=0.0, seconds=10.0, step_s=0.01, window_s=3.0, calibration_s=None):
         self.clock, self.speed, self.noise, self.seconds = clock, speed, noise, seconds
+        self.calibration_s = seconds if calibration_s is None else calibration_s
         self.step_s, self.window_s = step_s, window_s
         self.timing = "host_clock"
         self.calibration_loads: list[float] = []  # other processes' load during each calibration run, in turn
@@ -44,7 +47,7 @@ class FakeRunner:
         records = []
         for done, job in enumerate(jobs, start=1):
             self.jobs.append(job)
-            self.clock.now += self.seconds
+            self.clock.now += self.calibration_s if job.calibration else self.seconds
             drift = 1 + 0.2 * math.sin(job.repeat)  # the machine's speed changes from round to round
             value = self.speed[job.commit] * drift * math.exp(self.rng.gauss(0, self.noise))
             metrics = {
@@ -157,10 +160,46 @@ def test_rounds_run_in_abba_order_and_stop_once_precise(repo):
     assert order[:8] == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (3, "b"), (3, "a")]
     stop = results.stopping["loop"]
     assert stop["reason"] == PRECISE and stop["imprecise"] == []
-    assert stop["rounds"] > 4 and stop["rounds"] % 2 == 0  # ±3% noise needs more than 4 rounds; 2 at a time
+    assert stop["rounds"] > 4  # ±3% noise needs more than 4 rounds
     effect = results.summary["loop"]["commits"]["b" * 40]["marginal"]
     assert effect["half_width"] <= 0.03 and effect["verdict"] == "win"
     assert effect["ci"][0] < 1.1 < effect["ci"][1]  # the drift between rounds cancels in the pairs
+    assert effect["n"] == stop["rounds"]
+    # rounds are added one at a time, and the bench stopped at the first that was precise
+    earlier = [run for run in results.runs if run.repeat < stop["rounds"] - 1]
+    summary = summarize([c.sha for c in COMMITS], _spec(min_time_s=0).workloads, earlier, DEFAULT_THRESHOLDS)
+    assert not summary["loop"]["commits"]["b" * 40]["marginal"]["precise"]
+
+
+def test_a_resolution_asked_adds_rounds_until_the_intervals_would_detect_it(repo):
+    clock = Clock()
+    speeds = {"a" * 40: 1000.0, "b" * 40: 1100.0}
+    default = run_bench(
+        repo, _spec(min_time_s=0), COMMITS, FakeRunner(clock, speeds, noise=0.03), clock=clock
+    )
+    thresholds = replace(DEFAULT_THRESHOLDS, resolve=0.05)
+    runner = FakeRunner(clock, speeds, noise=0.03)
+    resolved = run_bench(repo, _spec(min_time_s=0), COMMITS, runner, clock=clock, thresholds=thresholds)
+    effect = resolved.summary["loop"]["commits"]["b" * 40]["marginal"]
+    assert resolved.stopping["loop"]["reason"] == PRECISE
+    assert effect["half_width"] <= precise_half_width(thresholds) < 0.03  # narrower than the default asks
+    assert resolved.stopping["loop"]["rounds"] > default.stopping["loop"]["rounds"]
+    assert detectable_effect(effect["half_width"], thresholds) <= 0.05
+    from bot.comments.results import measurement_setup
+
+    assert "stopped with every interval narrow enough to detect 5%" in measurement_setup(resolved, "loop")
+    assert "stopped with every interval within ±3%" in measurement_setup(default, "loop")
+
+
+def test_the_time_budget_counts_rounds_by_their_own_time_not_calibrations(repo):
+    clock = Clock()
+    runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2, calibration_s=100.0)
+    results = run_bench(repo, _spec(budget=230.0, min_time_s=0.05), COMMITS, runner, clock=clock)
+    # one 100 s calibration run (its steps settle at once), 4 rounds of 2 runs (80 s), then rounds of 20 s:
+    # the 5th ends at 200 s, a 6th would end at 220 s, a 7th at 240 s > 230 s. Counting the calibration in
+    # the mean time per job (180 s / 9 jobs) would have priced a round at 40 s and stopped after the 5th.
+    assert (results.stopping["loop"]["reason"], results.stopping["loop"]["rounds"]) == (BUDGET, 6)
+    assert results.calibration["loop"]["runs"] == 1 and clock.now == 220.0
 
 
 def test_the_time_budget_stops_the_rounds_and_says_what_is_still_wide(repo):
@@ -168,7 +207,7 @@ def test_the_time_budget_stops_the_rounds_and_says_what_is_still_wide(repo):
     runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
     results = run_bench(repo, _spec(budget=130.0, min_time_s=0), COMMITS, runner, clock=clock)
     stop = results.stopping["loop"]
-    # 4 rounds of 2 runs take 80 s; two more would end at 120 s, two after that at 160 s > 130 s
+    # 4 rounds of 2 runs take 80 s; one more ends at 100 s, another at 120 s, a third would at 140 s > 130 s
     assert (stop["reason"], stop["rounds"], stop["budget_s"]) == (BUDGET, 6, 130.0)
     assert stop["imprecise"] == ["b" * 40 + " marginal"] and clock.now == 120.0
 
@@ -193,7 +232,7 @@ def interrupt_after(runs: int):
 def test_an_interrupted_bench_keeps_the_measured_runs_that_finished(repo):
     clock = Clock()
     runner = FakeRunner(clock, {"a" * 40: 1000.0, "b" * 40: 1000.0}, noise=0.2)
-    # 2 calibration runs, 8 runs of the first 4 rounds, then 3 of the next batch of 2 rounds
+    # 2 calibration runs, 8 runs of the first 4 rounds, 2 of the 5th, then 1 of the 6th
     with pytest.raises(BenchInterrupted) as interrupted:
         run_bench(repo, _spec(), COMMITS, runner, clock=clock, progress=interrupt_after(13))
     results = interrupted.value.results
@@ -275,4 +314,7 @@ def test_max_host_load_sets_the_quiet_wait_and_the_disturbed_rule(tmp_path, caps
     head = git.Repo(root).head.commit.hexsha
     assert main(["bench", "--max-host-load", "0", "--repo", str(root)]) == 2
     assert "--max-host-load is a share of the host's CPUs" in capsys.readouterr().err
+    assert bench_thresholds(BenchOptions(resolve=0.05)).resolve == 0.05
+    assert main(["bench", "--resolve", "0.02", "--repo", str(root)]) == 2  # below the minimum effect
+    assert "--resolve is a change to detect, above the 3% minimum effect" in capsys.readouterr().err
     assert git.Repo(root).head.commit.hexsha == head and not (root / ".bot" / "results").exists()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from benchmarks.runner import RunRecord
 from benchmarks.spec import Workload
 from benchmarks.stats import (
+    DEFAULT_THRESHOLDS,
     INSUFFICIENT,
     NO_CHANGE,
     PAIRED,
@@ -19,9 +21,11 @@ from benchmarks.stats import (
     Thresholds,
     compare,
     cv,
+    detectable_effect,
     loss_parity,
     median_ci,
     paired_log_ratio,
+    precise_half_width,
     summarize,
     welch_log_ratio,
 )
@@ -314,3 +318,12 @@ def test_disturbed_runs_are_left_out_counted_and_worth_another_round():
         f"{sha} {key}" for sha, key in (("b", "marginal"), ("c", "marginal"), ("c", "cumulative"))
     ]
     assert summary["rounds"] == 3
+
+
+@pytest.mark.parametrize("resolve", [0.04, 0.05, 0.08, 0.20])
+def test_the_precise_width_for_a_resolution_detects_exactly_that_change(resolve):
+    thresholds = replace(DEFAULT_THRESHOLDS, resolve=resolve)
+    width = precise_half_width(thresholds)
+    assert detectable_effect(width, thresholds) == pytest.approx(resolve)
+    assert detectable_effect(width * 1.01, thresholds) > resolve  # the widest such interval, not just one
+    assert precise_half_width(DEFAULT_THRESHOLDS) == DEFAULT_THRESHOLDS.min_effect  # nothing asked: ±3%

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import git
-from scipy import stats as scipy_stats
 
 from benchmarks.launch import PLANT_FILE
 from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
-from benchmarks.stats import INSUFFICIENT, REGRESSION, WIN
+from benchmarks.stats import DEFAULT_THRESHOLDS, INSUFFICIENT, REGRESSION, WIN, detectable_effect
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
 from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
@@ -44,8 +43,6 @@ from bot.formatting import duration, percent
 from bot.history import describe_commits
 from bot.measurements import measurement
 from bot.workspace import Workspace
-
-DETECTION = 0.95
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -289,12 +286,13 @@ def _rate(count: int, total: int) -> float | None:
 
 
 def smallest_detectable(half_widths: list[float], min_effect: float) -> float | None:
-    """The change a bench with the median interval half-width h calls 95% of the time: its estimate must
-    clear both the minimum effect and h (significance), with a standard error of about h / 1.96."""
+    """The change a bench with the median interval half-width calls 95% of the time
+    (:func:`benchmarks.stats.detectable_effect`)."""
     if not half_widths:
         return None
-    h = statistics.median(half_widths)
-    return max(min_effect, h) + scipy_stats.norm.ppf(DETECTION) * h / scipy_stats.norm.ppf(0.975)
+    return detectable_effect(
+        statistics.median(half_widths), replace(DEFAULT_THRESHOLDS, min_effect=min_effect)
+    )
 
 
 def _percent(rate: float | None) -> str:

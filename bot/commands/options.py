@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.spec import check_size
+from benchmarks.stats import DEFAULT_THRESHOLDS
 from bot.benchmarking import BenchOptions
 from bot.errors import BadInput
 
@@ -30,7 +31,7 @@ def workload_size(text: str) -> str:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """``--runner``, ``--address``, ``--workload``, ``--size``, ``--steps``, ``--repeats``, ``--warmup-rounds``,
-    ``--max-host-load``, ``--interleave``, ``--warm-up-together`` and ``--drop-regressions``."""
+    ``--max-host-load``, ``--resolve``, ``--interleave``, ``--warm-up-together`` and ``--drop-regressions``."""
     parser.add_argument(
         "--runner",
         choices=("local", "ray"),
@@ -55,6 +56,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, help="rounds at least (each commit once per round)")
     parser.add_argument(
         "--max-repeats", type=int, help="rounds at most, while an effect is wider than the minimum effect"
+    )
+    parser.add_argument(
+        "--resolve",
+        type=float,
+        metavar="FRACTION",
+        help="add rounds until every interval is narrow enough to detect a change of this size 95%% of the time "
+        "(e.g. 0.05; above the 3%% minimum effect; default: until each interval is within ±3%%)",
     )
     parser.add_argument(
         "--min-time",
@@ -109,6 +117,11 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         raise BadInput("--interleave takes 2 or more windows per run (0: one run at a time)")
     if args.warm_up_together and not args.interleave:
         raise BadInput("--warm-up-together is a way of taking turns: use it with --interleave WINDOWS")
+    if args.resolve is not None and not DEFAULT_THRESHOLDS.min_effect < args.resolve < 1:
+        raise BadInput(
+            f"--resolve is a change to detect, above the {DEFAULT_THRESHOLDS.min_effect:.0%} minimum effect (no "
+            f"smaller change is ever named a win or a regression) and below 1, got {args.resolve:g}"
+        )
     if args.max_host_load is not None and not 0 < args.max_host_load <= 1:
         raise BadInput(
             "--max-host-load is a share of the host's CPUs: above 0, at most 1 (1 keeps every run)"
@@ -123,6 +136,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         min_time_s=args.min_time,
         time_budget_s=args.time_budget,
         max_host_load=args.max_host_load,
+        resolve=args.resolve,
         runner=args.runner,
         address=args.address,
         drop_regressions=args.drop_regressions,

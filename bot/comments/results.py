@@ -179,10 +179,15 @@ def measurement_setup(results: Results, workload: str) -> str:
     text += _run_time(results, workload)
     rounds = stop.get("rounds", spec.get("repeats", "?"))
     text += f"), {rounds} rounds per commit in ABBA order"
-    half = f"±{results.thresholds['min_effect']:.0%}"
+    resolve = results.thresholds.get("resolve")
+    precise = (
+        f"narrow enough to detect {resolve:.0%}"
+        if resolve
+        else f"within ±{results.thresholds['min_effect']:.0%}"
+    )
     reason = stop.get("reason")
     if reason == PRECISE:
-        text += f"; stopped with every interval within {half}"
+        text += f"; stopped with every interval {precise}"
     elif reason == BUDGET:
         text += f"; stopped when the time budget ({formatting.duration(stop['budget_s'])}) ran out"
     elif reason == MAX_REPEATS:
@@ -192,7 +197,7 @@ def measurement_setup(results: Results, workload: str) -> str:
     elif reason == INTERRUPTED:
         text += "; interrupted (Ctrl-C or SIGTERM): only the runs that finished before it count"
     if reason in (BUDGET, MAX_REPEATS) and stop.get("imprecise"):
-        text += f", {len(stop['imprecise'])} interval(s) still wider than {half}"
+        text += f", {len(stop['imprecise'])} interval(s) not yet {precise}"
     measured = [measurement(results, workload, info.sha) for info in results.commits]
     disturbed = sum(m.disturbed for m in measured if m is not None)
     if disturbed:
