@@ -12,7 +12,10 @@ exactly what it did before; ``.backward()`` and the optimizer step stay outside.
 no loss scaling is needed.
 
 Already done: a loop whose function autocasts to bf16, directly or through a name (``ctx = nullcontext() if cpu
-else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16-or-float16 choice).
+else torch.amp.autocast(..., dtype=ptdtype)``, ``ptdtype`` looked up from a bf16-or-float16 choice); a loop whose
+file puts the model in bf16 by hand (``model.bfloat16()``, ``m.weight.data = m.weight.data.bfloat16()``, a layer
+built as ``nn.Embedding(...).bfloat16()``, a model loaded with ``torch_dtype=torch.bfloat16``): it computes in
+bf16 already, and its author chose which parts stay float32.
 
 Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
 gets ``mixed_precision=("bf16" if bf16_supported() else None)``, Lightning's ``Trainer``/``Fabric`` gets
@@ -90,8 +93,23 @@ AUTOCAST = (
 DATA_METHODS = ("to", "cuda", "pin_memory", "contiguous", "long", "int", "float", "get", "items", "keys")
 DATA_FUNCTIONS = ("next", "len", "iter", "tuple", "list", "dict")
 FP16 = ("torch.float16", "torch.half")
+BF16 = ("torch.bfloat16",)
+# The keywords a model constructor or loader takes its weights' dtype by.
+DTYPE_KEYWORDS = ("dtype", "torch_dtype")
 # torch dtype names (and getattr(torch, name) spellings) by the dtype they are.
 DTYPE_NAMES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _built_cast(value: cst.BaseExpression) -> bool:
+    """``Layer(...).bfloat16()`` or ``Layer(...).to(...)``, through ``.cuda()``s: an object built (a class, by
+    its capitalised name) and cast."""
+    while is_method_call(value, "bfloat16", "to", "cuda"):
+        value = value.func.value
+        if isinstance(value, cst.Call):
+            callee = value.func.attr if isinstance(value.func, cst.Attribute) else value.func
+            if isinstance(callee, cst.Name) and callee.value[:1].isupper():
+                return True
+    return False
 
 
 class _Refused(Exception):
@@ -443,6 +461,16 @@ class _Autocast(PlannedCodemod):
             half = self._float16(owner)
             if half is not None:
                 raise _Refused(f"the loop's code uses float16 at line {self.line(half)} (`{code_of(half)}`)")
+            cast = self._weights_in_bf16(loop)
+            if cast is not None:
+                if all(site.line != self.line(cast) for site in self.sites):  # one site for the file's loops
+                    written = code_of(cast).strip().splitlines()[0]
+                    self.already(
+                        cast,
+                        f"the model is put in bfloat16 by hand (`{written}`): its forward computes in bf16 "
+                        "without autocast",
+                    )
+                return
             block, span = self._span(loop)
         except _Refused as refusal:
             self.refused(loop, message, str(refusal))
@@ -499,6 +527,48 @@ class _Autocast(PlannedCodemod):
             if is_method_call(node, "half") and not node.args:
                 return node
         return None
+
+    def _weights_in_bf16(self, loop: cst.For | cst.While) -> cst.BaseSmallStatement | None:
+        """A statement of the file that puts the model's weights in bfloat16 by hand: a module cast in place
+        (``model.bfloat16()``, ``model.to(torch.bfloat16)`` as a statement: a tensor's ``.to`` does nothing
+        unassigned), a parameter's data cast (``m.weight.data = m.weight.data.bfloat16()``), a layer built and
+        cast (``self.embed = nn.Embedding(v, d).bfloat16()``: what follows it must take bf16 inputs), or a model
+        the loop calls built or loaded in bf16 (``model = GPT(cfg).bfloat16()``, ``from_pretrained(...,
+        torch_dtype=torch.bfloat16)``). KellerJordan/modded-nanogpt's scripts cast their layers so."""
+        called = {
+            c.func.value for c in walk(loop, ()) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)
+        }
+        for node in walk(self.parsed.module, ()):
+            if (
+                isinstance(node, cst.Expr)
+                and isinstance(node.value, cst.Call)
+                and self._casts_to_bf16(node.value)
+            ):
+                return node
+            if not isinstance(node, cst.Assign) or not any(
+                isinstance(n, cst.Call) and self._casts_to_bf16(n)
+                for n in [node.value, *walk(node.value, ())]
+            ):
+                continue
+            for target in (t.target for t in node.targets):
+                if isinstance(target, cst.Attribute) and (
+                    target.attr.value == "data" or _built_cast(node.value)
+                ):
+                    return node
+                if isinstance(target, cst.Name) and target.value in called:
+                    return node
+        return None
+
+    def _casts_to_bf16(self, call: cst.Call) -> bool:
+        """``x.bfloat16()``, ``x.to(..., torch.bfloat16)``, or a call given ``dtype``/``torch_dtype`` bf16."""
+        if is_method_call(call, "bfloat16") and not call.args:
+            return True
+        given = [
+            a.value
+            for a in call.args
+            if is_method_call(call, "to") or (a.keyword is not None and a.keyword.value in DTYPE_KEYWORDS)
+        ]
+        return any(self.names(value) & set(BF16) for value in given)
 
     def _span(self, loop: cst.For | cst.While) -> tuple[cst.IndentedBlock, list[cst.BaseStatement]]:
         """The block holding ``.backward()`` and the statements in it to wrap: from the first one of the
@@ -717,6 +787,110 @@ def train(model, loader, optimizer):
             loss = model(x, y)
         loss.backward()
         optimizer.step()
+""",
+        ),
+        Example(
+            "a_tensor_cast_is_not_a_model_in_bf16",
+            before="""\
+import torch
+
+
+def orthogonalize(G):
+    X = G.bfloat16()
+    return X / (X.norm() + 1e-7)
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+            after="""\
+import torch
+from _perfbot_precision import bf16_supported
+
+
+def orthogonalize(G):
+    X = G.bfloat16()
+    return X / (X.norm() + 1e-7)
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_weights_cast_by_hand",
+            before="""\
+import torch
+from torch import nn
+
+from model import GPT
+
+model = GPT().cuda()
+for m in model.modules():
+    if isinstance(m, nn.Embedding):
+        m.weight.data = m.weight.data.bfloat16()
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_layers_built_in_bf16",
+            before="""\
+import torch
+from torch import nn
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim).bfloat16()
+        self.proj = nn.Linear(dim, vocab_size)
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_model_cast_in_place",
+            before="""\
+import torch
+
+
+def train(model, loader, optimizer):
+    model.to(torch.bfloat16)
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+        ),
+        Example(
+            "already_bf16_model_loaded_in_bf16",
+            before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+for batch in loader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
 """,
         ),
         Example(
