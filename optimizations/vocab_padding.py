@@ -9,7 +9,8 @@ size makes it), so their embedding rows are never looked up; their output logits
 normaliser, which costs ``(padded - vocab) / padded`` of the probability mass at initialisation (0.09% for
 GPT-2, about +0.001 in the loss) and which training drives down, since they are never a target. That holds
 only if the size reaches nothing but the embedding and output layers, so every read of ``.vocab_size`` in
-the repository must be an argument of ``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other
+the files that share code with the site's file (:meth:`Program.shares_code`: nanoGPT's ``sample.py`` shares
+``model.py`` with ``train.py``; a standalone script kept for the record shares nothing) must be an argument of ``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other
 read (sizing the data, a tokenizer, an ``assert`` against one) is refused, as is a repository that samples from
 the logits (``generate``: a padded id could come out), a tokenizer built with the literal, and a Hugging Face
 config (``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there). A config
@@ -27,6 +28,7 @@ import libcst.matchers as m
 
 from optimizations.program.codemod import code_of, keyword, qualified_under, walk
 from optimizations.program.positions import start_line
+from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import PlannedCodemod
@@ -37,6 +39,8 @@ MULTIPLE = 64
 LAYERS = ("Embedding", "Linear")
 SHAPES = ("view", "reshape")
 SAMPLERS = ("multinomial", "argmax", "topk")
+# Words in the name of a helper that rounds a size up.
+ROUNDING_WORDS = ("multiple", "pad", "round", "align")
 TOKENIZER_PACKAGES = ("tokenizers", "sentencepiece", "tiktoken")
 TOKENIZER_WORDS = ("token", "bpe", "wordpiece", "unigram", "sentencepiece")
 
@@ -63,16 +67,25 @@ def _holds_field(cls: cst.ClassDef) -> bool:
 
 
 def _padding_attribute(cls: cst.ClassDef) -> str | None:
-    """A field or ``self.`` attribute of the class that pads the vocabulary itself (Lightning-AI/litgpt's
-    ``padded_vocab_size``, computed from ``vocab_size`` and ``padding_multiple``): a name with both "vocab" and
-    "pad" in it."""
+    """How the class pads the vocabulary itself: a field or ``self.`` attribute named with both "vocab" and
+    "pad" (Lightning-AI/litgpt's ``padded_vocab_size``, computed from ``vocab_size`` and ``padding_multiple``),
+    or the size passed through a rounding helper (KellerJordan/modded-nanogpt's ``vocab_size =
+    next_multiple_of_n(vocab_size, n=128)``: a callee named for a multiple, padding, rounding or alignment)."""
     for node in walk(cls, stop=()):
         target = node.target if isinstance(node, (cst.AnnAssign, cst.AssignTarget)) else None
         if isinstance(target, cst.Attribute):
             target = target.attr
         if isinstance(target, cst.Name) and "vocab" in target.value and "pad" in target.value:
             return target.value
+        if isinstance(node, cst.Call) and any(word in _callee(node).lower() for word in ROUNDING_WORDS):
+            if any(_reads_field(arg.value) for arg in node.args):
+                return code_of(node)
     return None
+
+
+def _reads_field(node: cst.BaseExpression) -> bool:
+    """``vocab_size`` or ``<anything>.vocab_size``."""
+    return m.matches(node, m.Name(FIELD) | m.Attribute(attr=m.Name(FIELD)))
 
 
 def _int_literal(node: cst.BaseExpression | None) -> int | None:
@@ -85,7 +98,8 @@ class _Repository:
 
     def __init__(self, repo: RepoContext):
         self.config_classes: set[str] = set()
-        self.problems: list[str] = []
+        self.padding_classes: dict[str, list[tuple[str, str]]] = {}  # class name: (file, how it pads), each
+        self.problems: list[tuple[str, str]] = []  # (file, what it does)
         for path in RepoContext(repo.root).python_files():
             text = repo.read(path)
             if FIELD in text or any(s in text for s in SAMPLERS):
@@ -98,10 +112,13 @@ class _Repository:
         for cls in parsed.nodes(cst.ClassDef):
             if _holds_field(cls):
                 self.config_classes.add(cls.name.value)
+                pads = _padding_attribute(cls)
+                if pads is not None:
+                    self.padding_classes.setdefault(cls.name.value, []).append((path, pads))
         for node in parsed.nodes(cst.Attribute):
             if node.attr.value == FIELD and not self._sizes_a_layer(node, parents):
                 where = f"{path}:{start_line(parsed, node)}"
-                self.problems.append(f"`{code_of(node)}` is read at {where} beyond sizing the layers")
+                self.problems.append((path, f"`{code_of(node)}` is read at {where} beyond sizing the layers"))
         for function in parsed.nodes(cst.FunctionDef):
             name = function.name.value
             if name.startswith(("generate", "sample")):
@@ -109,7 +126,7 @@ class _Repository:
                 if calls:
                     where = f"{path}:{start_line(parsed, calls[0])}"
                     self.problems.append(
-                        f"{name}() samples from the logits at {where}: a padded id could come out"
+                        (path, f"{name}() samples from the logits at {where}: a padded id could come out")
                     )
 
     def _sizes_a_layer(self, node: cst.Attribute, parents) -> bool:
@@ -168,7 +185,10 @@ class _Pad(PlannedCodemod):
                 continue
             names = self.names(call.func)
             callee = _callee(call)
-            if size % MULTIPLE == 0:
+            pads = self._padded_by(callee)
+            if pads is not None:
+                self.already(given, f"vocab_size {size}, padded by {callee} itself: `{pads}`")
+            elif size % MULTIPLE == 0:
                 if callee in self._repository().config_classes:
                     padded_already.append((given, given.value))
             elif qualified_under(names, ("transformers",), (callee,)):
@@ -196,7 +216,10 @@ class _Pad(PlannedCodemod):
             self.refused(owner, message.format(size, padded(size)), reason)
         if not candidates:
             return
-        problems = self._repository().problems
+        program = program_of(self.repo)
+        problems = [
+            problem for path, problem in self._repository().problems if program.shares_code(self.path, path)
+        ]
         for owner, literal in candidates:
             size = _int_literal(literal)
             if problems:
@@ -206,6 +229,15 @@ class _Pad(PlannedCodemod):
                 value=str(padded(size))
             )
             self.changed(owner, message.format(size, padded(size)))
+
+    def _padded_by(self, callee: str) -> str | None:
+        """How the class ``callee`` names pads the vocabulary itself, where a file sharing code with this one
+        defines it so; None elsewhere."""
+        program = program_of(self.repo)
+        for path, pads in self._repository().padding_classes.get(callee, []):
+            if program.shares_code(self.path, path):
+                return pads
+        return None
 
     def _repository(self) -> _Repository:
         if self.repository is None:
@@ -356,6 +388,109 @@ class GPTConfig:
 
 def head(config, width):
     return nn.Linear(width, config.vocab_size)
+"""
+            },
+        ),
+        Example(
+            "a_read_in_a_script_that_shares_nothing_is_not_a_problem",
+            before="""\
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+
+
+def head(config, width):
+    return nn.Linear(width, config.vocab_size)
+""",
+            after="""\
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50304
+
+
+def head(config, width):
+    return nn.Linear(width, config.vocab_size)
+""",
+            files={
+                "records/old_train.py": """\
+from dataclasses import dataclass
+
+
+@dataclass
+class OldConfig:
+    vocab_size: int = 50257
+
+
+def check(config, tokenizer):
+    assert config.vocab_size == tokenizer.n_vocab
+"""
+            },
+        ),
+        Example(
+            "already_padded_by_the_model_class",
+            before="""\
+import torch.nn as nn
+
+
+def next_multiple_of_n(v, *, n):
+    return next(x for x in range(n, int(v) + 1 + n, n) if x >= v)
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, model_dim: int):
+        super().__init__()
+        vocab_size = next_multiple_of_n(vocab_size, n=128)
+        self.embed = nn.Embedding(vocab_size, model_dim)
+
+
+model = GPT(vocab_size=50257, model_dim=768)
+""",
+        ),
+        Example(
+            "a_namesake_class_that_pads_in_an_unrelated_script_is_another_class",
+            before="""\
+import torch.nn as nn
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, model_dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, model_dim)
+
+
+model = GPT(vocab_size=50257, model_dim=768)
+""",
+            after="""\
+import torch.nn as nn
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, model_dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, model_dim)
+
+
+model = GPT(vocab_size=50304, model_dim=768)
+""",
+            files={
+                "records/newer_train.py": """\
+import torch.nn as nn
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, model_dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(round_up(vocab_size, 128), model_dim)
 """
             },
         ),

@@ -72,6 +72,7 @@ class Program:
         self.entry_points = sorted(self._entry_points() if command is None else self._started_by(command, ""))
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
+        self._closures: dict[str, frozenset[str]] = {}
         if self.entry_points:
             self._follow()
 
@@ -91,6 +92,29 @@ class Program:
         if definition is None or path in self.standalone:
             return True
         return definition in self.used_names or definition in self._decorated(path)
+
+    def shares_code(self, path: str, other: str) -> bool:
+        """Whether two files run some repository file in common: one imports the other, directly or not, or
+        both import a third (nanoGPT's ``train.py`` and ``sample.py`` share ``model.py``; two standalone
+        record scripts share nothing)."""
+        return bool(self.imported_from(path) & self.imported_from(other))
+
+    def imported_from(self, path: str) -> frozenset[str]:
+        """``path`` and the repository files its imports load, transitively."""
+        if path not in self._closures:
+            found: set[str] = set()
+            pending = [path]
+            while pending:
+                current = pending.pop()
+                if current in found:
+                    continue
+                found.add(current)
+                tree = self._tree(current) if current in self.files else None
+                for node in ast.walk(tree) if tree is not None else ():
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        pending.extend(self._resolved(current, node) - found)
+            self._closures[path] = frozenset(found)
+        return self._closures[path]
 
     # -- entry points ---------------------------------------------------------------------------------
     def _standalone(self) -> set[str]:
@@ -204,6 +228,13 @@ class Program:
                             pending.append(imported)
 
     def _imports(self, path: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+        """The files an import loads, its imported names counted as used."""
+        if isinstance(node, ast.ImportFrom):
+            self.used_names.update(alias.name for alias in node.names)
+        return self._resolved(path, node)
+
+    def _resolved(self, path: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+        """The repository files an import in file ``path`` loads."""
         folder = posixpath.dirname(path)
         roots = [folder, "", "src"]
         found = set()
@@ -221,7 +252,6 @@ class Program:
         else:
             dotted = node.module or ""
         for alias in node.names:
-            self.used_names.add(alias.name)
             found |= self._module_chain(f"{dotted}.{alias.name}" if dotted else alias.name, roots)
         found |= self._module_chain(dotted, roots) if dotted else set()
         return found
