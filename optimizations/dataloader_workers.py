@@ -1078,7 +1078,7 @@ class TokenStream(LineStream):
             refusal="IterableDataset",
         ),
         Example(
-            "config_only_a_repository_helper_reads",
+            "no_site_config_only_a_repository_helper_reads",
             before="""\
 from transformers import TrainingArguments
 

@@ -35,6 +35,7 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
 )
+from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
@@ -111,7 +112,8 @@ class _StaticGraph(OptimizationCodemod):
         elif qualified_under(names, ("accelerate",), ("Accelerator",)):
             return self._accelerator(original_node, updated_node)
         elif is_training_config(names):
-            self._config(original_node)
+            if not (feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node)):
+                self._config(original_node)  # else no trainer reads it, or a library's default (config_use)
         elif any(original_node is trainer for trainer in self.trainers):
             return self._trainer(original_node, updated_node)
         return updated_node
@@ -332,6 +334,26 @@ class DdpStaticGraph(Optimization):
     needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")
 
     examples = (
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before="""\
+from trl import SFTConfig
+
+from evaluation import run_benchmark_jobs
+
+
+def main():
+    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
+    run_benchmark_jobs(benchmark_args)
+""",
+            files={
+                "evaluation.py": """\
+def run_benchmark_jobs(training_args):
+    for benchmark in ("math", "code"):
+        print(benchmark, training_args.hub_model_id)
+""",
+            },
+        ),
         Example(
             "aliased_ddp",
             before="""\

@@ -39,6 +39,7 @@ from optimizations.program.codemod import (
     qualified_under,
     replace_keyword,
 )
+from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
 from optimizations.program.hf import (
     ARGUMENT_PARSERS,
     HF_CONFIGS,
@@ -123,6 +124,8 @@ class _GuardLiger(OptimizationCodemod):
             return updated_node
         if not is_training_config(self.names(original_node.func)):
             return updated_node
+        if feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node):
+            return updated_node  # no trainer reads it, or a library's default (config_use)
         current = keyword(original_node, "use_liger_kernel")
         if current is not None and self.calls(current.value, HELPER):
             guard = f"use_liger_kernel={code_of(current.value)}"
@@ -277,6 +280,26 @@ class LigerGuard(Optimization):
     needs = (*HF_CONFIGS, *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before="""\
+from trl import SFTConfig
+
+from evaluation import run_benchmark_jobs
+
+
+def main():
+    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
+    run_benchmark_jobs(benchmark_args)
+""",
+            files={
+                "evaluation.py": """\
+def run_benchmark_jobs(training_args):
+    for benchmark in ("math", "code"):
+        print(benchmark, training_args.hub_model_id)
+""",
+            },
+        ),
         Example(
             "full_fine_tune",
             before="""\

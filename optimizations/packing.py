@@ -162,6 +162,26 @@ class Packing(Optimization):
 
     examples = (
         Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before="""\
+from trl import SFTConfig
+
+from evaluation import run_benchmark_jobs
+
+
+def main():
+    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
+    run_benchmark_jobs(benchmark_args)
+""",
+            files={
+                "evaluation.py": """\
+def run_benchmark_jobs(training_args):
+    for benchmark in ("math", "code"):
+        print(benchmark, training_args.hub_model_id)
+""",
+            },
+        ),
+        Example(
             "plain",
             before="""\
 from trl import SFTConfig, SFTTrainer

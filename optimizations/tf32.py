@@ -31,6 +31,7 @@ from optimizations.program.codemod import (
     literal_value,
     star_kwargs,
 )
+from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.program.training_loops import BACKWARD, PlannedCodemod
 from optimizations.program.values import outcomes
@@ -67,7 +68,9 @@ class _Tf32(PlannedCodemod):
             return
         deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
         for call in calls:
-            if is_training_config(self.names(call.func)):
+            if is_training_config(self.names(call.func)) and not (
+                feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call)
+            ):  # else no trainer reads it, or a library's default (config_use)
                 self._plan_trainer_config(call)
         functions: list[cst.CSTNode] = []
         for loop in self.training_loops():
@@ -189,6 +192,26 @@ class Tf32(Optimization):
     needs = (BACKWARD, *HF_CONFIGS)
 
     examples = (
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before="""\
+from trl import SFTConfig
+
+from evaluation import run_benchmark_jobs
+
+
+def main():
+    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
+    run_benchmark_jobs(benchmark_args)
+""",
+            files={
+                "evaluation.py": """\
+def run_benchmark_jobs(training_args):
+    for benchmark in ("math", "code"):
+        print(benchmark, training_args.hub_model_id)
+""",
+            },
+        ),
         Example(
             "training_function",
             before="""\

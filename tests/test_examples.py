@@ -1,7 +1,9 @@
 """Every registered optimization's own before/after examples, run as a parametrized test.
 
 An example named ``already…`` is a program that already does what the optimization would do: it must edit
-nothing and report only ``already`` sites, at least one (never "no site", never a refusal)."""
+nothing and report only ``already`` sites, at least one (never "no site", never a refusal). An example named
+``no_site…`` is code the optimization has no business in (a config no trainer reads): no site at all, not even
+a refusal."""
 
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ def test_example(optimization, example, tmp_path):
         assert example.after is None and example.refusal is None and not ctx.edits, "`already` edits nothing"
         assert result.sites, "an `already` example reports where the program already does it"
         assert all(s.already for s in result.sites), [(s.line, s.message, s.reason) for s in result.sites]
+    if example.name.startswith("no_site"):
+        assert example.after is None and not result.sites, [
+            (s.line, s.message, s.reason) for s in result.sites
+        ]
 
 
 @pytest.mark.parametrize(("optimization", "example"), list(_cases()))

@@ -4,7 +4,9 @@ A script may build a ``TrainingArguments`` only to hand it to helpers that read 
 LLaMA-Factory's ``scripts/vllm_infer.py`` gives its dataset loader
 ``Seq2SeqTrainingArguments(output_dir="dummy_dir")``, which reads ``main_process_first()`` and ``seed`` from it.
 Nothing trains with that config, so a setting only a trainer reads (dataloader workers, ``non_blocking`` batch
-copies) does nothing there, and a commit that adds one misleads its reviewer.
+copies, TF32, packing, Liger, a static DDP graph) does nothing there, and a commit that adds one misleads its
+reviewer; huggingface/open-r1's ``scripts/run_benchmarks.py`` carries its evaluation settings in an ``SFTConfig``
+the same way. Every optimization that sets a trainer's config leaves such a config without a site.
 
 The config is followed from the name it is bound to through its function. Reading an attribute of it or calling
 a method on it (``args.seed``, ``args.main_process_first()``) keeps it where it is. Passed to a top-level function
