@@ -8,7 +8,8 @@ arguments and saves its workers' positions). The worker count is computed once p
 where ``torch.cuda.is_available()``: without an accelerator torch warns that pinning does nothing.
 
 A loader is left alone where workers would break it or do nothing: it is built at import time, its dataset is
-an ``IterableDataset`` (every worker would replay the stream), its dataset is a repository class whose code
+an ``IterableDataset`` (every worker would replay the stream; torchtext's datasets and streamed Hugging Face
+datasets are such streams), its dataset is a repository class whose code
 uses CUDA (items a worker process cannot touch), it is only measured (``len(loader)``), never iterated, or it
 is built at every call of an evaluation function that other code calls and only scores with it (minGPT's
 ``eval_split``: persistent workers would start at every call to read the loader once).
@@ -59,6 +60,9 @@ WORKERS = "DATALOADER_WORKERS"
 TORCH_ITERABLE_DATASETS = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
+# Libraries whose dataset builders return iterable-style datasets: torchtext's datasets are datapipes (0.12 and
+# later), and so are torchdata's iterable datapipes.
+ITERABLE_BUILDERS = ("torchtext.datasets", "torchdata.datapipes.iter")
 WORKERS_DEFINITION = "{workers} = min(4, (os.cpu_count() or 1) - 1)"
 WORKERS_COMMENT = (
     "# perfbot: data-loading worker processes; none on a one-core machine, where they only add overhead."
@@ -244,11 +248,20 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             )
 
     def _builds_iterable(self, value: cst.BaseExpression) -> bool:
-        return (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Name)
-            and value.func.value in self.iterable_classes
-        )
+        """A call that builds an iterable-style dataset: of an ``IterableDataset`` class of this file, of a
+        library's iterable builder (``ITERABLE_BUILDERS``: pytorch/examples' ``language_translation`` loads
+        ``torchtext.datasets.Multi30k``), or a Hugging Face dataset streamed or made iterable."""
+        if not isinstance(value, cst.Call):
+            return False
+        if isinstance(value.func, cst.Name) and value.func.value in self.iterable_classes:
+            return True
+        names = self.names(value.func)
+        if any(name.startswith(f"{package}.") for name in names for package in ITERABLE_BUILDERS):
+            return True
+        if qualified_under(names, ("datasets",), ("load_dataset",)):
+            streaming = keyword(value, "streaming")
+            return streaming is not None and literal_value(streaming.value) is not False
+        return is_method_call(value, "to_iterable_dataset")
 
     def _dataset_is_iterable(self, call: cst.Call) -> bool:
         """Whether the loader's dataset is an ``IterableDataset``: built from a class of this file, or of another
@@ -1044,6 +1057,21 @@ class Stream(IterableDataset):
 def main():
     loader = torch.utils.data.DataLoader(Stream(), batch_size=2)
     return list(loader)
+""",
+            refusal="IterableDataset",
+        ),
+        Example(
+            "refuses_a_library_stream",
+            before="""\
+from datasets import load_dataset
+from torch.utils.data import DataLoader
+from torchtext.datasets import Multi30k
+
+
+def loaders(collate):
+    train_iterator = Multi30k(split="train", language_pair=("de", "en"))
+    web = load_dataset("allenai/c4", "en", split="train", streaming=True)
+    return DataLoader(train_iterator, batch_size=8, collate_fn=collate), DataLoader(web, batch_size=8)
 """,
             refusal="IterableDataset",
         ),
