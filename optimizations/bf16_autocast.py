@@ -30,7 +30,9 @@ A program that builds its parts from YAML configs by class name and reads a ``dt
 config says ``dtype: bf16``: each of those lines is already done (:meth:`Bf16Autocast.config_sites`), and its
 loops get no autocast. Where any says another dtype, the loops are judged as any other.
 
-Refused: a loop that already autocasts to another dtype, a file that uses a ``GradScaler`` that may be enabled
+Refused: a loop that already autocasts to another dtype, a loop that a run with an FSDP mixed-precision policy
+loads (``MixedPrecision``/``MixedPrecisionPolicy`` built in a file the same entry point imports: FSDP casts the
+forward, and its policy is where bf16 is chosen), a file that uses a ``GradScaler`` that may be enabled
 or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
 loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()`` (a loss
 kept on an attribute, minGPT's ``logits, self.loss = model(x, y)``, counts as computed there).
@@ -41,6 +43,9 @@ steps on an H100 in float32 and under this autocast, same seed, data and batch o
 """
 
 from __future__ import annotations
+
+import ast
+import weakref
 
 import libcst as cst
 import libcst.matchers as m
@@ -70,7 +75,8 @@ from optimizations.program.frameworks import (
     json_config,
     launch_setting,
 )
-from optimizations.program.repository import RepoContext, Site
+from optimizations.program.reachability import program_of
+from optimizations.program.repository import RepoContext, Site, SourceCache
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import (
     BACKWARD,
@@ -94,10 +100,41 @@ DATA_METHODS = ("to", "cuda", "pin_memory", "contiguous", "long", "int", "float"
 DATA_FUNCTIONS = ("next", "len", "iter", "tuple", "list", "dict")
 FP16 = ("torch.float16", "torch.half")
 BF16 = ("torch.bfloat16",)
+# FSDP's mixed-precision policies (FSDP1, FSDP2): a program that builds one casts its forward through FSDP.
+FSDP_PRECISION = ("MixedPrecision", "MixedPrecisionPolicy")
 # The keywords a model constructor or loader takes its weights' dtype by.
 DTYPE_KEYWORDS = ("dtype", "torch_dtype")
 # torch dtype names (and getattr(torch, name) spellings) by the dtype they are.
 DTYPE_NAMES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+_POLICIES: weakref.WeakKeyDictionary[SourceCache, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def fsdp_precision_policies(repo: RepoContext) -> list[tuple[str, str]]:
+    """``(file, "file:line (`call`)")`` for the first FSDP mixed-precision policy (``MixedPrecision(...)``,
+    FSDP2's ``MixedPrecisionPolicy(...)``) each file of the repository builds; read once per run."""
+    if repo.sources not in _POLICIES:
+        found = []
+        for path in repo.python_files():
+            try:
+                text = repo.read(path)
+            except (OSError, UnicodeDecodeError):
+                continue
+            if "torch.distributed.fsdp" not in text or "MixedPrecision" not in text:
+                continue
+            tree = repo.sources.syntax(path, text)
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)] if tree is not None else []
+            policy = next((c for c in calls if _called_name(c.func) in FSDP_PRECISION), None)
+            if policy is not None:
+                found.append((path, f"{path}:{policy.lineno} (`{ast.unparse(policy.func)}(...)`)"))
+        _POLICIES[repo.sources] = found
+    return _POLICIES[repo.sources]
+
+
+def _called_name(func: ast.expr) -> str:
+    """The last name of a called expression: ``MixedPrecision`` for ``fsdp.MixedPrecision``."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _built_cast(value: cst.BaseExpression) -> bool:
@@ -447,6 +484,12 @@ class _Autocast(PlannedCodemod):
                     f"the loop already autocasts at line {self.line(item)} (`{code_of(item)}`, "
                     f"to {' or '.join(dtypes)})"
                 )
+            sharded = self._fsdp_mixed_precision()
+            if sharded is not None:
+                raise _Refused(
+                    f"FSDP mixed precision is set up at {sharded}: the framework that shards the model casts "
+                    "its forward; choose bf16 there, not an autocast inside it"
+                )
             framework = next((b for b in backward_calls(loop) if framework_backward(b)), None)
             if framework is not None:
                 raise _Refused(
@@ -527,6 +570,19 @@ class _Autocast(PlannedCodemod):
             if is_method_call(node, "half") and not node.args:
                 return node
         return None
+
+    def _fsdp_mixed_precision(self) -> str | None:
+        """Where an FSDP mixed-precision policy is built in a file that the same run loads as this one
+        (:func:`fsdp_precision_policies`); None where none is."""
+        program = program_of(self.repo)
+        return next(
+            (
+                where
+                for path, where in fsdp_precision_policies(self.repo)
+                if program.same_run(self.path, path)
+            ),
+            None,
+        )
 
     def _weights_in_bf16(self, loop: cst.For | cst.While) -> cst.BaseSmallStatement | None:
         """A statement of the file that puts the model's weights in bfloat16 by hand: a module cast in place
@@ -823,6 +879,77 @@ def train(model, loader, optimizer):
         loss.backward()
         optimizer.step()
 """,
+        ),
+        Example(
+            "refuses_a_loop_run_with_fsdp_mixed_precision",
+            before="""\
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+""",
+            files={
+                "policies.py": """\
+import torch
+from torch.distributed.fsdp import MixedPrecision
+
+bf16_policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+""",
+                "main.py": """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+from policies import bf16_policy
+from train import train
+
+if __name__ == "__main__":
+    model = FSDP(build_model(), mixed_precision=bf16_policy)
+    train(model, loader(), optimizer(model))
+""",
+            },
+            refusal="FSDP mixed precision is set up at policies.py:4",
+        ),
+        Example(
+            "an_fsdp_policy_of_another_program_is_not_this_loops",
+            before="""\
+import torch
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    train(build(), batches(), make_optimizer())
+""",
+            after="""\
+import torch
+from _perfbot_precision import bf16_supported
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    train(build(), batches(), make_optimizer())
+""",
+            files={
+                "sharded/main.py": """\
+import torch
+from torch.distributed.fsdp import MixedPrecision
+
+if __name__ == "__main__":
+    policy = MixedPrecision(param_dtype=torch.bfloat16)
+""",
+            },
         ),
         Example(
             "already_bf16_weights_cast_by_hand",

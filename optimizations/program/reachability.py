@@ -99,6 +99,16 @@ class Program:
         record scripts share nothing)."""
         return bool(self.imported_from(path) & self.imported_from(other))
 
+    def same_run(self, path: str, other: str) -> bool:
+        """Whether one run of the program loads both files: some entry point's imports reach both
+        (pytorch/examples' FSDP ``T5_training.py`` loads its precision policies and its training loop from two
+        modules that do not import each other). Everything runs together where no entry point was found."""
+        if not self.entry_points:
+            return True
+        return any(
+            path in closure and other in closure for closure in map(self.imported_from, self.entry_points)
+        )
+
     def imported_from(self, path: str) -> frozenset[str]:
         """``path`` and the repository files its imports load, transitively."""
         if path not in self._closures:
