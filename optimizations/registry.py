@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
 from optimizations.program.collector import collector_paused
-from optimizations.program.reachability import in_vendor_folder, program_of
+from optimizations.program.reachability import in_snapshot_folder, in_vendor_folder, program_of
 from optimizations.program.repository import (
     Change,
     FileResult,
@@ -116,6 +116,12 @@ class Example:
     refusal: str | None = None
     path: str = "train.py"
     files: dict[str, str] = field(default_factory=dict)
+
+
+def _editable(ctx: RepoContext, path: str) -> bool:
+    """Whether optimizations may change the file ``path``: not in a vendor or snapshot folder, unless the
+    program reaches it (:meth:`Program.edits`; the program is read only where such a folder is)."""
+    return not (in_vendor_folder(path) or in_snapshot_folder(path)) or program_of(ctx).edits(path)
 
 
 class Optimization:
@@ -210,9 +216,7 @@ class Optimization:
         ctx = RepoContext(root, exclude, focus, sources)
         files: dict[str, str] = {}
         sites: list[Site] = []
-        paths = [
-            path for path in ctx.python_files() if not in_vendor_folder(path) or program_of(ctx).edits(path)
-        ]
+        paths = [path for path in ctx.python_files() if _editable(ctx, path)]
         with collector_paused():
             for done, path in enumerate(paths, start=1):
                 source = ctx.read(path)
@@ -224,9 +228,9 @@ class Optimization:
                         files[path] = result.source
                 if on_step is not None:
                     on_step(done, len(paths), path)
-        sites.extend(self.config_sites(ctx))
+        sites.extend(site for site in self.config_sites(ctx) if _editable(ctx, site.path))
         for path, text in ctx.edits.items():
-            if text != (root / path).read_text(encoding="utf-8"):
+            if _editable(ctx, path) and text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
         if files:
             for target, text in ctx.vendored.items():

@@ -430,3 +430,30 @@ def test_a_vendored_codebase_is_edited_only_where_the_program_runs_it(tmp_path):
     (root / "run_reference.sh").write_text("#!/bin/sh\npython external/recipes/sft.py\n")
     for optimization in ("dataloader_workers", "fa2"):
         assert {s.path for s in _sites(optimization, root)} == {*ours, "external/recipes/sft.py"}
+
+
+def test_scripts_kept_in_a_snapshot_folder_are_edited_only_where_a_launch_runs_them(tmp_path):
+    # KellerJordan/modded-nanogpt: run.sh launches train_gpt.py; records/<track>/<date>_<name>/ keep each
+    # record's script as it ran, with a main guard and config YAMLs of their own
+    record = "records/track_1/2024-10-09_SOAP/train_gpt2.py"
+    root = _repo(
+        tmp_path,
+        {
+            "run.py": PROGRAM,
+            "run.sh": "torchrun --standalone --nproc_per_node=8 run.py\n",
+            record: PROGRAM,
+            "legacy/snli/train.py": PROGRAM,
+            "records/track_1/2024-10-09_SOAP/optimizer/adamw.yaml": "optim:\n  _target_: torch.optim.AdamW\n",
+            "records/track_1/2024-10-09_SOAP/build.py": "from hydra.utils import instantiate\n\ninstantiate(cfg)\n",
+            "records/track_1/2024-10-09_SOAP/run.sh": "#!/bin/sh\npython train_gpt2.py\n",
+        },
+    )
+    program = Program(RepoContext(root))
+    assert program.entry_points == ["run.py"]
+    for optimization in ("bf16_autocast", "tf32", "fused_adamw"):
+        assert {s.path for s in _sites(optimization, root)} == {"run.py"}, optimization
+    assert get("tf32").dry_run(root).files.keys() == {"run.py", "_perfbot_gpu_flags.py"}
+    edited = get("fused_adamw").dry_run(root).files.keys()
+    assert edited == {"run.py", "_perfbot_gpu_flags.py"}  # the record's optimizer config is not edited either
+    (root / "reproduce.sh").write_text(f"#!/bin/sh\npython {record}\n")  # a launch file runs the record
+    assert {s.path for s in _sites("tf32", root)} == {"run.py", record}

@@ -7,7 +7,9 @@ scripts of ``pyproject.toml``, and the ``.py`` files or ``-m`` modules that comm
 scripts, a Makefile, ``[tool.bot]`` workloads, YAML, a README) run: ``python``, ``torchrun``, ``accelerate
 launch``, .... A vendored library -- a folder with its own ``setup.py``/``pyproject.toml``, or one named
 ``third_party``, ``vendor``, ``external`` -- contributes no entry points of its own; no optimization edits a file
-in a folder so named that no entry point reaches (:meth:`Program.edits`). From the entry points, imports are followed
+in a folder so named that no entry point reaches (:meth:`Program.edits`). Neither does a snapshot folder, one of
+kept copies (``records``, ``legacy``, ``archive``..., or named from a date: KellerJordan/modded-nanogpt keeps each
+record's script under ``records/<track>/2024-10-09_SOAP/``), unless a launch file outside it runs its script. From the entry points, imports are followed
 through the repository's modules (the script's folder, the root and ``src/`` on the path, relative imports,
 packages' ``__init__``); a top-level function or class of a reached file runs when some reached file uses its
 name (a call, an attribute, a decorator's registration), or when it is decorated.
@@ -31,6 +33,9 @@ from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, Sour
 VENDOR_FOLDERS = frozenset(
     {"third_party", "thirdparty", "3rdparty", "vendor", "vendored", "external", "extern"}
 )
+# Folders of kept copies: scripts that ran once and are kept as they ran, not programs to speed up.
+SNAPSHOT_FOLDERS = frozenset({"records", "archive", "archived", "legacy", "deprecated", "attic", "old"})
+DATED = re.compile(r"(19|20)\d\d[-_]?[01]\d[-_]?[0-3]\d(\D|$)")
 PROJECT_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
 LAUNCH_FILES = ("*.sh", "*.bash", "Makefile", "*.mk", "*.toml", "*.yaml", "*.yml", "*.md", "*.cfg")
 # Commands that run a Python file or module named after them.
@@ -39,6 +44,14 @@ MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]""", re.MULTIL
 # ``import a.b, c`` and ``from .a import (b, c)``: the names a file imports.
 IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([\w., ()]+)", re.MULTILINE)
 MODULE_FLAG = re.compile(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)")
+
+
+def in_snapshot_folder(path: str) -> bool:
+    """Whether ``path`` lies under a folder of kept copies: one named like ``records`` or ``legacy``, or one
+    named from a date (``2024-10-09_SOAP``, ``20260430_muonh``: KellerJordan/modded-nanogpt keeps every record's
+    script so)."""
+    folders = PurePosixPath(path).parts[:-1]
+    return any(part.lower() in SNAPSHOT_FOLDERS or DATED.match(part) for part in folders)
 
 
 def in_vendor_folder(path: str) -> bool:
@@ -77,10 +90,11 @@ class Program:
             self._follow()
 
     def edits(self, path: str) -> bool:
-        """Whether an optimization may change file ``path``: any file but one in a vendor folder that no entry
-        point of the program reaches (a reference codebase kept under ``external/``). A folder with a project file
-        of its own may be the repository's own package (a workspace member), so it stays editable."""
-        return not in_vendor_folder(path) or path in self.reached
+        """Whether an optimization may change file ``path``: any file but one in a vendor or snapshot folder that
+        no entry point of the program reaches (a reference codebase kept under ``external/``, a record's script
+        kept under ``records/2024-10-09_SOAP/``). A folder with a project file of its own may be the repository's
+        own package (a workspace member), so it stays editable."""
+        return not (in_vendor_folder(path) or in_snapshot_folder(path)) or path in self.reached
 
     def runs(self, path: str, definition: str | None = None) -> bool:
         """Whether the program reaches file ``path`` and, when given, its top-level function or class
@@ -146,16 +160,18 @@ class Program:
         }
 
     def _entry_points(self) -> set[str]:
+        """Scripts with a ``__main__`` guard and standalone scripts, but those kept in a snapshot folder; the
+        console scripts; and what launch files outside vendored and snapshot folders start."""
         found = set()
         for path in self.files - self.vendored:
             text = self._text(path)
             if text is not None and "__main__" in text and MAIN_GUARD.search(text):
                 found.add(path)
-        found |= self.standalone
+        found = {path for path in found | self.standalone if not in_snapshot_folder(path)}
         for path in self.repo.files(*LAUNCH_FILES):
             if path.endswith("pyproject.toml"):
                 found |= self._console_scripts(path)
-            if not is_vendored(self.repo.root, path):
+            if not (is_vendored(self.repo.root, path) or in_snapshot_folder(path)):
                 found |= self._launched(path)
         return found
 
