@@ -7,8 +7,9 @@ precise (:func:`benchmarks.stats.precise_half_width`: within the minimum effect,
 resolution asked), until it is, the workload's ``max_repeats`` is reached, or the next round would end after
 the spec's time budget (at the mean wall time per run of the rounds so far, calibration left out). Rounds
 alternate their order, so a bench that stops at an odd count has run one order once more than the other. Why
-each workload stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI turns SIGTERM into the same) stops its runs
-and raises :class:`BenchInterrupted` with the results of every measured run that finished before it.
+each workload stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI turns SIGTERM into the same)
+stops its runs and raises :class:`BenchInterrupted` with the results of every measured run that finished
+before it.
 
 The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
 items their trailers name), the workloads as run, every run (status, duration, log tail, metrics), the

@@ -86,9 +86,8 @@ class Thresholds:
     loss_tail_fraction: float = 0.25
     memory_threshold: float = 0.10
     max_host_load: float = 0.10
-    resolve: float | None = (
-        None  # the change the intervals must detect 95% of the time; None: min_effect wide
-    )
+    # The change every interval must be narrow enough to detect 95% of the time; None: min_effect wide.
+    resolve: float | None = None
 
 
 DETECTION_POWER = 0.95

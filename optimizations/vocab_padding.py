@@ -10,12 +10,13 @@ normaliser, which costs ``(padded - vocab) / padded`` of the probability mass at
 GPT-2, about +0.001 in the loss) and which training drives down, since they are never a target. That holds
 only if the size reaches nothing but the embedding and output layers, so every read of ``.vocab_size`` in
 the files that share code with the site's file (:meth:`Program.shares_code`: nanoGPT's ``sample.py`` shares
-``model.py`` with ``train.py``; a standalone script kept for the record shares nothing) must be an argument of ``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other
-read (sizing the data, a tokenizer, an ``assert`` against one) is refused, as is a repository that samples from
-the logits (``generate``: a padded id could come out), a tokenizer built with the literal, and a Hugging Face
-config (``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there). A config
-class that pads the vocabulary itself (a field or attribute such as Lightning-AI/litgpt's ``padded_vocab_size``)
-is already done.
+``model.py`` with ``train.py``; a standalone script kept for the record shares nothing) must be an argument of
+``nn.Embedding``/``nn.Linear`` or of a ``.view``/``.reshape``; any other read (sizing the data, a tokenizer, an
+``assert`` against one) is refused, as is such a file that samples from the logits (``generate``: a padded id
+could come out), a tokenizer built with the literal, and a Hugging Face config
+(``model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`` does this there). A config class that
+pads the vocabulary itself (a field or attribute such as Lightning-AI/litgpt's ``padded_vocab_size``, or the
+size passed through a rounding helper) is already done, and so are the calls to such a class.
 
 Measured (``experiments/from_scratch_gpt``): the mean loss over steps 160-300 of the example GPT moved by
 -0.007 to +0.005 across three seeds, within seed noise; tier 2 because the loss is not the same number.

@@ -55,7 +55,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repeats", type=int, help="rounds at least (each commit once per round)")
     parser.add_argument(
-        "--max-repeats", type=int, help="rounds at most, while an effect is wider than the minimum effect"
+        "--max-repeats", type=int, help="rounds at most, while an effect's interval is not yet precise"
     )
     parser.add_argument(
         "--resolve",

@@ -20,6 +20,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
 
 STARTED = time.monotonic()
 
@@ -68,27 +72,28 @@ class _StopAtForward(Exception):
     """Raised from the forward hook to end the program once the wanted forward begins."""
 
 
-def _stop_at_forward(count: int) -> None:
+def _stop_at_forward(count: int) -> RemovableHandle:
     """Register a global forward pre-hook that raises at the ``count``-th forward of the first module to run
     a forward with gradients on and trainable parameters (the model being trained)."""
     import torch
 
-    seen: dict[str, object] = {}
-    calls = Counter()
+    trained: list[torch.nn.Module] = []  # the model, once its first training forward is seen
+    forwards = 0
 
     def hook(module: torch.nn.Module, _args: object) -> None:
+        nonlocal forwards
         if not torch.is_grad_enabled():
             return
-        if "model" not in seen:
+        if not trained:
             if not any(p.requires_grad for p in module.parameters()):
                 return
-            seen["model"] = module
-        if module is seen["model"]:
-            calls["forward"] += 1
-            if calls["forward"] >= count:
+            trained.append(module)
+        if module is trained[0]:
+            forwards += 1
+            if forwards >= count:
                 raise _StopAtForward
 
-    torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    return torch.nn.modules.module.register_module_forward_pre_hook(hook)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.launch import parse_command
 
     program = parse_command(command)
-    _stop_at_forward(args.forwards)
+    hook = _stop_at_forward(args.forwards)
     outcome = "program ended before the forward"
     try:
         program.run()
@@ -113,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = f"training forward {args.forwards} began"
     finally:
         sampler.stop()
+        hook.remove()
     wall = time.monotonic() - STARTED
     report = {
         "outcome": outcome,
@@ -122,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     with open(args.out, "w") as out:
         json.dump(report, out, indent=1)
-    print(f"{outcome} after {wall:.1f} s (sampler started {STARTED:.0f}; interpreter start not included)")
+    print(f"{outcome} after {wall:.1f} s (from this module's import; interpreter start not included)")
     for title, table in (("cumulative", sampler.cumulative), ("innermost", sampler.innermost)):
         print(f"\n{title} seconds:")
         for name, seconds in table.most_common(args.top):

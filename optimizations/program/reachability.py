@@ -9,10 +9,11 @@ launch``, .... A vendored library -- a folder with its own ``setup.py``/``pyproj
 ``third_party``, ``vendor``, ``external`` -- contributes no entry points of its own; no optimization edits a file
 in a folder so named that no entry point reaches (:meth:`Program.edits`). Neither does a snapshot folder, one of
 kept copies (``records``, ``legacy``, ``archive``..., or named from a date: KellerJordan/modded-nanogpt keeps each
-record's script under ``records/<track>/2024-10-09_SOAP/``), unless a launch file outside it runs its script. From the entry points, imports are followed
-through the repository's modules (the script's folder, the root and ``src/`` on the path, relative imports,
-packages' ``__init__``); a top-level function or class of a reached file runs when some reached file uses its
-name (a call, an attribute, a decorator's registration), or when it is decorated.
+record's script under ``records/<track>/2024-10-09_SOAP/``), unless a launch file outside it runs its script.
+From the entry points, imports are followed through the repository's modules (the script's folder, the root and
+``src/`` on the path, relative imports, packages' ``__init__``); a top-level function or class of a reached file
+runs when some reached file uses its name (a call, an attribute, a decorator's registration), or when it is
+decorated.
 
 A repository with no entry point found (a library, a snippet) is taken to run everything. Files are read with
 ``ast``, once per run and only when an optimization asks (:func:`program_of`).
