@@ -18,12 +18,16 @@ built as ``nn.Embedding(...).bfloat16()``, a model loaded with ``torch_dtype=tor
 bf16 already, and its author chose which parts stay float32.
 
 Where a framework drives training its setting is the site, never an autocast inside it: ``Accelerator(...)``
-gets ``mixed_precision=("bf16" if bf16_supported() else None)``, Lightning's ``Trainer``/``Fabric`` gets
+gets ``mixed_precision=bf16_unless_launched_otherwise()`` (``"bf16"`` on such a GPU unless ``accelerate launch``
+chose a precision: Accelerate lets the argument win over the launch), Lightning's ``Trainer``/``Fabric`` gets
 ``precision=("bf16-mixed" if bf16_supported() else "32-true")``, a DeepSpeed dict config gets ``"bf16":
 {"enabled": bf16_supported()}``; a setting already given is already done (bf16) or refused with its line. A
 setting a repository helper picks where the GPU has bf16 (litgpt's ``get_default_supported_precision``, called
 or defaulting a parameter) is already done too. An ``Accelerator`` given a DeepSpeed plugin is refused: the
-DeepSpeed config owns the precision.
+DeepSpeed config owns the precision. So is a framework call built only when a caller passes none (``if
+accelerator is None: accelerator = Accelerator()``, a default for every caller), and one in a file that builds
+another with a precision of its own (huggingface/accelerate's FP8 benchmarks compare a plain ``Accelerator()``
+with ``Accelerator(mixed_precision="fp8")``: the plain one is the reference).
 
 A program that builds its parts from YAML configs by class name and reads a ``dtype`` setting from them
 (torchtune's recipes: ``training.get_dtype(cfg.dtype)``, the model built in it) trains in bf16 where every such
@@ -32,10 +36,13 @@ loops get no autocast. Where any says another dtype, the loops are judged as any
 
 Refused: a loop that already autocasts to another dtype, a loop that a run with an FSDP mixed-precision policy
 loads (``MixedPrecision``/``MixedPrecisionPolicy`` built in a file the same entry point imports: FSDP casts the
-forward, and its policy is where bf16 is chosen), a file that uses a ``GradScaler`` that may be enabled
-or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up in another file, a
-loop with more than one ``.backward()``, a loss not computed in the block that calls ``.backward()`` (a loss
-kept on an attribute, minGPT's ``logits, self.loss = model(x, y)``, counts as computed there).
+forward, and its policy is where bf16 is chosen), a loop whose model casts itself in place to a dtype by name in a
+module the loop's file imports (karpathy/nanochat's ``gpt.py``: ``self.transformer.wte.to(dtype=COMPUTE_DTYPE)``,
+its layers casting weights to the activations' dtype instead of autocast), a file that uses a ``GradScaler``
+that may be enabled or float16, a loop whose backward is a framework's (``accelerator.backward(loss)``) set up
+in another file, a loop with more than one ``.backward()``, a loss not computed in the block that calls
+``.backward()`` (a loss kept on an attribute, minGPT's ``logits, self.loss = model(x, y)``, counts as computed
+there).
 
 Tier 1 because loss parity holds: the example GPT (``examples/gpt_loop``, GPT-2 small shapes) trained 200
 steps on an H100 in float32 and under this autocast, same seed, data and batch order, gave step losses within
@@ -65,6 +72,7 @@ from optimizations.program.components import (
     reads_config_key,
     top_level_settings,
 )
+from optimizations.program.config_use import fills_in_for_a_parameter
 from optimizations.program.frameworks import (
     ACCELERATE,
     DEEPSPEED,
@@ -92,6 +100,7 @@ from optimizations.registry import Example, Numerics, Optimization
 
 RUNTIME_MODULE = "precision"
 CHECK = "bf16_supported"
+LAUNCH_AWARE = "bf16_unless_launched_otherwise"
 AUTOCAST = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):\n    pass\n'
 )
@@ -130,6 +139,26 @@ def fsdp_precision_policies(repo: RepoContext) -> list[tuple[str, str]]:
                 found.append((path, f"{path}:{policy.lineno} (`{ast.unparse(policy.func)}(...)`)"))
         _POLICIES[repo.sources] = found
     return _POLICIES[repo.sources]
+
+
+def _casts_to_a_dtype(call: ast.Call) -> bool:
+    """``x.to(dtype=D)``, ``x.to(D)`` or ``x.to(device, D)`` with ``D`` a dtype other than float32 (a name with
+    "dtype" in it, or ``torch.bfloat16``/``torch.float16``), or ``x.bfloat16()``/``x.half()``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in ("bfloat16", "half"):
+        return not call.args
+    if func.attr != "to":
+        return False
+    given = [k.value for k in call.keywords if k.arg == "dtype"] + list(call.args)
+    return any(_names_a_reduced_dtype(value) for value in given)
+
+
+def _names_a_reduced_dtype(value: ast.expr) -> bool:
+    """``torch.bfloat16``/``torch.float16``/``torch.half``, or a name or attribute with "dtype" in it."""
+    name = value.attr if isinstance(value, ast.Attribute) else value.id if isinstance(value, ast.Name) else ""
+    return name in ("bfloat16", "float16", "half") or "dtype" in name.lower()
 
 
 def _called_name(func: ast.expr) -> str:
@@ -305,6 +334,23 @@ class _Autocast(PlannedCodemod):
         if setting is not None:
             self._judge_setting(found, message, setting.value)
             return
+        if fills_in_for_a_parameter(self, call):
+            self.refused(
+                call,
+                message,
+                "it is built only when the caller passes none (`if ... is None:`): a default for every caller, "
+                "who chooses the precision with the one it passes",
+            )
+            return
+        reference = self._compared_with(found)
+        if reference is not None:
+            self.refused(
+                call,
+                message,
+                f"the file builds another one with {reference}: this one is the reference that one is compared "
+                "with, and keeps its precision",
+            )
+            return
         plugin = keyword(call, "deepspeed_plugin") or keyword(call, "deepspeed_plugins")
         if framework is ACCELERATE and plugin is not None:
             self.refused(
@@ -320,18 +366,38 @@ class _Autocast(PlannedCodemod):
         if launch is not None:
             self.refused(call, message, launch)
             return
-        fallback = "None" if framework is ACCELERATE else '"32-true"'
-        value = expr(f'("{bf16}" if {CHECK}() else {fallback})')
+        if framework is ACCELERATE:  # the argument overrides `accelerate launch`: only where it chose nothing
+            value, helper = expr(f"{LAUNCH_AWARE}()"), LAUNCH_AWARE
+        else:
+            value, helper = expr(f'("{bf16}" if {CHECK}() else "32-true")'), CHECK
         self.replacements[call] = lambda updated: add_keywords(updated, [(framework.precision, value)])
-        self.runtime_imports.add((RUNTIME_MODULE, CHECK))
+        self.runtime_imports.add((RUNTIME_MODULE, helper))
         self.changed(call, message)
+
+    def _compared_with(self, found: FrameworkCall) -> str | None:
+        """``precision=value at line N`` of another call to the same framework in this file that sets its
+        precision to a literal other than bf16 (huggingface/accelerate's FP8 benchmarks build a plain
+        ``Accelerator()`` for the baseline and ``Accelerator(mixed_precision="fp8")`` beside it); None otherwise."""
+        framework = found.framework
+        for other in framework_calls(self.nodes(cst.Call), self.names):
+            given = other.setting
+            if other.framework is not framework or other.call is found.call or given is None:
+                continue
+            value = literal_value(given.value)
+            if isinstance(value, str) and value not in framework.bf16:
+                return f"`{framework.precision}={code_of(given.value)}` at line {self.line(other.call)}"
+        return None
 
     def _judge_setting(self, found: FrameworkCall, message: str, value: cst.BaseExpression) -> None:
         framework, call = found.framework, found.call
         values = outcomes(value, self._scopes(call))
         literals = None if values is None else [literal_value(v) for v in values]
         written = f"{framework.precision}={code_of(value)}"
-        if literals is not None and any(v in framework.bf16 for v in literals):
+        if self.calls(value, LAUNCH_AWARE):
+            self.already(
+                call, f"{framework.name} mixed precision bf16 unless the launch chose one (`{written}`)"
+            )
+        elif literals is not None and any(v in framework.bf16 for v in literals):
             self.already(call, f"{framework.name} mixed precision bf16 (`{written}`)")
         elif literals is not None and any(v in framework.float16 for v in literals):
             self.refused(
@@ -504,6 +570,12 @@ class _Autocast(PlannedCodemod):
             half = self._float16(owner)
             if half is not None:
                 raise _Refused(f"the loop's code uses float16 at line {self.line(half)} (`{code_of(half)}`)")
+            by_hand = self._cast_by_hand_in_its_modules()
+            if by_hand is not None:
+                raise _Refused(
+                    f"the model casts itself to its compute dtype by hand at {by_hand}: its precision is chosen "
+                    "there, not by an autocast"
+                )
             cast = self._weights_in_bf16(loop)
             if cast is not None:
                 if all(site.line != self.line(cast) for site in self.sites):  # one site for the file's loops
@@ -583,6 +655,23 @@ class _Autocast(PlannedCodemod):
             ),
             None,
         )
+
+    def _cast_by_hand_in_its_modules(self) -> str | None:
+        """``file:line (`code`)`` of a module cast in place to a dtype by name in a file this one imports
+        (karpathy/nanochat's ``gpt.py``: ``self.transformer.wte.to(dtype=COMPUTE_DTYPE)``, its linear layers
+        casting their weights to the activations' dtype "replacing torch.amp.autocast"); None where none is.
+        A statement-level ``.to(...)`` casts a module: a tensor's would do nothing unassigned."""
+        program = program_of(self.repo)
+        for path in sorted(program.imported_from(self.path) - {self.path}):
+            tree = program.syntax(path)
+            for node in ast.walk(tree) if tree is not None else ():
+                if (
+                    isinstance(node, ast.Expr)
+                    and isinstance(node.value, ast.Call)
+                    and _casts_to_a_dtype(node.value)
+                ):
+                    return f"{path}:{node.lineno} (`{ast.unparse(node.value)}`)"
+        return None
 
     def _weights_in_bf16(self, loop: cst.For | cst.While) -> cst.BaseSmallStatement | None:
         """A statement of the file that puts the model's weights in bfloat16 by hand: a module cast in place
@@ -952,6 +1041,103 @@ if __name__ == "__main__":
             },
         ),
         Example(
+            "refuses_a_model_that_casts_itself_to_its_compute_dtype",
+            before="""\
+import torch
+
+from mini.gpt import GPT
+
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            files={
+                "mini/__init__.py": "",
+                "mini/common.py": """\
+import torch
+
+COMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+""",
+                "mini/gpt.py": """\
+import torch
+from torch import nn
+
+from mini.common import COMPUTE_DTYPE
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(512, 64)
+        self.wte.to(dtype=COMPUTE_DTYPE)
+""",
+            },
+            refusal="the model casts itself to its compute dtype by hand at mini/gpt.py:11",
+        ),
+        Example(
+            "refuses_the_reference_of_a_precision_comparison",
+            before="""\
+from accelerate import Accelerator
+
+
+def train_baseline(model, data):
+    accelerator = Accelerator()
+    return run(accelerator, model, data)
+
+
+def train_fp8(model, data):
+    accelerator = Accelerator(mixed_precision="fp8")
+    return run(accelerator, model, data)
+""",
+            refusal='the file builds another one with `mixed_precision="fp8"` at line 10',
+        ),
+        Example(
+            "a_bf16_sibling_is_no_comparison",
+            before="""\
+from accelerate import Accelerator
+
+
+def evaluate(model, data):
+    accelerator = Accelerator()
+    return run(accelerator, model, data)
+
+
+def train(model, data):
+    accelerator = Accelerator(mixed_precision="bf16")
+    return run(accelerator, model, data)
+""",
+            after="""\
+from accelerate import Accelerator
+from _perfbot_precision import bf16_unless_launched_otherwise
+
+
+def evaluate(model, data):
+    accelerator = Accelerator(mixed_precision=bf16_unless_launched_otherwise())
+    return run(accelerator, model, data)
+
+
+def train(model, data):
+    accelerator = Accelerator(mixed_precision="bf16")
+    return run(accelerator, model, data)
+""",
+        ),
+        Example(
+            "refuses_a_default_for_callers_that_pass_none",
+            before="""\
+from accelerate import Accelerator
+
+
+def get_training_utilities(model_name, accelerator=None):
+    if accelerator is None:
+        accelerator = Accelerator()
+    return accelerator, load(model_name)
+""",
+            refusal="it is built only when the caller passes none",
+        ),
+        Example(
             "already_bf16_weights_cast_by_hand",
             before="""\
 import torch
@@ -1212,11 +1398,11 @@ def train(model, loader, optimizer):
 """,
             after="""\
 from accelerate import Accelerator
-from _perfbot_precision import bf16_supported
+from _perfbot_precision import bf16_unless_launched_otherwise
 
 
 def train(model, loader, optimizer):
-    accelerator = Accelerator(mixed_precision=("bf16" if bf16_supported() else None))
+    accelerator = Accelerator(mixed_precision=bf16_unless_launched_otherwise())
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for x, y in loader:
         loss = model(x, y)

@@ -170,11 +170,35 @@ def test_accelerate_gets_mixed_precision_not_an_autocast(tmp_path):
     assert site.applicable and site.line == 6
     edited = change.files["train.py"]
     assert (
-        'Accelerator(gradient_accumulation_steps=2, mixed_precision=("bf16" if bf16_supported() else None))'
+        "Accelerator(gradient_accumulation_steps=2, mixed_precision=bf16_unless_launched_otherwise())"
         in edited
     )
     assert "autocast" not in edited
     compile(edited, "train.py", "exec")
+    (root / "train.py").write_text(edited)  # perfbot's own setting, read again: already done
+    (again,) = get("bf16_autocast").find(root)
+    assert again.already and "unless the launch chose one" in again.message
+
+
+@pytest.mark.parametrize(
+    ("launched", "supported", "expected"),
+    [
+        (None, True, "bf16"),
+        ("no", True, "bf16"),
+        ("fp8", True, None),
+        ("FP16", True, None),
+        (None, False, None),
+    ],
+)
+def test_accelerate_keeps_the_precision_its_launch_chose(monkeypatch, launched, supported, expected):
+    from optimizations.runtime import precision
+
+    monkeypatch.setattr(precision, "bf16_supported", lambda: supported)
+    if launched is None:
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launched)
+    assert precision.bf16_unless_launched_otherwise() == expected
 
 
 @pytest.mark.parametrize(

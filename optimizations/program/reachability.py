@@ -134,7 +134,7 @@ class Program:
                 if current in found:
                     continue
                 found.add(current)
-                tree = self._tree(current) if current in self.files else None
+                tree = self.syntax(current) if current in self.files else None
                 for node in ast.walk(tree) if tree is not None else ():
                     if isinstance(node, (ast.Import, ast.ImportFrom)):
                         pending.extend(self._resolved(current, node) - found)
@@ -235,7 +235,7 @@ class Program:
             if path in self.reached:
                 continue
             self.reached.add(path)
-            tree = self._tree(path)
+            tree = self.syntax(path)
             if tree is None:
                 continue
             for node in ast.walk(tree):
@@ -303,12 +303,13 @@ class Program:
         except (OSError, UnicodeDecodeError):
             return None
 
-    def _tree(self, path: str) -> ast.Module | None:
+    def syntax(self, path: str) -> ast.Module | None:
+        """The file's syntax tree (the run's shared parse); None where it cannot be read or parsed."""
         text = self._text(path)
         return None if text is None else self.repo.sources.syntax(path, text)
 
     def _decorated(self, path: str) -> set[str]:
-        tree = self._tree(path)
+        tree = self.syntax(path)
         return {
             node.name
             for node in (tree.body if tree is not None else [])

@@ -2,7 +2,8 @@
 # This module runs inside the target repository: it imports only torch and the standard library, never perfbot.
 """Precision checks made at run time.
 
-Whether this machine runs bf16 autocast natively (a hand-written loop's ``torch.autocast``), and LoRA adapters
+Whether this machine runs bf16 autocast natively (a hand-written loop's ``torch.autocast``), the precision an
+``Accelerator`` gets unless its launch chose one (:func:`bf16_unless_launched_otherwise`), and LoRA adapters
 that compute in their bf16 base model's dtype while their weights and optimizer state stay fp32
 (:func:`compute_adapters_in_bf16`).
 """
@@ -10,6 +11,7 @@ that compute in their bf16 base model's dtype while their weights and optimizer 
 from __future__ import annotations
 
 import functools
+import os
 from typing import TypeVar
 
 import torch
@@ -25,6 +27,19 @@ def bf16_supported() -> bool:
     float32 as before.
     """
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+
+
+# Where ``accelerate launch`` (its config file or ``--mixed_precision``) passes the precision it chose.
+ACCELERATE_LAUNCH_PRECISION = "ACCELERATE_MIXED_PRECISION"
+
+
+def bf16_unless_launched_otherwise() -> str | None:
+    """``"bf16"`` for ``Accelerator(mixed_precision=...)`` where :func:`bf16_supported`, unless ``accelerate
+    launch`` chose fp16, fp8 or bf16 itself; ``None`` otherwise, which leaves Accelerate to read the launch's
+    choice. Accelerate lets the argument win over the launch, so a plain ``"bf16"`` would silently replace a run
+    launched with ``--mixed_precision fp8``; a launch that says ``no`` (its default) is upgraded."""
+    launched = os.environ.get(ACCELERATE_LAUNCH_PRECISION, "no").strip().lower()
+    return "bf16" if bf16_supported() and launched == "no" else None
 
 
 class Bf16ComputeLinear(torch.nn.Linear):
