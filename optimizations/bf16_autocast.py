@@ -111,6 +111,8 @@ FP16 = ("torch.float16", "torch.half")
 BF16 = ("torch.bfloat16",)
 # FSDP's mixed-precision policies (FSDP1, FSDP2): a program that builds one casts its forward through FSDP.
 FSDP_PRECISION = ("MixedPrecision", "MixedPrecisionPolicy")
+# Attributes that name a tensor, not a module: a cast of one is no model's precision.
+TENSOR_ATTRIBUTES = frozenset({"data", "weight", "bias", "grad"})
 # The keywords a model constructor or loader takes its weights' dtype by.
 DTYPE_KEYWORDS = ("dtype", "torch_dtype")
 # torch dtype names (and getattr(torch, name) spellings) by the dtype they are.
@@ -139,6 +141,19 @@ def fsdp_precision_policies(repo: RepoContext) -> list[tuple[str, str]]:
                 found.append((path, f"{path}:{policy.lineno} (`{ast.unparse(policy.func)}(...)`)"))
         _POLICIES[repo.sources] = found
     return _POLICIES[repo.sources]
+
+
+def _casts_a_submodule(call: ast.Call) -> bool:
+    """A cast (:func:`_casts_to_a_dtype`) of ``self.<attributes>``, none of them a tensor's (``data``,
+    ``weight``, ``bias``, ``grad``) and no call on the way: a module's own submodule cast in place."""
+    if not (_casts_to_a_dtype(call) and isinstance(call.func, ast.Attribute)):
+        return False
+    receiver = call.func.value
+    while isinstance(receiver, ast.Attribute | ast.Subscript):
+        if isinstance(receiver, ast.Attribute) and receiver.attr in TENSOR_ATTRIBUTES:
+            return False
+        receiver = receiver.value
+    return isinstance(receiver, ast.Name) and receiver.id == "self" and receiver is not call.func.value
 
 
 def _casts_to_a_dtype(call: ast.Call) -> bool:
@@ -556,6 +571,12 @@ class _Autocast(PlannedCodemod):
                     f"FSDP mixed precision is set up at {sharded}: the framework that shards the model casts "
                     "its forward; choose bf16 there, not an autocast inside it"
                 )
+            by_hand = self._cast_by_hand_in_its_modules()
+            if by_hand is not None:
+                raise _Refused(
+                    f"the model casts itself to its compute dtype by hand at {by_hand}: its precision is chosen "
+                    "there, not by an autocast"
+                )
             framework = next((b for b in backward_calls(loop) if framework_backward(b)), None)
             if framework is not None:
                 raise _Refused(
@@ -570,12 +591,6 @@ class _Autocast(PlannedCodemod):
             half = self._float16(owner)
             if half is not None:
                 raise _Refused(f"the loop's code uses float16 at line {self.line(half)} (`{code_of(half)}`)")
-            by_hand = self._cast_by_hand_in_its_modules()
-            if by_hand is not None:
-                raise _Refused(
-                    f"the model casts itself to its compute dtype by hand at {by_hand}: its precision is chosen "
-                    "there, not by an autocast"
-                )
             cast = self._weights_in_bf16(loop)
             if cast is not None:
                 if all(site.line != self.line(cast) for site in self.sites):  # one site for the file's loops
@@ -660,15 +675,24 @@ class _Autocast(PlannedCodemod):
         """``file:line (`code`)`` of a module cast in place to a dtype by name in a file this one imports
         (karpathy/nanochat's ``gpt.py``: ``self.transformer.wte.to(dtype=COMPUTE_DTYPE)``, its linear layers
         casting their weights to the activations' dtype "replacing torch.amp.autocast"); None where none is.
-        A statement-level ``.to(...)`` casts a module: a tensor's would do nothing unassigned."""
+        Only a statement in a class's method that casts one of its own submodules counts: a statement-level
+        ``.to(...)`` casts a module in place (a tensor's would do nothing unassigned), and huggingface/peft's
+        ``base_layer.bias.data.add_(...).to(orig_dtype)`` is a tensor's, not a model's precision."""
         program = program_of(self.repo)
         for path in sorted(program.imported_from(self.path) - {self.path}):
             tree = program.syntax(path)
-            for node in ast.walk(tree) if tree is not None else ():
+            methods = [
+                method
+                for cls in (ast.walk(tree) if tree is not None else ())
+                if isinstance(cls, ast.ClassDef)
+                for method in cls.body
+                if isinstance(method, ast.FunctionDef)
+            ]
+            for node in (n for method in methods for n in ast.walk(method)):
                 if (
                     isinstance(node, ast.Expr)
                     and isinstance(node.value, ast.Call)
-                    and _casts_to_a_dtype(node.value)
+                    and _casts_a_submodule(node.value)
                 ):
                     return f"{path}:{node.lineno} (`{ast.unparse(node.value)}`)"
         return None
@@ -1136,6 +1160,47 @@ def get_training_utilities(model_name, accelerator=None):
     return accelerator, load(model_name)
 """,
             refusal="it is built only when the caller passes none",
+        ),
+        Example(
+            "a_tensor_cast_in_a_library_layer_is_no_model_precision",
+            before="""\
+import torch
+
+from tuners.layer import Adapter
+
+model = Adapter()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            after="""\
+import torch
+
+from tuners.layer import Adapter
+from tuners._perfbot_precision import bf16_supported
+
+model = Adapter()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):
+        loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            files={
+                "tuners/__init__.py": "",
+                "tuners/layer.py": """\
+from torch import nn
+
+
+class Adapter(nn.Module):
+    def merge(self, base_layer, delta, orig_dtype):
+        base_layer.bias.data.add_(delta).to(orig_dtype)
+        self.base.weight.to(dtype=orig_dtype)
+""",
+            },
         ),
         Example(
             "already_bf16_weights_cast_by_hand",
