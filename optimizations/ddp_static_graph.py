@@ -35,7 +35,11 @@ from optimizations.program.codemod import (
     literal_value,
     qualified_under,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import (
+    CONFIG_ONLY_A_HELPER_READS,
+    feeds_no_trainer,
+    fills_in_for_a_parameter,
+)
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import RepoContext
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
@@ -334,26 +338,7 @@ class DdpStaticGraph(Optimization):
     needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")
 
     examples = (
-        Example(
-            "no_site_config_only_a_repository_helper_reads",
-            before="""\
-from trl import SFTConfig
-
-from evaluation import run_benchmark_jobs
-
-
-def main():
-    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
-    run_benchmark_jobs(benchmark_args)
-""",
-            files={
-                "evaluation.py": """\
-def run_benchmark_jobs(training_args):
-    for benchmark in ("math", "code"):
-        print(benchmark, training_args.hub_model_id)
-""",
-            },
-        ),
+        CONFIG_ONLY_A_HELPER_READS,
         Example(
             "aliased_ddp",
             before="""\

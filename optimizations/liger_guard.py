@@ -39,7 +39,11 @@ from optimizations.program.codemod import (
     qualified_under,
     replace_keyword,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import (
+    CONFIG_ONLY_A_HELPER_READS,
+    feeds_no_trainer,
+    fills_in_for_a_parameter,
+)
 from optimizations.program.hf import (
     ARGUMENT_PARSERS,
     HF_CONFIGS,
@@ -280,26 +284,7 @@ class LigerGuard(Optimization):
     needs = (*HF_CONFIGS, *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
-        Example(
-            "no_site_config_only_a_repository_helper_reads",
-            before="""\
-from trl import SFTConfig
-
-from evaluation import run_benchmark_jobs
-
-
-def main():
-    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
-    run_benchmark_jobs(benchmark_args)
-""",
-            files={
-                "evaluation.py": """\
-def run_benchmark_jobs(training_args):
-    for benchmark in ("math", "code"):
-        print(benchmark, training_args.hub_model_id)
-""",
-            },
-        ),
+        CONFIG_ONLY_A_HELPER_READS,
         Example(
             "full_fine_tune",
             before="""\

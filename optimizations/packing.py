@@ -42,6 +42,7 @@ from optimizations.program.components import (
     switch_on,
 )
 from optimizations.program.config_switch import SettingSwitch
+from optimizations.program.config_use import CONFIG_ONLY_A_HELPER_READS
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
@@ -161,26 +162,7 @@ class Packing(Optimization):
         return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
-        Example(
-            "no_site_config_only_a_repository_helper_reads",
-            before="""\
-from trl import SFTConfig
-
-from evaluation import run_benchmark_jobs
-
-
-def main():
-    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
-    run_benchmark_jobs(benchmark_args)
-""",
-            files={
-                "evaluation.py": """\
-def run_benchmark_jobs(training_args):
-    for benchmark in ("math", "code"):
-        print(benchmark, training_args.hub_model_id)
-""",
-            },
-        ),
+        CONFIG_ONLY_A_HELPER_READS,
         Example(
             "plain",
             before="""\

@@ -31,7 +31,11 @@ from optimizations.program.codemod import (
     literal_value,
     star_kwargs,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import (
+    CONFIG_ONLY_A_HELPER_READS,
+    feeds_no_trainer,
+    fills_in_for_a_parameter,
+)
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.program.training_loops import BACKWARD, PlannedCodemod
 from optimizations.program.values import outcomes
@@ -192,26 +196,7 @@ class Tf32(Optimization):
     needs = (BACKWARD, *HF_CONFIGS)
 
     examples = (
-        Example(
-            "no_site_config_only_a_repository_helper_reads",
-            before="""\
-from trl import SFTConfig
-
-from evaluation import run_benchmark_jobs
-
-
-def main():
-    benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
-    run_benchmark_jobs(benchmark_args)
-""",
-            files={
-                "evaluation.py": """\
-def run_benchmark_jobs(training_args):
-    for benchmark in ("math", "code"):
-        print(benchmark, training_args.hub_model_id)
-""",
-            },
-        ),
+        CONFIG_ONLY_A_HELPER_READS,
         Example(
             "training_function",
             before="""\
