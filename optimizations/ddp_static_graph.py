@@ -36,7 +36,8 @@ from optimizations.program.codemod import (
     qualified_under,
 )
 from optimizations.program.config_use import (
-    CONFIG_ONLY_A_HELPER_READS,
+    HELPER_ONLY_CONFIG_FILES,
+    HELPER_ONLY_CONFIG_PROGRAM,
     feeds_no_trainer,
     fills_in_for_a_parameter,
 )
@@ -338,7 +339,11 @@ class DdpStaticGraph(Optimization):
     needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")
 
     examples = (
-        CONFIG_ONLY_A_HELPER_READS,
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before=HELPER_ONLY_CONFIG_PROGRAM,
+            files=HELPER_ONLY_CONFIG_FILES,
+        ),
         Example(
             "aliased_ddp",
             before="""\

@@ -40,7 +40,8 @@ from optimizations.program.codemod import (
     replace_keyword,
 )
 from optimizations.program.config_use import (
-    CONFIG_ONLY_A_HELPER_READS,
+    HELPER_ONLY_CONFIG_FILES,
+    HELPER_ONLY_CONFIG_PROGRAM,
     feeds_no_trainer,
     fills_in_for_a_parameter,
 )
@@ -284,7 +285,11 @@ class LigerGuard(Optimization):
     needs = (*HF_CONFIGS, *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = (
-        CONFIG_ONLY_A_HELPER_READS,
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before=HELPER_ONLY_CONFIG_PROGRAM,
+            files=HELPER_ONLY_CONFIG_FILES,
+        ),
         Example(
             "full_fine_tune",
             before="""\

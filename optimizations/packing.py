@@ -42,7 +42,7 @@ from optimizations.program.components import (
     switch_on,
 )
 from optimizations.program.config_switch import SettingSwitch
-from optimizations.program.config_use import CONFIG_ONLY_A_HELPER_READS
+from optimizations.program.config_use import HELPER_ONLY_CONFIG_FILES, HELPER_ONLY_CONFIG_PROGRAM
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
@@ -162,7 +162,11 @@ class Packing(Optimization):
         return sorted(sites, key=lambda site: (site.path, site.line))
 
     examples = (
-        CONFIG_ONLY_A_HELPER_READS,
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before=HELPER_ONLY_CONFIG_PROGRAM,
+            files=HELPER_ONLY_CONFIG_FILES,
+        ),
         Example(
             "plain",
             before="""\

@@ -32,7 +32,8 @@ from optimizations.program.codemod import (
     star_kwargs,
 )
 from optimizations.program.config_use import (
-    CONFIG_ONLY_A_HELPER_READS,
+    HELPER_ONLY_CONFIG_FILES,
+    HELPER_ONLY_CONFIG_PROGRAM,
     feeds_no_trainer,
     fills_in_for_a_parameter,
 )
@@ -196,7 +197,11 @@ class Tf32(Optimization):
     needs = (BACKWARD, *HF_CONFIGS)
 
     examples = (
-        CONFIG_ONLY_A_HELPER_READS,
+        Example(
+            "no_site_config_only_a_repository_helper_reads",
+            before=HELPER_ONLY_CONFIG_PROGRAM,
+            files=HELPER_ONLY_CONFIG_FILES,
+        ),
         Example(
             "training_function",
             before="""\

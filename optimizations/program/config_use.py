@@ -32,17 +32,14 @@ from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.repository import ParsedFile, RepoContext
 from optimizations.program.values import parameters
-from optimizations.registry import Example
 
 # How many calls deep a config is followed into the repository's functions (LLaMA-Factory's dataset loader hands
 # it four deep).
 MAX_DEPTH = 6
 
-# The registry example of every optimization that sets a trainer's config: an SFTConfig that only a helper of
-# the repository reads (huggingface/open-r1's ``scripts/run_benchmarks.py``) gets no site.
-CONFIG_ONLY_A_HELPER_READS = Example(
-    "no_site_config_only_a_repository_helper_reads",
-    before="""\
+# The registry example of every optimization that sets a trainer's config: an SFTConfig that only a helper of the
+# repository reads (huggingface/open-r1's ``scripts/run_benchmarks.py``) gets no site. Its program, and the helper.
+HELPER_ONLY_CONFIG_PROGRAM = """\
 from trl import SFTConfig
 
 from evaluation import run_benchmark_jobs
@@ -51,15 +48,14 @@ from evaluation import run_benchmark_jobs
 def main():
     benchmark_args = SFTConfig(output_dir="", hub_model_id="org/model")
     run_benchmark_jobs(benchmark_args)
-""",
-    files={
-        "evaluation.py": """\
+"""
+HELPER_ONLY_CONFIG_FILES = {
+    "evaluation.py": """\
 def run_benchmark_jobs(training_args):
     for benchmark in ("math", "code"):
         print(benchmark, training_args.hub_model_id)
 """,
-    },
-)
+}
 
 # A called expression to the repository function it is, with its defining file; ``None`` for any other.
 Resolver = Callable[[cst.BaseExpression], "tuple[cst.FunctionDef, str] | None"]

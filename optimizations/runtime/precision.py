@@ -34,10 +34,12 @@ ACCELERATE_LAUNCH_PRECISION = "ACCELERATE_MIXED_PRECISION"
 
 
 def bf16_unless_launched_otherwise() -> str | None:
-    """``"bf16"`` for ``Accelerator(mixed_precision=...)`` where :func:`bf16_supported`, unless ``accelerate
-    launch`` chose fp16, fp8 or bf16 itself; ``None`` otherwise, which leaves Accelerate to read the launch's
-    choice. Accelerate lets the argument win over the launch, so a plain ``"bf16"`` would silently replace a run
-    launched with ``--mixed_precision fp8``; a launch that says ``no`` (its default) is upgraded."""
+    """Return the precision for an ``Accelerator``: bf16 unless its launch chose one.
+
+    ``"bf16"`` where :func:`bf16_supported` and ``accelerate launch`` chose nothing (its default ``no``);
+    ``None`` otherwise, which leaves Accelerate to read the launch's choice. Accelerate lets the argument win
+    over the launch, so a plain ``"bf16"`` would silently replace a run launched with ``--mixed_precision fp8``.
+    """
     launched = os.environ.get(ACCELERATE_LAUNCH_PRECISION, "no").strip().lower()
     return "bf16" if bf16_supported() and launched == "no" else None
 
