@@ -28,6 +28,7 @@ import shlex
 import tomllib
 import weakref
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache, module_paths
 
@@ -73,6 +74,13 @@ def is_vendored(root: Path, path: str) -> bool:
     )
 
 
+class _FileUse(NamedTuple):
+    """One file's direct imports (repository files) and the names it uses."""
+
+    imports: frozenset[str]
+    names: frozenset[str]
+
+
 class Program:
     """The files and top-level definitions a repository's entry points reach."""
 
@@ -87,6 +95,7 @@ class Program:
         self.reached: set[str] = set()
         self.used_names: set[str] = set()
         self._closures: dict[str, frozenset[str]] = {}
+        self._uses: dict[str, _FileUse] = {}
         if self.entry_points:
             self._follow()
 
@@ -131,13 +140,9 @@ class Program:
             pending = [path]
             while pending:
                 current = pending.pop()
-                if current in found:
-                    continue
-                found.add(current)
-                tree = self.syntax(current) if current in self.files else None
-                for node in ast.walk(tree) if tree is not None else ():
-                    if isinstance(node, (ast.Import, ast.ImportFrom)):
-                        pending.extend(self._resolved(current, node) - found)
+                if current not in found:
+                    found.add(current)
+                    pending.extend(self._read(current).imports - found)
             self._closures[path] = frozenset(found)
         return self._closures[path]
 
@@ -229,36 +234,36 @@ class Program:
 
     # -- following imports ----------------------------------------------------------------------------
     def _follow(self) -> None:
-        pending = list(self.entry_points)
-        while pending:
-            path = pending.pop()
-            if path in self.reached:
-                continue
-            self.reached.add(path)
-            tree = self.syntax(path)
-            if tree is None:
-                continue
-            for node in ast.walk(tree):
+        """What the entry points reach (their import closures), and the names the reached files use."""
+        for entry_point in self.entry_points:
+            self.reached |= self.imported_from(entry_point)
+        for path in self.reached:
+            self.used_names |= self._read(path).names
+
+    def _read(self, path: str) -> _FileUse:
+        """The repository files ``path`` imports directly and the names it uses (a name, an attribute, an
+        identifier-like string, a name imported from a module), from one walk of its syntax tree."""
+        if path not in self._uses:
+            imports: set[str] = set()
+            names: set[str] = set()
+            tree = self.syntax(path) if path in self.files else None
+            for node in ast.walk(tree) if tree is not None else ():
                 if isinstance(node, ast.Name):
-                    self.used_names.add(node.id)
+                    names.add(node.id)
                 elif isinstance(node, ast.Attribute):
-                    self.used_names.add(node.attr)
+                    names.add(node.attr)
                 elif (
                     isinstance(node, ast.Constant)
                     and isinstance(node.value, str)
                     and node.value.isidentifier()
                 ):
-                    self.used_names.add(node.value)
+                    names.add(node.value)
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                    for imported in self._imports(path, node):
-                        if imported not in self.reached:
-                            pending.append(imported)
-
-    def _imports(self, path: str, node: ast.Import | ast.ImportFrom) -> set[str]:
-        """The files an import loads, its imported names counted as used."""
-        if isinstance(node, ast.ImportFrom):
-            self.used_names.update(alias.name for alias in node.names)
-        return self._resolved(path, node)
+                    if isinstance(node, ast.ImportFrom):
+                        names.update(alias.name for alias in node.names)
+                    imports |= self._resolved(path, node)
+            self._uses[path] = _FileUse(frozenset(imports), frozenset(names))
+        return self._uses[path]
 
     def _resolved(self, path: str, node: ast.Import | ast.ImportFrom) -> set[str]:
         """The repository files an import in file ``path`` loads."""
