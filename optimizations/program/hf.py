@@ -101,12 +101,15 @@ def is_argument_parser(names: Iterable[str]) -> bool:
 
 
 def trainer_class(names: Iterable[str]) -> str | None:
-    """The class name when one of the qualified ``names`` is a transformers or TRL trainer (``*Trainer``)."""
+    """The class name when one of the qualified ``names`` is a transformers or TRL trainer (``*Trainer``): the
+    longest such name, so a call's own class (``GKDTrainer``) is named before the ``Trainer`` it derives from,
+    whatever order the set of names iterates in."""
+    found = []
     for name in names:
         head, _, last = name.rpartition(".")
         if last.endswith("Trainer") and head.split(".")[0] in HF_PACKAGES:
-            return last
-    return None
+            found.append(last)
+    return max(found, key=lambda last: (len(last), last), default=None)
 
 
 def is_vision_class(part: str) -> bool:
