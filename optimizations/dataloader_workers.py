@@ -42,7 +42,7 @@ from optimizations.program.codemod import (
     replace_keyword,
     walk,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, HF_PACKAGES, is_training_config
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
@@ -419,8 +419,8 @@ class _AddWorkers(SettingsPlacement, OptimizationCodemod):
             self._parser(original_node)
             return updated_node
         if is_training_config(names):
-            if feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node):
-                return updated_node  # no trainer reads it, or a library's default (config_use)
+            if not_a_run_config(self, original_node):
+                return updated_node
             settings = {k: v for k, v in HF_SETTINGS.items() if k not in self._too_new()}
             label = "dataloader_num_workers"
         elif is_data_loader(names):

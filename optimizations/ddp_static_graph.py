@@ -38,8 +38,7 @@ from optimizations.program.codemod import (
 from optimizations.program.config_use import (
     HELPER_ONLY_CONFIG_FILES,
     HELPER_ONLY_CONFIG_PROGRAM,
-    feeds_no_trainer,
-    fills_in_for_a_parameter,
+    not_a_run_config,
 )
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import RepoContext
@@ -117,8 +116,8 @@ class _StaticGraph(OptimizationCodemod):
         elif qualified_under(names, ("accelerate",), ("Accelerator",)):
             return self._accelerator(original_node, updated_node)
         elif is_training_config(names):
-            if not (feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node)):
-                self._config(original_node)  # else no trainer reads it, or a library's default (config_use)
+            if not not_a_run_config(self, original_node):
+                self._config(original_node)
         elif any(original_node is trainer for trainer in self.trainers):
             return self._trainer(original_node, updated_node)
         return updated_node

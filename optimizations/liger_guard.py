@@ -42,8 +42,7 @@ from optimizations.program.codemod import (
 from optimizations.program.config_use import (
     HELPER_ONLY_CONFIG_FILES,
     HELPER_ONLY_CONFIG_PROGRAM,
-    feeds_no_trainer,
-    fills_in_for_a_parameter,
+    not_a_run_config,
 )
 from optimizations.program.hf import (
     ARGUMENT_PARSERS,
@@ -129,8 +128,8 @@ class _GuardLiger(OptimizationCodemod):
             return updated_node
         if not is_training_config(self.names(original_node.func)):
             return updated_node
-        if feeds_no_trainer(self, original_node) or fills_in_for_a_parameter(self, original_node):
-            return updated_node  # no trainer reads it, or a library's default (config_use)
+        if not_a_run_config(self, original_node):
+            return updated_node
         current = keyword(original_node, "use_liger_kernel")
         if current is not None and self.calls(current.value, HELPER):
             guard = f"use_liger_kernel={code_of(current.value)}"

@@ -42,7 +42,7 @@ from optimizations.program.codemod import (
     qualified_under,
     star_kwargs,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.repository import Site
 from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
@@ -359,8 +359,8 @@ class _Prefetch(PlannedCodemod):
 
     # -- Trainer configs ----------------------------------------------------------------------------------
     def _plan_trainer_config(self, call: cst.Call) -> None:
-        if feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call):
-            return  # no trainer reads it, or a library's default (config_use)
+        if not_a_run_config(self, call):
+            return
         callee = code_of(call.func)
         message = f"{callee}(...): {NON_BLOCKING} (pinned batches copied without blocking)"
         current = keyword(call, "accelerator_config")

@@ -34,8 +34,7 @@ from optimizations.program.codemod import (
 from optimizations.program.config_use import (
     HELPER_ONLY_CONFIG_FILES,
     HELPER_ONLY_CONFIG_PROGRAM,
-    feeds_no_trainer,
-    fills_in_for_a_parameter,
+    not_a_run_config,
 )
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
 from optimizations.program.training_loops import BACKWARD, PlannedCodemod
@@ -73,9 +72,7 @@ class _Tf32(PlannedCodemod):
             return
         deterministic = any(True for _ in self._settings(module, DETERMINISM, only_matching=True))
         for call in calls:
-            if is_training_config(self.names(call.func)) and not (
-                feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call)
-            ):  # else no trainer reads it, or a library's default (config_use)
+            if is_training_config(self.names(call.func)) and not not_a_run_config(self, call):
                 self._plan_trainer_config(call)
         functions: list[cst.CSTNode] = []
         for loop in self.training_loops():

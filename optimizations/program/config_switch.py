@@ -43,7 +43,7 @@ from optimizations.program.codemod import (
     qualified_under,
     replace_keyword,
 )
-from optimizations.program.config_use import feeds_no_trainer, fills_in_for_a_parameter
+from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
 from optimizations.program.recipes import RecipeSetting, parsed_flag_off, parser_types, switch
 from optimizations.program.repository import RepoContext, Site
@@ -389,8 +389,8 @@ class SettingSwitch(SettingsPlacement, OptimizationCodemod):
 
     def _decide_config(self, site: CallSite) -> None:
         call = site.call
-        if feeds_no_trainer(self, call) or fills_in_for_a_parameter(self, call):
-            return  # no trainer reads it, or a library's default for callers without one (config_use)
+        if not_a_run_config(self, call):
+            return
         callee = code_of(call.func)
         given = keyword(call, self.setting)
         current = False if given is None else literal_value(given.value)

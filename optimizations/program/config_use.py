@@ -61,6 +61,13 @@ def run_benchmark_jobs(training_args):
 Resolver = Callable[[cst.BaseExpression], "tuple[cst.FunctionDef, str] | None"]
 
 
+def not_a_run_config(codemod: OptimizationCodemod, call: cst.Call) -> bool:
+    """Whether the config ``call`` builds is no run's: no trainer reads it (:func:`feeds_no_trainer`), or it is a
+    library's default for callers without one (:func:`fills_in_for_a_parameter`). Every optimization that sets a
+    trainer's config leaves such a config without a site."""
+    return feeds_no_trainer(codemod, call) or fills_in_for_a_parameter(codemod, call)
+
+
 def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
     """Whether the config ``call`` builds can reach no trainer (see the module).
 
