@@ -52,6 +52,7 @@ steps on an H100 in float32 and under this autocast, same seed, data and batch o
 from __future__ import annotations
 
 import ast
+import functools
 import weakref
 
 import libcst as cst
@@ -290,7 +291,8 @@ def configured_bf16(repo: RepoContext) -> list[YamlSetting]:
 
 class _Autocast(PlannedCodemod):
     def plan(self, module: cst.Module) -> None:
-        frameworks = [f for f in framework_calls(self.nodes(cst.Call), self.names) if self.runs(f.call)]
+        self.framework_calls = framework_calls(self.nodes(cst.Call), self.names)
+        frameworks = [f for f in self.framework_calls if self.runs(f.call)]
         for found in frameworks:
             self._plan_framework(found)
         if frameworks:
@@ -394,7 +396,7 @@ class _Autocast(PlannedCodemod):
         precision to a literal other than bf16 (huggingface/accelerate's FP8 benchmarks build a plain
         ``Accelerator()`` for the baseline and ``Accelerator(mixed_precision="fp8")`` beside it); None otherwise."""
         framework = found.framework
-        for other in framework_calls(self.nodes(cst.Call), self.names):
+        for other in self.framework_calls:
             given = other.setting
             if other.framework is not framework or other.call is found.call or given is None:
                 continue
@@ -565,13 +567,13 @@ class _Autocast(PlannedCodemod):
                     f"the loop already autocasts at line {self.line(item)} (`{code_of(item)}`, "
                     f"to {' or '.join(dtypes)})"
                 )
-            sharded = self._fsdp_mixed_precision()
+            sharded = self._fsdp_mixed_precision
             if sharded is not None:
                 raise _Refused(
                     f"FSDP mixed precision is set up at {sharded}: the framework that shards the model casts "
                     "its forward; choose bf16 there, not an autocast inside it"
                 )
-            by_hand = self._cast_by_hand_in_its_modules()
+            by_hand = self._cast_by_hand_in_its_modules
             if by_hand is not None:
                 raise _Refused(
                     f"the model casts itself to its compute dtype by hand at {by_hand}: its precision is chosen "
@@ -658,6 +660,7 @@ class _Autocast(PlannedCodemod):
                 return node
         return None
 
+    @functools.cached_property
     def _fsdp_mixed_precision(self) -> str | None:
         """Where an FSDP mixed-precision policy is built in a file that the same run loads as this one
         (:func:`fsdp_precision_policies`); None where none is."""
@@ -671,6 +674,7 @@ class _Autocast(PlannedCodemod):
             None,
         )
 
+    @functools.cached_property
     def _cast_by_hand_in_its_modules(self) -> str | None:
         """``file:line (`code`)`` of a module cast in place to a dtype by name in a file this one imports
         (karpathy/nanochat's ``gpt.py``: ``self.transformer.wte.to(dtype=COMPUTE_DTYPE)``, its linear layers
