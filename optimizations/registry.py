@@ -1,15 +1,16 @@
 """The optimization registry: what an optimization is, and how the registered ones are found.
 
 Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
-in its own module, carrying an ``id``, a default tier, the win it is expected to bring, its numerics contract
+in its own folder (``optimizations/<id>/rule.py``), carrying an ``id``, a default tier, the win it is expected to bring, its numerics contract
 (:class:`Numerics`: exact, rounding or dynamics, and why), the phrases that name it in a plan, the
 before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
 The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where),
 ``dry_run`` (that and the edited files) and ``apply`` (the edited files written, ready to commit).
 
-Built-in optimizations are found by importing every module of this package; third-party packages register
-theirs under the entry-point group ``bot.optimizations``. :func:`listings` reads what ``bot list`` shows from
-the modules' source instead, so listing them loads no libcst (this module imports it only where it parses).
+Built-in optimizations are found by importing the ``rule`` module of every folder of this package that has one
+(``optimizations/<id>/rule.py``); third-party packages register theirs under the entry-point group
+``bot.optimizations``. :func:`listings` reads what ``bot list`` shows from the rules' source instead, so listing
+them loads no libcst (this module imports it only where it parses).
 
 What an optimization reads and reports about the target (files in scope, their shared parses, sites, changes)
 is the program model's: :mod:`optimizations.program`. An optimization's ``needs`` skip files it cannot change.
@@ -300,12 +301,17 @@ def _defined_in(module: ModuleType) -> list[type[Optimization]]:
     ]
 
 
-def _modules(package: str) -> Iterator[pkgutil.ModuleInfo]:
-    """The modules of ``package`` (sub-packages, such as ``runtime``, skipped)."""
+RULE = "rule"
+
+
+def rule_modules(package: str = __package__) -> Iterator[tuple[str, Path]]:
+    """``(module name, source path)`` of each optimization folder's rule: the ``rule.py`` of every sub-package
+    of ``package`` that has one (the framework's own sub-packages, such as ``program``, have none)."""
     root = importlib.import_module(package)
     for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}."):
-        if not info.ispkg:
-            yield info
+        folder = Path(getattr(info.module_finder, "path", "")) / info.name.rpartition(".")[2]
+        if info.ispkg and (folder / f"{RULE}.py").is_file():
+            yield f"{info.name}.{RULE}", folder / f"{RULE}.py"
 
 
 def _module_optimizations(name: str) -> list[type[Optimization]]:
@@ -318,9 +324,9 @@ def _module_optimizations(name: str) -> list[type[Optimization]]:
 
 
 def _package_optimizations(package: str) -> Iterator[type[Optimization]]:
-    """The optimizations defined in the modules of ``package``."""
-    for info in _modules(package):
-        yield from _module_optimizations(info.name)
+    """The optimizations defined in the rules of ``package``'s folders."""
+    for name, _ in rule_modules(package):
+        yield from _module_optimizations(name)
 
 
 def _plugin_optimizations(group: str) -> Iterator[type[Optimization]]:
@@ -390,10 +396,10 @@ def _registered(entries: Iterator[tuple[str, str, object]], package: str, group:
 
 
 def discover(package: str = __package__, group: str = ENTRY_POINT_GROUP) -> dict[str, Optimization]:
-    """Every optimization defined in a module of ``package``, and every one registered under the entry-point
-    ``group``, by id, in tier then id order.
+    """Every optimization defined in a folder's rule of ``package``, and every one registered under the
+    entry-point ``group``, by id, in tier then id order.
 
-    A new module in the package is found without reinstalling, and from a source checkout on ``PYTHONPATH``;
+    A new folder in the package is found without reinstalling, and from a source checkout on ``PYTHONPATH``;
     entry points are for optimizations shipped in other packages.
     """
     classes = chain(_package_optimizations(package), _plugin_optimizations(group))
@@ -426,11 +432,10 @@ def _literal(node: ast.expr) -> object:
     return ast.literal_eval(node)
 
 
-def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | None:
-    """The optimizations a module defines, read from its source: classes that assign ``id`` and the other
-    listed attributes as literals. ``None`` when the module must be imported to know (no source, a computed
-    value)."""
-    path = Path(getattr(info.module_finder, "path", "")) / f"{info.name.rpartition('.')[2]}.py"
+def _literal_listings(name: str, path: Path) -> list[tuple[Listing, str]] | None:
+    """The optimizations the module ``name`` defines, read from its source at ``path``: classes that assign
+    ``id`` and the other listed attributes as literals. ``None`` when the module must be imported to know (no
+    source, a computed value)."""
     try:
         tree = ast.parse(path.read_bytes(), str(path))
     except (OSError, SyntaxError):
@@ -452,7 +457,7 @@ def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | N
             listing = Listing(**{name: _literal(value) for name, value in values.items()})
         except (KeyError, ValueError, TypeError, SyntaxError):
             return None
-        where = f"{info.name}:{node.name}"
+        where = f"{name}:{node.name}"
         if problem := _contract_problem(listing.numerics, listing.numerics_reason):
             raise RegistryError(f"{where} {problem}")
         found.append((listing, where))
@@ -460,10 +465,10 @@ def _literal_listings(info: pkgutil.ModuleInfo) -> list[tuple[Listing, str]] | N
 
 
 def _package_listings(package: str) -> Iterator[tuple[Listing, str]]:
-    for info in _modules(package):
-        found = _literal_listings(info)
+    for name, path in rule_modules(package):
+        found = _literal_listings(name, path)
         if found is None:
-            found = [(Listing.of(_declared(cls)), _where(cls)) for cls in _module_optimizations(info.name)]
+            found = [(Listing.of(_declared(cls)), _where(cls)) for cls in _module_optimizations(name)]
         yield from found
 
 

@@ -101,9 +101,27 @@ def test_optimizations_have_no_import_cycle():
     assert not any(upward.values()), upward
 
 
-def test_optimizations_folder_holds_the_registry_and_one_module_per_optimization():
+def test_each_optimization_is_one_folder_the_registry_finds():
+    """``optimizations/<id>/rule.py`` defines the optimization ``<id>``, and every registered built-in one lives so."""
     from optimizations.registry import registry
 
-    modules = {p.stem for p in (ROOT / "optimizations").glob("*.py")} - {"__init__", "registry"}
-    defining = {type(o).__module__.rpartition(".")[2] for o in registry().values()}
-    assert modules == defining, modules ^ defining
+    folders = {p.parent.name for p in (ROOT / "optimizations").glob("*/rule.py")}
+    defining = {
+        type(o).__module__.split(".")[1]: o.id
+        for o in registry().values()
+        if type(o).__module__.startswith("optimizations.")
+    }
+    assert folders == set(defining), folders ^ set(defining)
+    assert all(folder == optimization_id for folder, optimization_id in defining.items()), defining
+
+
+def test_no_optimization_imports_another():
+    """What two optimizations share belongs to the framework (``program``, ``runtime``, the registry)."""
+    folders = {p.parent.name for p in (ROOT / "optimizations").glob("*/rule.py")}
+    graph = _graph("optimizations")
+    crossing = {
+        name: sorted(d for d in deps if d.split(".")[1] in folders and d.split(".")[1] != name.split(".")[1])
+        for name, deps in graph.items()
+        if name.count(".") >= 1
+    }
+    assert not any(crossing.values()), {k: v for k, v in crossing.items() if v}

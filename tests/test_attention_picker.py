@@ -1,4 +1,4 @@
-"""The vendored attention picker (optimizations/runtime/attention.py), the fa2 transform's run-time half.
+"""The vendored attention picker (optimizations/fa2/helper.py), the fa2 transform's run-time half.
 
 Each branch is driven by a ``Capabilities`` built for the test (the GPU, what transformers registers, which
 packages fail and why, the FlexAttention probe's answer); the parts that read the real machine are tested on
@@ -17,8 +17,8 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from optimizations.runtime import attention
-from optimizations.runtime.attention import (
+from optimizations.fa2 import helper as attention
+from optimizations.fa2.helper import (
     OVERRIDE,
     Capabilities,
     flash_attention_error,

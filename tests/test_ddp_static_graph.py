@@ -1,4 +1,4 @@
-"""The vendored DDP static-graph check (optimizations/runtime/ddp_check.py), run for real: two CPU ranks under
+"""The vendored DDP static-graph check (optimizations/ddp_static_graph/helper.py), run for real: two CPU ranks under
 ``torchrun`` with the gloo backend, a hand-built DDP model, an accelerate ``Accelerator`` and a TRL-free
 ``transformers.Trainer`` on a LoRA model. The transform's own before/after examples run in test_examples.py."""
 
@@ -14,19 +14,19 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from optimizations.ddp_static_graph.helper import guard_static_graph, static_graph_trainer
 from optimizations.registry import get
-from optimizations.runtime.ddp_check import guard_static_graph, static_graph_trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 COMMON = """
 import io, json, logging, os, sys
 import torch, torch.distributed as dist
-from optimizations.runtime.ddp_check import guard_static_graph, static_graph_accelerator, static_graph_trainer
+from optimizations.ddp_static_graph.helper import guard_static_graph, static_graph_accelerator, static_graph_trainer
 
 out = sys.argv[1]
 log = io.StringIO()
-checker = logging.getLogger("optimizations.runtime.ddp_check")
+checker = logging.getLogger("optimizations.ddp_static_graph.helper")
 checker.addHandler(logging.StreamHandler(log))
 checker.setLevel(logging.INFO)
 

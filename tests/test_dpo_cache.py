@@ -1,4 +1,4 @@
-"""The vendored ``with_shared_cache`` (optimizations/runtime/dpo_cache.py), run for real: two CPU ranks under
+"""The vendored ``with_shared_cache`` (optimizations/dpo_precompute/helper.py), run for real: two CPU ranks under
 ``torchrun`` replay the cache sequence of TRL's ``DPOTrainer._precompute_ref_logps`` (the main process writes
 the log-probs to a path taken from the dataset, a barrier, every rank reads that path) on an in-memory dataset,
 without and with the helper. The transform that inserts it is covered by its examples in test_examples.py."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from optimizations.runtime.dpo_cache import with_shared_cache
+from optimizations.dpo_precompute.helper import with_shared_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ import json, os, sys
 import torch.distributed as dist
 from accelerate import PartialState
 from datasets import Dataset
-from optimizations.runtime.dpo_cache import with_shared_cache
+from optimizations.dpo_precompute.helper import with_shared_cache
 
 # What DPOConfig sets up before the trainer is built; on CPU accelerate sees several processes only when asked.
 state = PartialState(cpu=True)

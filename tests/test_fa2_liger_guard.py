@@ -9,7 +9,7 @@ import sys
 import pytest
 from git_repos import copy_example
 
-from optimizations.program.repository import runtime_source
+from optimizations.fa2.rule import RUNTIME as ATTENTION
 from optimizations.registry import get
 
 
@@ -36,7 +36,7 @@ def test_fa2_applied_example_still_loads_its_model_on_cpu(repo, tmp_path):
     change = get("fa2").apply(repo)
     assert change is not None
     assert set(change.files) == {"model_loading.py", "sft.py", "_perfbot_attention.py"}
-    assert (repo / "_perfbot_attention.py").read_text() == runtime_source("attention")
+    assert (repo / "_perfbot_attention.py").read_text() == ATTENTION.source()
     assert (
         "from _perfbot_attention import pick_attention_implementation"
         in (repo / "model_loading.py").read_text()

@@ -25,8 +25,9 @@ from git_repos import commit_all
 from bot.cli import main
 from bot.plan import parse_plan
 from bot.workspace import Workspace
-from optimizations.program.repository import RepoContext, runtime_source
+from optimizations.program.repository import RepoContext
 from optimizations.registry import registry
+from optimizations.runtime import COMPILE_RUNTIME, GPU_FLAGS_RUNTIME, PRECISION_RUNTIME
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt_loop"
 FLOAT32_TOLERANCE = 1e-5  # relative to the largest value compared
@@ -58,9 +59,9 @@ def load(source: str) -> dict:
 @pytest.fixture
 def vendored(monkeypatch):
     """The runtime helpers importable under their vendored names, as they are in a patched repository."""
-    for runtime in ("precision", "compile", "gpu_flags"):
-        module = types.ModuleType(f"_perfbot_{runtime}")
-        exec(compile(runtime_source(runtime), module.__name__, "exec"), module.__dict__)
+    for runtime in (PRECISION_RUNTIME, COMPILE_RUNTIME, GPU_FLAGS_RUNTIME):
+        module = types.ModuleType(runtime.module)
+        exec(compile(runtime.source(), module.__name__, "exec"), module.__dict__)
         monkeypatch.setitem(sys.modules, module.__name__, module)
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from git_repos import EXAMPLE_IGNORE, copy_example
 
-from optimizations.program.repository import VENDORED_PREFIX, runtime_source
+from optimizations.prefetcher.rule import RUNTIME as PREFETCHER_RUNTIME
 from optimizations.registry import get
+from optimizations.runtime import GPU_FLAGS_RUNTIME
 
 CHAIN = ("prefetcher", "sync_free_logging", "fused_adamw", "tf32")
 LOOPS = ("train_vision.py", "train_loop.py")
@@ -70,5 +71,5 @@ def test_chain_keeps_both_loops_training_to_the_same_losses(tmp_path):
     vision = (repo / "train_vision.py").read_text()
     assert "for step, batch in enumerate(CudaPrefetcher(loader, device)):" in vision
     assert "losses.append(loss.detach())" in vision and "fused=fused_optimizer_supported(" in vision
-    for module in ("prefetcher", "gpu_flags"):
-        assert (repo / f"{VENDORED_PREFIX}{module}.py").read_text() == runtime_source(module)
+    for helper in (PREFETCHER_RUNTIME, GPU_FLAGS_RUNTIME):
+        assert (repo / f"{helper.module}.py").read_text() == helper.source()

@@ -16,9 +16,16 @@ from bot.cli import main
 from bot.review import review_commits
 from bot.rewrap import rewrap
 from bot.tidy import style_settings
-from optimizations.program.repository import runtime_source
+from optimizations.fa2.rule import RUNTIME as ATTENTION
 
-RUNTIME = Path(__file__).resolve().parents[1] / "optimizations" / "runtime"
+OPTIMIZATIONS = Path(__file__).resolve().parents[1] / "optimizations"
+# Every helper perfbot can vendor: the shared ones and each optimization's own.
+HELPERS = sorted([*(OPTIMIZATIONS / "runtime").glob("[!_]*.py"), *OPTIMIZATIONS.glob("*/helper.py")])
+
+
+def _helper_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
 
 PROJECT = '[project]\nname = "trainer"\nversion = "0.1.0"\n'
 
@@ -141,7 +148,7 @@ def test_commits_add_no_violation_of_a_strict_ruff_config(tmp_path):
     helper = root / "trainer" / "_perfbot_attention.py"
     assert helper.exists()
     # Written as perfbot ships it, the helper would break this line limit.
-    assert max(map(len, runtime_source("attention").splitlines())) > 100
+    assert max(map(len, ATTENTION.source().splitlines())) > 100
 
     reviews, lint_error = review_commits(repo, base, repo.head.commit.hexsha)
     assert lint_error == ""
@@ -207,7 +214,7 @@ def docstrings(convention: str) -> tuple[str, ...]:
     [(), *map(docstrings, CONVENTIONS)],
     ids=["ruff-defaults", *(f"pydocstyle-{name}" for name in CONVENTIONS)],
 )
-@pytest.mark.parametrize("helper", sorted(RUNTIME.glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize("helper", HELPERS, ids=_helper_id)
 def test_each_helper_meets_ruffs_default_rules(helper, rules, tmp_path):
     """Every helper perfbot can vendor, as it ships, under the rules ruff checks where nothing configures it,
     and under each pydocstyle convention with all its rules: google (LLaMA-Factory's), whose D205 ruff cannot
@@ -218,13 +225,13 @@ def test_each_helper_meets_ruffs_default_rules(helper, rules, tmp_path):
 
 
 @pytest.mark.parametrize("convention", CONVENTIONS)
-@pytest.mark.parametrize("helper", sorted(RUNTIME.glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize("helper", HELPERS, ids=_helper_id)
 def test_each_helper_rewrapped_to_ruffs_default_line_length_keeps_one_line_summaries(
     helper, convention, tmp_path
 ):
     """Re-wrapped for a target at ruff's default 88 columns, no docstring summary spills onto a second line
     (D205), which no tidying could undo."""
-    rewrapped = tmp_path / helper.name
+    rewrapped = tmp_path / f"{helper.parent.name}_{helper.name}"
     rewrapped.write_text(rewrap(helper.read_text(), 88))
     rules = (*docstrings(convention), "--line-length", "88")
     completed = ruff(
@@ -321,7 +328,7 @@ def test_new_imports_follow_isorts_default_section(tmp_path):
 
 @pytest.mark.parametrize("limit", [79, 88, 100])
 def test_rewrapping_a_helper_changes_no_code(limit):
-    for path in sorted(RUNTIME.glob("*.py")):
+    for path in HELPERS:
         source = path.read_text(encoding="utf-8")
         fitted = rewrap(source, limit)
         assert normalized(fitted) == normalized(source), path.name

@@ -9,7 +9,7 @@ import git_repos
 import pytest
 
 from bot.plan import parse_plan
-from optimizations.packing import Packing
+from optimizations.packing.rule import Packing
 from optimizations.registry import registry
 
 SEED_PLAN = Path("/work/shared/seeds/issue-tier1-plan-and-reports.txt")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from optimizations.runtime.per_layer_stepper import (
+from optimizations.per_layer_stepper.helper import (
     PerLayerAdamW,
     adamw_defaults,
     per_layer_adamw,

@@ -11,9 +11,9 @@ import types
 import pytest
 import torch
 
+from optimizations.prefetcher import helper as runtime
 from optimizations.program.repository import RepoContext
 from optimizations.registry import get
-from optimizations.runtime import prefetcher as runtime
 
 LOOP = """\
 {imports}

@@ -208,7 +208,7 @@ def test_add_keys_appends_to_the_top_mapping_and_keeps_the_rest(text, expected, 
     ("chosen", "picked"), [("flash_attention_2", "flash_attention_2"), ("eager", "flex_attention")]
 )
 def test_the_picker_keeps_a_run_time_choice_other_than_sdpa_eager_or_none(chosen, picked):
-    from optimizations.runtime.attention import PREFERENCE, Capabilities, pick_attention_implementation
+    from optimizations.fa2.helper import PREFERENCE, Capabilities, pick_attention_implementation
 
     gpu = Capabilities(
         gpu=(9, 0),

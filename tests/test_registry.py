@@ -1,4 +1,5 @@
-"""How optimizations are found: the modules of a package (no install needed) and third-party entry points."""
+"""How optimizations are found: the folders of a package (``<id>/rule.py``, no install needed) and third-party
+entry points."""
 
 from __future__ import annotations
 
@@ -36,10 +37,17 @@ class Faster(Optimization):
 """
 
 
-def write_package(root: Path, name: str, modules: dict[str, str]) -> None:
+def write_package(
+    root: Path, name: str, rules: dict[str, str], modules: dict[str, str] | None = None
+) -> None:
+    """A package of optimization folders (``<folder>/rule.py`` from ``rules``) and plain ``modules``."""
     (root / name).mkdir(parents=True)
     (root / name / "__init__.py").write_text("")
-    for module, text in modules.items():
+    for folder, text in rules.items():
+        (root / name / folder).mkdir()
+        (root / name / folder / "__init__.py").write_text("")
+        (root / name / folder / "rule.py").write_text(text)
+    for module, text in (modules or {}).items():
         (root / name / f"{module}.py").write_text(text)
 
 
@@ -65,9 +73,14 @@ def test_builtins_are_found_by_walking_the_package_without_entry_points(no_entry
     assert [(o.tier, o.id) for o in found.values()] == sorted((o.tier, o.id) for o in found.values())
 
 
-def test_a_new_module_is_found_without_reinstalling(tmp_path, monkeypatch, no_entry_points):
-    reexport = "from registry_fresh.faster import Faster\n"  # imported, not defined: not a second Faster
-    write_package(tmp_path, "registry_fresh", {"faster": FASTER, "reexport": reexport, "helpers": "X = 1\n"})
+def test_a_new_folder_is_found_without_reinstalling(tmp_path, monkeypatch, no_entry_points):
+    reexport = "from registry_fresh.faster.rule import Faster\n"  # imported, not defined: not a second Faster
+    write_package(
+        tmp_path, "registry_fresh", {"faster": FASTER}, {"reexport": reexport, "helpers": "X = 1\n"}
+    )
+    # A framework sub-package: no rule.py, so not an optimization.
+    (tmp_path / "registry_fresh" / "shared").mkdir()
+    (tmp_path / "registry_fresh" / "shared" / "__init__.py").write_text(reexport)
     monkeypatch.syspath_prepend(tmp_path)
     found = discover("registry_fresh")
     assert list(found) == ["faster"]
@@ -78,33 +91,36 @@ def test_a_new_module_is_found_without_reinstalling(tmp_path, monkeypatch, no_en
 
 def test_a_plugin_registers_through_an_entry_point(tmp_path, monkeypatch):
     write_package(tmp_path, "registry_plugin", {"faster": FASTER})
-    write_distribution(tmp_path, "registry-plugin", {"faster": "registry_plugin.faster:Faster"})
+    write_distribution(tmp_path, "registry-plugin", {"faster": "registry_plugin.faster.rule:Faster"})
     monkeypatch.syspath_prepend(tmp_path)
     found = discover()
     assert "faster" in found and set(registry()) <= set(found)
-    assert type(found["faster"]).__module__ == "registry_plugin.faster"
+    assert type(found["faster"]).__module__ == "registry_plugin.faster.rule"
 
 
 def test_a_plugin_reusing_a_builtin_id_is_an_error_naming_both(tmp_path, monkeypatch):
     write_package(tmp_path, "registry_clash", {"tf32": FASTER.replace('id = "faster"', 'id = "tf32"')})
-    write_distribution(tmp_path, "registry-clash", {"tf32": "registry_clash.tf32:Faster"})
+    write_distribution(tmp_path, "registry-clash", {"tf32": "registry_clash.tf32.rule:Faster"})
     monkeypatch.syspath_prepend(tmp_path)
-    with pytest.raises(RegistryError, match="optimizations.tf32:Tf32 and registry_clash.tf32:Faster"):
+    with pytest.raises(
+        RegistryError, match="optimizations.tf32.rule:Tf32 and registry_clash.tf32.rule:Faster"
+    ):
         discover()
 
 
-def test_two_modules_with_one_id_is_an_error_naming_both(tmp_path, monkeypatch, no_entry_points):
+def test_two_folders_with_one_id_is_an_error_naming_both(tmp_path, monkeypatch, no_entry_points):
     twin = FASTER.replace("class Faster(", "class Quicker(")
     write_package(tmp_path, "registry_twins", {"a": FASTER, "b": twin})
     monkeypatch.syspath_prepend(tmp_path)
     with pytest.raises(RegistryError) as error:
         discover("registry_twins")
     assert "two optimizations register the id 'faster'" in str(error.value)
-    assert "registry_twins.a:Faster" in str(error.value) and "registry_twins.b:Quicker" in str(error.value)
+    assert "registry_twins.a.rule:Faster" in str(error.value)
+    assert "registry_twins.b.rule:Quicker" in str(error.value)
 
 
 def test_an_empty_registry_is_an_error_that_says_what_to_do(tmp_path, monkeypatch, no_entry_points):
-    write_package(tmp_path, "registry_empty", {"helpers": "X = 1\n"})
+    write_package(tmp_path, "registry_empty", {}, {"helpers": "X = 1\n"})
     monkeypatch.syspath_prepend(tmp_path)
     with pytest.raises(RegistryError, match="no optimizations found .* PYTHONPATH"):
         discover("registry_empty")

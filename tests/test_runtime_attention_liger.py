@@ -19,7 +19,7 @@ import torch
 from peft import LoraConfig, get_peft_model, inject_adapter_in_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from optimizations.runtime.liger import liger_kernel_usable
+from optimizations.liger_guard.helper import liger_kernel_usable
 
 WHEELS = Path("/work/shared/wheels")
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, default_collate
 
+from optimizations.prefetcher.helper import CudaPrefetcher, NumpyPinnedCollate, iter_tensors, map_tensors
 from optimizations.runtime import gpu_flags
-from optimizations.runtime.prefetcher import CudaPrefetcher, NumpyPinnedCollate, iter_tensors, map_tensors
 
 REPO = Path(__file__).resolve().parents[1]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

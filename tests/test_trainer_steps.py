@@ -15,7 +15,7 @@ from torch._dynamo.testing import CompileCounter
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
-from optimizations.runtime.trainer_steps import steady_bookkeeping
+from optimizations.steady_bookkeeping.helper import steady_bookkeeping
 
 
 class _Tokens(Dataset):

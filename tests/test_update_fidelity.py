@@ -34,11 +34,11 @@ from peft import LoraConfig, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from benchmarks.fidelity import TrainingStep, UpdateFidelity, update_fidelity
+from optimizations.per_layer_stepper.helper import per_layer_adamw
 from optimizations.runtime.compile import GRAPHED_FORWARDS, TrainingGraphs, compile_repeated_layers
 from optimizations.runtime.gpu_flags import enable_tf32, fused_optimizer_supported
-from optimizations.runtime.per_layer_stepper import per_layer_adamw
 from optimizations.runtime.precision import bf16_supported, compute_adapters_in_bf16
-from optimizations.vocab_padding import padded
+from optimizations.vocab_padding.rule import padded
 
 STEPS = 8
 VOCAB = 128

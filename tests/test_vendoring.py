@@ -10,6 +10,7 @@ import pytest
 
 from optimizations.program.repository import RepoContext
 from optimizations.registry import registry
+from optimizations.runtime import GPU_FLAGS_RUNTIME
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -115,7 +116,7 @@ def test_a_helper_goes_where_the_file_can_import_it(tmp_path, files, expected_ta
     write(tmp_path, files)
     edited = next(path for path in files if path.endswith(("train.py", "lora.py")))
     ctx = RepoContext(tmp_path)
-    assert ctx.vendor("gpu_flags", edited, ast.parse(files[edited])) == expected_target
+    assert ctx.vendor(GPU_FLAGS_RUNTIME, edited, ast.parse(files[edited])) == expected_target
     assert list(ctx.vendored) == [expected_file]
 
 

@@ -54,8 +54,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO_ROOT))
 
+from optimizations.prefetcher.helper import CudaPrefetcher, NumpyPinnedCollate  # noqa: E402
 from optimizations.runtime import gpu_flags  # noqa: E402
-from optimizations.runtime.prefetcher import CudaPrefetcher, NumpyPinnedCollate  # noqa: E402
 
 WORKLOAD_PATH = REPO_ROOT / "examples" / "trainer_repo" / "train_vision.py"
 LOG_EVERY = 10

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from optimizations.runtime.per_layer_stepper import PerLayerAdamW
+from optimizations.per_layer_stepper.helper import PerLayerAdamW
 
 GB = 1e9
 SEED = 1234

@@ -25,7 +25,7 @@ from libcst.metadata import BaseMetadataProvider, ParentNodeProvider, QualifiedN
 from optimizations.program.classes import repository_classes
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
-from optimizations.program.repository import VENDORED_PREFIX, ParsedFile, RepoContext, Site
+from optimizations.program.repository import VENDORED_PREFIX, ParsedFile, RepoContext, RuntimeHelper, Site
 from optimizations.program.tree import children
 
 
@@ -540,10 +540,10 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer):
         if module not in self.imported_modules:
             AddImportsVisitor.add_needed_import(self.context, module)
 
-    def import_runtime(self, runtime_module: str, name: str) -> None:
-        """Vendor ``optimizations/runtime/<runtime_module>.py`` where this file can import it
-        (:meth:`RepoContext.vendor`) and import ``name`` from it."""
-        target = self.repo.vendor(runtime_module, self.path, self.parsed.syntax())
+    def import_runtime(self, helper: RuntimeHelper, name: str) -> None:
+        """Vendor the run-time ``helper`` where this file can import it (:meth:`RepoContext.vendor`) and import
+        ``name`` from it."""
+        target = self.repo.vendor(helper, self.path, self.parsed.syntax())
         relative = 1 if target.startswith(".") else 0
         AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
 

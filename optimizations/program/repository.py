@@ -267,8 +267,8 @@ class RepoContext:
         """Record new contents for a non-Python file (Python files are edited through ``transform_source``)."""
         self.edits[path] = text
 
-    def vendor(self, runtime_module: str, next_to: str, syntax: ast.Module | None) -> str:
-        """Copy ``optimizations/runtime/<runtime_module>.py`` where the file ``next_to`` (``syntax``: its text as
+    def vendor(self, helper: RuntimeHelper, next_to: str, syntax: ast.Module | None) -> str:
+        """Copy the run-time ``helper`` where the file ``next_to`` (``syntax``: its text as
         Python parses it) can import it; return the import target.
 
         * A file that imports a neighbour relatively runs only as part of its package: beside it, imported as
@@ -280,12 +280,12 @@ class RepoContext:
           folder on the path.
         * Otherwise beside it: ``._perfbot_x`` in a package, ``_perfbot_x`` in a script directory.
         """
-        module = f"{VENDORED_PREFIX}{runtime_module}"
+        module = helper.module
         directory = posixpath.dirname(next_to)
         in_package = bool(directory) and (self.root / directory / "__init__.py").exists()
         home = self._absolute_home(next_to, syntax, in_package)
         folder, package = home or (directory, "" if in_package else None)
-        self.vendored[posixpath.join(folder, f"{module}.py")] = runtime_source(runtime_module)
+        self.vendored[posixpath.join(folder, f"{module}.py")] = helper.source()
         return module if package is None else f"{package}.{module}"
 
     def _absolute_home(
@@ -355,9 +355,29 @@ def same_file(path: str, hint: str) -> bool:
     return shorter > 0 and ours[-shorter:] == theirs[-shorter:]
 
 
-def runtime_source(module: str) -> str:
-    """The source of a runtime helper shipped in ``optimizations/runtime``."""
-    return resources.files("optimizations.runtime").joinpath(f"{module}.py").read_text(encoding="utf-8")
+@dataclass(frozen=True, order=True)
+class RuntimeHelper:
+    """A run-time helper perfbot ships: the file ``file`` of the package ``package``, vendored into a target
+    repository verbatim as ``_perfbot_<name>.py``. An optimization's own helper is ``helper.py`` in its folder;
+    the ones several optimizations share are in :mod:`optimizations.runtime`."""
+
+    name: str
+    package: str
+    file: str = "helper.py"
+
+    @property
+    def module(self) -> str:
+        """The module name it is vendored as."""
+        return f"{VENDORED_PREFIX}{self.name}"
+
+    @property
+    def path(self) -> str:
+        """Where it lives in perfbot, for messages that ask a person to use it by hand."""
+        return f"{self.package.replace('.', '/')}/{self.file}"
+
+    def source(self) -> str:
+        """Its text, as vendored."""
+        return resources.files(self.package).joinpath(self.file).read_text(encoding="utf-8")
 
 
 def check_compiles(source: str, path: str) -> None:

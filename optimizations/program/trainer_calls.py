@@ -33,6 +33,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.hf import PEFT_WRAPPERS, TRAINER_ARGS_POSITION, trainer_class
 from optimizations.program.names import BUILTINS, scoped_names
+from optimizations.program.repository import RuntimeHelper
 from optimizations.program.values import ProgramValues
 
 LINK_METADATA = (ParentNodeProvider,)
@@ -249,9 +250,9 @@ class TrainerFollowUp(OptimizationCodemod):
         self.helper_keywords: dict[cst.Call, list[tuple[str, cst.BaseExpression]]] = {}
 
     def follow_trainer(
-        self, trainer: cst.Call, runtime_module: str, helper: str, message: str, why: str
+        self, trainer: cst.Call, runtime: RuntimeHelper, helper: str, message: str, why: str
     ) -> None:
-        """Plan ``helper(<target>.model)`` (vendored from ``runtime_module``) after the line that assigns
+        """Plan ``helper(<target>.model)`` (vendored from ``runtime``) after the line that assigns
         ``trainer`` to ``<target>``, unless the file calls it so already (then that call is reported as already done); refuse the site, saying ``why`` the
         model is only there once the trainer is built, when the trainer is not assigned on a line of its own."""
         assigned = self.links.assigned_line(trainer)
@@ -269,7 +270,7 @@ class TrainerFollowUp(OptimizationCodemod):
         if done is not None:
             self.already(done, f"`{helper}({model})` once the trainer is built")
             return
-        self.import_runtime(runtime_module, helper)
+        self.import_runtime(runtime, helper)
         self.changed(trainer, f"{message}: `{helper}({model})` once the trainer is built ({why})")
         statement = cst.SimpleStatementLine([cst.Expr(call_expr(helper, expr(model)))])
         self.follow_ups.setdefault(line, []).append(statement)

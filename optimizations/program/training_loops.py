@@ -37,7 +37,7 @@ from optimizations.program.codemod import (
 )
 from optimizations.program.frameworks import framework_backward
 from optimizations.program.reachability import program_of
-from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.repository import ParsedFile, RepoContext, RuntimeHelper
 
 LOOPS = (cst.For, cst.While)
 # Methods a class runs once per call: a module's forward, a loss object's __call__, an autograd Function's
@@ -219,7 +219,7 @@ class PlannedCodemod(OptimizationCodemod):
         self.inserted_before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self.inserted_after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self.dropped: set[cst.CSTNode] = set()
-        self.runtime_imports: set[tuple[str, str]] = set()
+        self.runtime_imports: set[tuple[RuntimeHelper, str]] = set()
 
     @abstractmethod
     def plan(self, module: cst.Module) -> None:
@@ -230,8 +230,8 @@ class PlannedCodemod(OptimizationCodemod):
         planned = self.replacements or self.inserted_before or self.inserted_after or self.dropped
         if self.sites_only or not (planned or self.runtime_imports):
             return tree  # nothing to edit, or only the sites wanted: no pass over the tree
-        for runtime_module, name in sorted(self.runtime_imports):
-            self.import_runtime(runtime_module, name)
+        for helper, name in sorted(self.runtime_imports):
+            self.import_runtime(helper, name)
         return tree.visit(self)
 
     def on_leave(self, original_node, updated_node):

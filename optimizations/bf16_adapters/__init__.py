@@ -1,0 +1,1 @@
+"""The ``bf16_adapters`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``bf16_autocast`` optimization; its rule is in ``rule.py``."""

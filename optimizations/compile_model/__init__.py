@@ -1,0 +1,1 @@
+"""The ``compile_model`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``dataloader_workers`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``decoder_graphs`` optimization; its rule is in ``rule.py``."""

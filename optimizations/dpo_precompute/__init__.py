@@ -1,0 +1,1 @@
+"""The ``dpo_precompute`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``fa2`` optimization; its rule is in ``rule.py``."""

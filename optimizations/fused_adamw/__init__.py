@@ -1,0 +1,1 @@
+"""The ``fused_adamw`` optimization; its rule is in ``rule.py``."""

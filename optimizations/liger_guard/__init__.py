@@ -1,0 +1,1 @@
+"""The ``liger_guard`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``packed_pairs`` optimization; its rule is in ``rule.py``."""

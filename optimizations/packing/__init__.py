@@ -1,0 +1,1 @@
+"""The ``packing`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``prefetcher`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``regional_compile`` optimization; its rule is in ``rule.py``."""

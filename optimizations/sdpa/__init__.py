@@ -1,0 +1,1 @@
+"""The ``sdpa`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``steady_bookkeeping`` optimization; its rule is in ``rule.py``."""

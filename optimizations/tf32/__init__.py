@@ -1,0 +1,1 @@
+"""The ``tf32`` optimization; its rule is in ``rule.py``."""

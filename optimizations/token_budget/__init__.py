@@ -1,0 +1,1 @@
+"""The ``token_budget`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``torch_norm_gelu`` optimization; its rule is in ``rule.py``."""

@@ -1,0 +1,1 @@
+"""The ``vocab_padding`` optimization; its rule is in ``rule.py``."""
