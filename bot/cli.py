@@ -7,11 +7,15 @@ runs).
 Every error is one line, ``bot: error: ...`` on stderr, or with ``--json`` a ``{"error": ..., "exit_code": ...}``
 object on stdout: bad input, an operating-system error (a read-only checkout, a full disk) and an optional
 dependency that is not installed (the line names the extra to install) alike; never a traceback.
+
+``bot --version`` prints ``perfbot <version>``: the version the installed package was built with, from its git
+tag (setuptools-scm).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -38,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         with _terminate_as_interrupt():
             selected = selected_command(argv)
             parser = build_parser(filled=[selected] if selected else [])
+            parser.add_argument("--version", action="version", version=f"perfbot {installed_version()}")
             args = parser.parse_args(argv)
             if args.command is None:
                 parser.print_help()
@@ -66,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a read-only checkout, a full disk, a file that went away
         where = f"{exc.filename}: " if exc.filename else ""
         return _error(argv, f"{where}{exc.strerror or exc}", BAD_INPUT)
+
+
+def installed_version() -> str:
+    """perfbot's version as installed (derived from the git tag it was built at); a checkout run without
+    installing it has no metadata to read, and says so."""
+    try:
+        return importlib.metadata.version("perfbot")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e . reads it from git)"
 
 
 def _error(argv: list[str], message: str, code: int) -> int:

@@ -3,6 +3,7 @@ the repository and ``.bot/`` as they were; output that a pipe cuts short ends qu
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,25 @@ def test_help_pages_describe_each_command(capsys):
         main(["scan", "--help"])
     out = capsys.readouterr().out
     assert "where each optimization applies in a repository" in out
+
+
+def test_version_is_the_installed_package_s(capsys):
+    """`bot --version` prints the version pip installed (setuptools-scm's, from the git tag), not a copy."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out == f"perfbot {importlib.metadata.version('perfbot')}\n"
+
+
+def test_version_of_a_checkout_that_was_never_installed_says_so(monkeypatch, capsys):
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.startswith("perfbot unknown (not installed")
 
 
 def test_a_repository_with_a_templates_package_of_its_own_gets_perfbot_s_templates(target):
