@@ -132,6 +132,10 @@ def run_request(request: CommandRequest) -> int:
     tracker = request.tracker
     repo = git.Repo(".")
     url, env, default = tracker.push_url(), tracker.git_environment(), tracker.default_branch
+    if url is None or default is None:
+        raise BadInput(
+            f"`{request.args.command}` from a comment needs a repository to fetch; this tracker has none"
+        )
     check_out_fetched(repo, url, default, env)
     try:
         given = getattr(request.args, "revs", None) or getattr(request.args, "range", None)
@@ -320,13 +324,13 @@ class Dispatcher:
         """The quick part: the repository, the author, permission, parsing, answers to help/status, the issue
         lock. None when done. ``repository_id`` is the configured repository's, when known (else the tracker's).
         """
-        expected = repository_id if repository_id is not None else getattr(tracker, "repository_id", None)
+        expected = repository_id if repository_id is not None else tracker.repository_id
         if expected is not None and command.repo_id != expected:
             log.warning(
                 "ignored a comment on repository id %s: %s is %s", command.repo_id, command.repo, expected
             )
             return None
-        own = getattr(tracker, "bot_login", None)
+        own = tracker.bot_login
         if own and command.author.lower() == own.lower():
             log.info("ignored the bot's own comment %s", command.comment_url)
             return None

@@ -64,6 +64,8 @@ class GitHubTracker:
     ``seconds_between_writes`` tune the retry policy; tests make them small.
     """
 
+    bot_login: str  # the account the bot posts as; learnt from its first comment when /user cannot tell
+
     def __init__(
         self,
         repo_full_name: str,
@@ -189,7 +191,7 @@ class GitHubTracker:
                 return "none"
             raise
 
-    # --- beyond the protocol: branches and pull requests --------------------------------------------------
+    # --- the repository: branches and pull requests -------------------------------------------------------
 
     @property
     def repository_id(self) -> int:
