@@ -35,8 +35,8 @@ from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import DEFAULT_THRESHOLDS, INSUFFICIENT, REGRESSION, WIN, detectable_effect
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
-from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
+from bot.commands.table import FromComment
 from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
 from bot.errors import BadInput
 from bot.formatting import duration, percent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.render import markdown_cell
 from bot.terminal import print_table
 from optimizations.registry import listings

@@ -7,7 +7,7 @@ import argparse
 
 from benchmarks.results import Results
 from bot.benchmarking import results_path
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.progress import find_run
 from bot.sources import tracker_for

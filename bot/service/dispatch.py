@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import git
 
-from bot.commands import COMMANDS, FromComment, Parser, build_parser, command_module, run
+from bot.commands.table import COMMANDS, FromComment, Parser, command_parser
 from bot.errors import BadInput, BotError
 from bot.progress import Progress, find_progress
 from bot.publish import check_out_branch, check_out_fetched, return_to
@@ -77,6 +78,35 @@ _build_lock = threading.Lock()
 # Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
 # that had the same pid (a container restarted, its server is pid 1 again).
 _held: set[Path] = set()
+
+
+def comment_command(name: str) -> ModuleType:
+    """The module of command ``name``, one a comment may start (:data:`COMMENT_COMMANDS`). Imported on first
+    use: they load libcst and the benchmark harness. The service names them itself rather than going through
+    ``bot.commands``, which loads every command module, ``bot serve``'s own among them."""
+    from bot.commands import apply, bench, review, status
+    from bot.commands import help as help_command
+    from bot.commands import list as list_command
+
+    modules = {
+        "apply": apply,
+        "bench": bench,
+        "review": review,
+        "status": status,
+        "help": help_command,
+        "list": list_command,
+    }
+    return modules[name]
+
+
+def comment_parser() -> argparse.ArgumentParser:
+    """The CLI's parser, with the options of the commands a comment may start."""
+
+    def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+        if name in COMMENT_COMMANDS:
+            comment_command(name).add_arguments(parser)
+
+    return command_parser(add_arguments)
 
 
 class MalformedEvent(BadInput):
@@ -127,8 +157,9 @@ def run_request(request: CommandRequest) -> int:
     default branch afterwards, whatever happened, so no run builds on what another left behind.
     """
     comment = FromComment(request.tracker, request.issue)
+    command = comment_command(request.args.command)
     if request.args.command not in CHECKOUT_COMMANDS:
-        return run(request.args, comment)
+        return command.run(request.args, comment)
     tracker = request.tracker
     repo = git.Repo(".")
     url, env, default = tracker.push_url(), tracker.git_environment(), tracker.default_branch
@@ -143,7 +174,7 @@ def run_request(request: CommandRequest) -> int:
             branch = _work_branch(tracker, request.issue)
             if branch is not None:
                 check_out_branch(repo, url, branch, env)
-        return run(request.args, comment)
+        return command.run(request.args, comment)
     finally:
         return_to(repo, default)
 
@@ -291,7 +322,8 @@ class Accepted:
 
 
 class Dispatcher:
-    """Checks comment commands and runs them through ``runner``; ``parser`` defaults to the CLI's parser."""
+    """Checks comment commands and runs them through ``runner``; ``parser`` defaults to
+    :func:`comment_parser`."""
 
     def __init__(
         self,
@@ -307,10 +339,10 @@ class Dispatcher:
 
     @property
     def parser(self) -> argparse.ArgumentParser:
-        """The parser commands are read with (built on first use, once: it loads every command, seconds)."""
+        """The parser commands are read with (built on first use, once: it loads the command modules, seconds)."""
         with _build_lock:
             if self._parser is None:
-                self._parser = build_parser()
+                self._parser = comment_parser()
         return self._parser
 
     def handle(self, command: CommentCommand, tracker: Tracker) -> int:
@@ -481,7 +513,7 @@ class Dispatcher:
 def _command_help(name: str) -> str:
     """``bot <name> --help``'s text, without printing it."""
     parser = Parser(prog=f"bot {name}", description=COMMANDS[name][1])
-    command_module(name).add_arguments(parser)
+    comment_command(name).add_arguments(parser)
     return parser.format_help()
 
 
