@@ -16,7 +16,8 @@ from bot.history import reverted_commits
 from bot.plan import Plan
 from bot.progress import Progress, publish_progress
 from bot.regressions import DropOutcome, Rebench, drop_regressions
-from bot.review import Verdict, review
+from bot.review import review
+from bot.review.verdict import Verdict
 from bot.status import ItemStatus
 from bot.trackers.base import NOTE, RESULTS, VERDICT, Tracker
 from bot.workspace import Workspace

@@ -222,6 +222,22 @@ def test_a_dynamic_import_whose_name_is_not_written_out_counts_nothing(tmp_path)
     assert graph["pkg.a"] == set() and _cycle(graph) is None
 
 
+MODULE_LINES, CLASS_LINES = 600, 300  # what a person can hold in their head
+
+
+def test_bot_modules_and_classes_fit_in_a_head():
+    too_long = []
+    for path in sorted((ROOT / "bot").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT)
+        if len(source.splitlines()) > MODULE_LINES:
+            too_long.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
+                too_long.append(f"{name}: class {node.name} {node.end_lineno - node.lineno + 1} lines")
+    assert not too_long, too_long
+
+
 def test_layers_point_one_way():
     for index, layer in enumerate(LAYERS):
         above = LAYERS[:index]

@@ -16,7 +16,7 @@ from bot.plan import Plan
 from bot.progress import Progress
 from bot.regressions import DropOutcome
 from bot.render import render
-from bot.review import MAJOR, MET, Verdict
+from bot.review.verdict import MAJOR, MET, Verdict
 from bot.status import ItemStatus
 from bot.trackers.base import NOTE
 
