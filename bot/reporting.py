@@ -56,9 +56,11 @@ def publish_reports(
     reviewer-verdict and note comments (and the progress comment when rows changed). Safe to run again: each
     comment is edited in place through its marker, and a commit reverted earlier is not reverted twice."""
     base = progress.baseline if progress else results.baseline
-    if drop and rebench is None:
-        raise ValueError("drop_regressions needs a rebench callable to measure the head again")
-    outcome = drop_regressions(workspace, results, rebench, progress, issue) if drop else None
+    outcome = None
+    if drop:
+        if rebench is None:
+            raise ValueError("drop_regressions needs a rebench callable to measure the head again")
+        outcome = drop_regressions(workspace, results, rebench, progress, issue)
     reverted = reverted_commits(workspace.repo, f"{base}..HEAD")
     changed = bool(outcome and outcome.reverted)
     for row in progress.rows if progress else []:

@@ -153,7 +153,7 @@ def _plant(repo: git.Repo, slowdowns: list[float]) -> list[str]:
         env=env,
     )
     commits.append(repo.head.commit.hexsha)
-    plant = Path(repo.working_tree_dir) / PLANT_FILE
+    plant = Path(repo.working_dir) / PLANT_FILE
     for slowdown in slowdowns:
         plant.write_text(json.dumps({"slowdown": slowdown}) + "\n", encoding="utf-8")
         repo.git.add("-f", PLANT_FILE)

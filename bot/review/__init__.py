@@ -110,12 +110,12 @@ def review(
     )
 
 
-def resolve_range(repo: git.Repo, rev_range: str | None) -> tuple[str, str]:
+def resolve_range(workspace: Workspace, rev_range: str | None) -> tuple[str, str]:
     """``BASE..HEAD``, ``BASE..`` or ``..HEAD``, one ``REV`` (that commit alone), or the current bot branch's
     baseline..HEAD when None."""
+    repo = workspace.repo
     try:
         if not rev_range:
-            workspace = Workspace(repo.working_tree_dir)
             if workspace.baseline() == workspace.head:
                 raise BadInput(f"HEAD of {workspace.root} carries no bot commits; pass a RANGE (BASE..HEAD)")
             return workspace.baseline(), workspace.head
@@ -127,7 +127,7 @@ def resolve_range(repo: git.Repo, rev_range: str | None) -> tuple[str, str]:
         commit = repo.commit(rev_range)
         return history.parent_of(commit), commit.hexsha
     except (git.BadName, ValueError) as error:
-        raise BadInput(f"{rev_range}: not a commit range in {repo.working_tree_dir} ({error})") from error
+        raise BadInput(f"{rev_range}: not a commit range in {workspace.root} ({error})") from error
 
 
 def review_range(
@@ -141,7 +141,7 @@ def review_range(
     """``bot review``: the verdict on a commit range of the repository at ``repo_path``."""
     workspace = Workspace(repo_path)
     repo = workspace.repo
-    base, head = resolve_range(repo, rev_range)
+    base, head = resolve_range(workspace, rev_range)
     if base == history.EMPTY_TREE:
         raise BadInput(f"{rev_range} is a root commit; review a range that starts after it")
     found = None

@@ -48,13 +48,15 @@ def plan_adherence(
     for review in reviews:
         for key in review.plan_items:
             commits_by_key.setdefault(key, []).append(review.sha)
-    rows, findings, covered = [], [], set()
+    rows: list[Adherence] = []
+    findings: list[Finding] = []
+    covered: set[str] = set()
     for row in progress.rows if progress else []:
-        status = ItemStatus.REVERTED if row.commit in reverted else row.status
+        state = ItemStatus.REVERTED if row.commit in reverted else row.status
         keys = ", ".join(row.keys)
-        rows.append(Adherence(keys, row.change, status.label, (row.commit,) if row.commit else (), row.note))
+        rows.append(Adherence(keys, row.change, state.label, (row.commit,) if row.commit else (), row.note))
         covered.update(row.keys)
-        _adherence_finding(keys, row.change, status.label, row.note, findings)
+        _adherence_finding(keys, row.change, state.label, row.note, findings)
     for item in _items_in_scope(plan, tier, reviews):
         if not item.auto_apply:
             rows.append(_behavioural(repo, base, head, item, findings))

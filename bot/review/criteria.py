@@ -4,6 +4,7 @@ adherence ("all changes applied"); with the findings they make."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from benchmarks.results import Results
 from benchmarks.stats import WIN
@@ -27,7 +28,7 @@ from bot.status import ItemStatus
 
 
 def check_criteria(
-    plan: Plan | None, results: Results | None, adherence: list[Adherence] = (), tier: int | None = None
+    plan: Plan | None, results: Results | None, adherence: Sequence[Adherence] = (), tier: int | None = None
 ) -> list[CriterionCheck]:
     """Each success criterion of the plan for ``tier`` (every one without) against the head of ``results``
     (the re-measured head if any) and, for "all changes applied", against the plan adherence."""
@@ -68,7 +69,7 @@ def _target(criterion: Criterion) -> str:
     return "not machine-checkable"
 
 
-def _applied(adherence: list[Adherence]) -> tuple[str, str]:
+def _applied(adherence: Sequence[Adherence]) -> tuple[str, str]:
     done = {ItemStatus.LANDED.label, ItemStatus.RESUMED.label, ItemStatus.ALREADY.label}
     items = [a for a in adherence if a.status not in (BEHAVIOURAL, BEHAVIOURAL_CHANGED)]
     if not items:
@@ -92,6 +93,7 @@ def _stability(criterion: Criterion, results: Results) -> tuple[str, str]:
 
 
 def _throughput(criterion: Criterion, results: Results) -> tuple[str, str]:
+    assert criterion.threshold is not None  # a throughput criterion is parsed from its percentage
     names = measurements.matching_workloads(results, criterion.workload)
     if not names:
         return f"no workload named {criterion.workload!r} was benchmarked", UNMEASURED
@@ -113,6 +115,7 @@ def _throughput(criterion: Criterion, results: Results) -> tuple[str, str]:
 
 
 def _loss(criterion: Criterion, results: Results) -> tuple[str, str]:
+    assert criterion.threshold is not None  # a loss criterion is parsed from its percentage
     parts, statuses = [], []
     for workload in measurements.workloads(results):
         reading = losses.read(results, workload, measurements.head(results), criterion.threshold + 1e-12)

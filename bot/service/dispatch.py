@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import git
@@ -41,6 +41,7 @@ from bot.service.replies import RefusalLog, public, quoted
 from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
+FieldT = TypeVar("FieldT")
 
 PREFIX = "/bot"
 MAY_RUN = frozenset({"admin", "maintain", "write"})
@@ -217,7 +218,7 @@ def command_from_event(event: object) -> CommentCommand | None:
     )
 
 
-def _field(mapping: dict, key: str, kind: type) -> object:
+def _field(mapping: dict, key: str, kind: type[FieldT]) -> FieldT:
     value = mapping.get(key)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedEvent(f"`{key}` is not a JSON {'object' if kind is dict else kind.__name__}")
@@ -397,6 +398,7 @@ class Dispatcher:
         ):
             self._refuse(tracker, command, self._busy(tracker, command, lock))
             return None
+        assert parsed.args is not None  # parsed: only help and status have no arguments, answered above
         request = CommandRequest(
             command.repo,
             command.issue,
@@ -525,7 +527,7 @@ def _react(tracker: Tracker, comment_id: int, emoji: str) -> None:
         log.warning("could not react %s to comment %s: %s", emoji, comment_id, redact(error))
 
 
-def default_state_dir(env: dict[str, str] | None = None) -> Path:
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where locks and the log of handled comments live: ``$PERFBOT_STATE_DIR``, else
     ``$XDG_STATE_HOME/perfbot``.
 
@@ -543,7 +545,7 @@ def handle_event(
     *,
     tracker: Tracker | None = None,
     state_dir: str | Path | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """The GitHub Actions entry: act on the ``issue_comment`` event in ``event_path`` ($GITHUB_EVENT_PATH).
 
