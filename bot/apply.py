@@ -170,8 +170,8 @@ class TierRun:
         """Apply the tier's optimizations on the work branch, one commit each, keeping the progress comment
         current; then push, benchmark and open a pull request as asked."""
         workspace, plan, known = self.workspace, self.plan, registry()
-        commit_url = getattr(tracker, "commit_url", None)
-        pushing = push and hasattr(tracker, "push_url")
+        commit_url = tracker.commit_url
+        pushed = False
         baseline = workspace.start(branch_name(issue, self.tier))
         progress = Progress(
             tier=self.tier, issue=issue, branch=workspace.branch, baseline=baseline, rows=self.rows
@@ -206,14 +206,11 @@ class TierRun:
 
             stage = "after the commits"
             publish("Commits done" + (", benchmarking" if self.bench else ""))
-            if pushing:
-                push_branch(
-                    workspace,
-                    tracker.push_url(),
-                    tracker.default_branch,
-                    tracker.git_environment(),
-                    since=baseline,
-                )
+            if push:
+                url, default_branch = tracker.push_url(), tracker.default_branch
+                if url is not None and default_branch is not None:
+                    push_branch(workspace, url, default_branch, tracker.git_environment(), since=baseline)
+                    pushed = True
             if self.bench is not None:
                 stage = "while benchmarking"
                 bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
@@ -233,7 +230,7 @@ class TierRun:
             raise
         publish(f"Done: {tally(r.status for r in self.rows)}")
         pull_request = None
-        if pushing and open_pr:
+        if pushed and open_pr:
             title = (
                 f"perf: tier {self.tier} of #{issue}"
                 if isinstance(issue, int)

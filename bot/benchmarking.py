@@ -252,7 +252,7 @@ def bench_revisions(
             None,
             results,
             workspace,
-            commit_url=getattr(tracker, "commit_url", None),
+            commit_url=tracker.commit_url,
             results_path=str(path),
         )
     return results, path

@@ -101,7 +101,7 @@ def parse_gain(text: str) -> float | None:
 
 def read_claim(text: str) -> Claim | None:
     """The claim in one text, from its first clause that names a number: None for a decrease or no number."""
-    readings = []
+    readings: list[Claim | None] = []
     for clause in _CLAUSES.split(text):
         number = _number(clause)
         if number is None:

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except RegistryError as exc:  # a broken plugin or install: the run cannot start
         return _error(argv, str(exc), 1)
     except ModuleNotFoundError as exc:
-        if extra_providing(exc.name) is None:
+        if exc.name is None or extra_providing(exc.name) is None:
             raise  # not an optional dependency: a bug to see in full
         command = selected_command(argv)
         missing = MissingExtra(exc.name.partition(".")[0], f"bot {command}" if command else "bot")

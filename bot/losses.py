@@ -122,6 +122,7 @@ def read(results: Results, workload: str, sha: str, tolerance: float) -> LossRea
     at_steps, at_tokens = measured.loss_at_steps, measured.loss
     shifted = ratio is not None and abs(ratio - 1.0) > STEP_SHIFT
     if dynamics and shifted:
+        assert ratio is not None  # a shift is measured from a ratio
         expected, judged = (TOKENS, at_steps) if ratio > 1 else (STEPS, at_tokens)
         outside = judged is not None and judged.delta > tolerance
         explanation = _dynamics_explanation(dynamics, ratio, expected, outside)

@@ -18,6 +18,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
+from typing import TypedDict
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -209,21 +210,35 @@ def alternatives(reasons: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     return tuple(i for i, reason in reasons if reason.startswith("the text asks for"))
 
 
-def _matched(text: str, optimizations: Iterable[Optimization]) -> dict[str, tuple[str, ...]]:
+class Matches(TypedDict):
+    """The optimizations a plan item's text matched: :class:`PlanItem`'s fields of the same names."""
+
+    optimizations: tuple[str, ...]
+    reasons: tuple[str, ...]
+    alternatives: tuple[str, ...]
+
+
+# A behavioural item is matched to nothing: PlanItem's defaults.
+NO_MATCHES = Matches(optimizations=(), reasons=(), alternatives=())
+
+
+def _matched(text: str, optimizations: Iterable[Optimization]) -> Matches:
     """``optimizations``, ``reasons`` and ``alternatives`` for a :class:`PlanItem`."""
     pairs = match_optimizations(text, optimizations)
-    return {
-        "optimizations": tuple(i for i, _ in pairs),
-        "reasons": tuple(r for _, r in pairs),
-        "alternatives": alternatives(pairs),
-    }
+    return Matches(
+        optimizations=tuple(i for i, _ in pairs),
+        reasons=tuple(r for _, r in pairs),
+        alternatives=alternatives(pairs),
+    )
 
 
 def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "") -> Plan:
     """Parse an issue body into a :class:`Plan`; raise :class:`PlanError` when there is none."""
     optimizations = list(optimizations)
     tokens = MarkdownIt("commonmark").enable("table").parse(clean(text))
-    title, items, criteria = "", [], []
+    title = ""
+    items: list[PlanItem] = []
+    criteria: list[Criterion] = []
     context = ""  # the caption (heading, paragraph or caption line) that governs the current block
     heading_tier: int | None = None
     document_tier: int | None = None
@@ -343,7 +358,8 @@ def _block_end(tokens: list[Token], start: int) -> int:
 
 
 def _table_rows(tokens: list[Token]) -> list[list[str]]:
-    rows, row = [], None
+    rows: list[list[str]] = []
+    row: list[str] | None = None
     for token in tokens:
         if token.type == "tr_open":
             row = []
@@ -431,7 +447,7 @@ def _items_from_table(
                 change=change,
                 location=cell(row, location_col),
                 expected=cell(row, expected_col),
-                **({} if behavioural else _matched(change, optimizations)),
+                **(NO_MATCHES if behavioural else _matched(change, optimizations)),
                 auto_apply=not behavioural,
                 why_not=cell(row, why_col),
             )
@@ -452,7 +468,7 @@ def _bullet_item(entry: str, tier: int, optimizations: list[Optimization], numbe
         change=change.strip(),
         location=f"{location.group(1)}:{location.group(2)}" if location else "",
         expected=expected.strip(),
-        **({} if behavioural else _matched(entry, optimizations)),
+        **(NO_MATCHES if behavioural else _matched(entry, optimizations)),
         auto_apply=not behavioural,
     )
 

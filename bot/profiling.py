@@ -180,12 +180,12 @@ def busy_against_measured_steps(
     for sha, workloads in profiles.items():
         for workload, entry in workloads.items():
             steps = [
-                run.metrics["step_time_s"]["median"]
+                median
                 for run in runs
                 if run.ok
                 and run.commit == sha
                 and run.workload == workload
-                and ((run.metrics or {}).get("step_time_s") or {}).get("median")
+                and (median := ((run.metrics or {}).get("step_time_s") or {}).get("median"))
             ]
             if entry.get("device_busy_ms") is None or not steps:
                 continue

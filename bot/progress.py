@@ -106,7 +106,7 @@ class Progress:
 
 def find_progress(tracker: Tracker, issue: int | str) -> Comment | None:
     """The bot's progress comment on the issue (only the bot's own when the tracker knows its login)."""
-    own = getattr(tracker, "bot_login", None)
+    own = tracker.bot_login
     for comment in tracker.comments(issue):
         if comment.has_marker(PROGRESS) and (own is None or comment.author == own):
             return comment

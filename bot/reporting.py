@@ -16,7 +16,8 @@ from bot.history import reverted_commits
 from bot.plan import Plan
 from bot.progress import Progress, publish_progress
 from bot.regressions import DropOutcome, Rebench, drop_regressions
-from bot.review import Verdict, review
+from bot.review import review
+from bot.review.verdict import Verdict
 from bot.status import ItemStatus
 from bot.trackers.base import NOTE, RESULTS, VERDICT, Tracker
 from bot.workspace import Workspace
@@ -55,9 +56,11 @@ def publish_reports(
     reviewer-verdict and note comments (and the progress comment when rows changed). Safe to run again: each
     comment is edited in place through its marker, and a commit reverted earlier is not reverted twice."""
     base = progress.baseline if progress else results.baseline
-    if drop and rebench is None:
-        raise ValueError("drop_regressions needs a rebench callable to measure the head again")
-    outcome = drop_regressions(workspace, results, rebench, progress, issue) if drop else None
+    outcome = None
+    if drop:
+        if rebench is None:
+            raise ValueError("drop_regressions needs a rebench callable to measure the head again")
+        outcome = drop_regressions(workspace, results, rebench, progress, issue)
     reverted = reverted_commits(workspace.repo, f"{base}..HEAD")
     changed = bool(outcome and outcome.reverted)
     for row in progress.rows if progress else []:

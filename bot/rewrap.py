@@ -13,6 +13,7 @@ import dataclasses
 import re
 import textwrap
 from collections.abc import Sequence
+from typing import TypeGuard, TypeVar
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -38,8 +39,18 @@ def _fill(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     return lines or [first.rstrip()]
 
 
+# The nodes a docstring opens the body of.
+DocumentedT = TypeVar("DocumentedT", cst.Module, cst.ClassDef, cst.FunctionDef)
+
+
 def _comment_text(comment: cst.Comment) -> str:
     return comment.value[1:].strip()
+
+
+def _comment_of(line: cst.EmptyLine) -> cst.Comment:
+    """The comment of a line of a comment paragraph (every such line has one)."""
+    assert line.comment is not None
+    return line.comment
 
 
 class _Rewrap(cst.CSTTransformer):
@@ -54,7 +65,9 @@ class _Rewrap(cst.CSTTransformer):
         self._lefts: set[cst.CSTNode] = set()
 
     # -- comments on lines of their own ---------------------------------------------------------------
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+    def on_leave(
+        self, original_node: cst.CSTNodeT, updated_node: cst.CSTNodeT
+    ) -> cst.CSTNodeT | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNodeT]:
         updated = super().on_leave(original_node, updated_node)
         if not isinstance(updated, cst.CSTNode):
             return updated
@@ -93,9 +106,12 @@ class _Rewrap(cst.CSTTransformer):
             comment = line.comment
             text = _comment_text(comment) if comment else ""
             verbatim = (
-                comment is None or not text or not comment.value.startswith("# ") or _PRAGMA.match(text)
+                comment is None
+                or not text
+                or not comment.value.startswith("# ")
+                or bool(_PRAGMA.match(text))
+                or comment.value.startswith("#  ")
             )
-            verbatim = verbatim or comment.value.startswith("#  ")
             if verbatim or _BULLET.match(text) or (paragraph and line.indent != lines[paragraph[0]].indent):
                 flush()
             if verbatim:
@@ -106,11 +122,12 @@ class _Rewrap(cst.CSTTransformer):
         return result
 
     def _refill(self, original: list[cst.EmptyLine], lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
-        column = self._column(original[0].comment)
+        column = self._column(_comment_of(original[0]))
         width = min(self.limit, self.doc_limit)
-        if all(column + len(line.comment.value) <= width for line in lines):
+        comments = [_comment_of(line) for line in lines]
+        if all(column + len(comment.value) <= width for comment in comments):
             return lines
-        text = " ".join(_comment_text(line.comment) for line in lines)
+        text = " ".join(_comment_text(comment) for comment in comments)
         bullet = _BULLET.match(text)
         hanging = " " * (bullet.end() if bullet else 0)
         filled = _fill(text, width - column - 2, rest=hanging)
@@ -138,9 +155,11 @@ class _Rewrap(cst.CSTTransformer):
     ) -> cst.IndentedBlock:
         """A block header's comment (``else:  # why``) that makes its line too long opens the block instead."""
         comment = original_node.header.comment
-        if not self._movable(comment) or not updated_node.body:
+        first = updated_node.body[0] if updated_node.body else None
+        if not self._movable(comment) or not isinstance(
+            first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+        ):
             return updated_node
-        first = updated_node.body[0]
         column = self._column(original_node.body[0])
         above = [
             cst.EmptyLine(comment=cst.Comment(f"# {part}"))
@@ -152,7 +171,7 @@ class _Rewrap(cst.CSTTransformer):
             body=[first, *updated_node.body[1:]],
         )
 
-    def _movable(self, comment: cst.Comment | None) -> bool:
+    def _movable(self, comment: cst.Comment | None) -> TypeGuard[cst.Comment]:
         """A trailing comment over the limit that may move: a tool's pragma (``# noqa: BLE001``) only works on
         its own line, so it stays there, long or not."""
         if comment is None or self._column(comment) + len(comment.value) <= self.limit:
@@ -221,19 +240,18 @@ class _Rewrap(cst.CSTTransformer):
         parts = list(string.parts)
         room = self._string_limit - len(string.end)
         column = end - len(_code(string)) + len(string.start)  # where the first part starts
-        chosen = None
+        chosen: tuple[int, str, int] | None = None
         for index, part in enumerate(parts):
             if column >= room:
                 break
             if isinstance(part, cst.FormattedStringText):
                 cut = _space_before(part.value, room - column)
                 if cut is not None and (index < len(parts) - 1 or cut < len(part.value)):
-                    chosen = (index, cut)
+                    chosen = (index, part.value, cut)
             column += len(_code(part))
         if chosen is None:
             return None
-        index, cut = chosen
-        text = parts[index].value
+        index, text, cut = chosen
         left = [*parts[:index], cst.FormattedStringText(text[:cut])]
         right = parts[index + 1 :]
         if cut < len(text):
@@ -265,23 +283,23 @@ class _Rewrap(cst.CSTTransformer):
         return self._docstring(original_node, updated_node, updated_node.body.body)
 
     def _docstring(
-        self, original: cst.CSTNode, updated: cst.CSTNode, body: Sequence[cst.CSTNode]
-    ) -> cst.CSTNode:
+        self, original: DocumentedT, updated: DocumentedT, body: Sequence[cst.CSTNode]
+    ) -> DocumentedT:
         """``updated`` with its docstring re-filled where a line of it is over the limit."""
-        if not body or not isinstance(body[0], cst.SimpleStatementLine):
+        found = _docstring_of(body)
+        if found is None:
             return updated
-        first = body[0].body[0] if body[0].body else None
-        if not isinstance(first, cst.Expr) or not isinstance(first.value, cst.SimpleString):
-            return updated
-        string = first.value
+        line, first, string = found
         if string.quote not in ('"""', "'''") or "\\\n" in string.value:
             return updated
-        located = original.body if isinstance(original, cst.Module) else original.body.body
-        column = self._column(located[0].body[0].value)
+        located = _docstring_of(original.body if isinstance(original, cst.Module) else original.body.body)
+        if located is None:  # never: the original opens with the docstring it was given
+            return updated
+        column = self._column(located[2])
         value = self._refill_docstring(string, column)
         if value == string.value:
             return updated
-        statement = body[0].with_changes(body=[first.with_changes(value=string.with_changes(value=value))])
+        statement = line.with_changes(body=[first.with_changes(value=string.with_changes(value=value))])
         if isinstance(updated, cst.Module):
             return updated.with_changes(body=[statement, *body[1:]])
         return updated.with_changes(body=updated.body.with_changes(body=[statement, *body[1:]]))
@@ -329,13 +347,28 @@ def _space_before(text: str, room: int) -> int | None:
     return cut + 1 if cut > 0 else None
 
 
-def _fstring(template: cst.FormattedString, parts: list[cst.BaseFormattedStringContent]) -> cst.BaseString:
+def _fstring(
+    template: cst.FormattedString, parts: list[cst.BaseFormattedStringContent]
+) -> cst.SimpleString | cst.FormattedString:
     """``parts`` as an f-string like ``template``, or as a plain string when they hold no placeholder."""
-    if any(isinstance(part, cst.FormattedStringExpression) for part in parts):
+    texts = [part for part in parts if isinstance(part, cst.FormattedStringText)]
+    if len(texts) < len(parts):  # a placeholder (FormattedStringExpression) among them
         return template.with_changes(parts=parts)
-    text = "".join(part.value for part in parts).replace("{{", "{").replace("}}", "}")
+    text = "".join(part.value for part in texts).replace("{{", "{").replace("}}", "}")
     prefix = template.start[: -len(template.end)].replace("f", "").replace("F", "")
     return cst.SimpleString(f"{prefix}{template.end}{text}{template.end}")
+
+
+def _docstring_of(
+    body: Sequence[cst.CSTNode],
+) -> tuple[cst.SimpleStatementLine, cst.Expr, cst.SimpleString] | None:
+    """The line, expression and string of the docstring ``body`` opens with, if it opens with one."""
+    if not body or not isinstance(body[0], cst.SimpleStatementLine):
+        return None
+    first = body[0].body[0] if body[0].body else None
+    if not isinstance(first, cst.Expr) or not isinstance(first.value, cst.SimpleString):
+        return None
+    return body[0], first, first.value
 
 
 def _code(node: cst.CSTNode) -> str:

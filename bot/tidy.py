@@ -114,7 +114,7 @@ def style_settings(root: Path) -> list[str] | None:
     if not isinstance(black, dict) and isort is None:
         return None
     black, isort = black if isinstance(black, dict) else {}, isort or {}
-    overrides = {}
+    overrides: dict[str, Any] = {}
     length = black.get("line-length", isort.get("line_length"))
     if isinstance(length, int):
         overrides["line-length"] = length
@@ -262,20 +262,22 @@ def tidy(root: Path, originals: dict[str, str | None]) -> str | None:
     settings = tuple(found or ())
     python = [p for p in originals if p.endswith(".py")]
     ours = [p for p in python if originals[p] is None or Path(p).name.startswith(VENDORED_PREFIX)]
-    edited = [p for p in python if p not in ours]
-    for path in edited:
-        sort_added_import_blocks(root, path, originals[path], settings)
+    edited = {p: original for p in python if p not in ours and (original := originals[p]) is not None}
+    for path, original in edited.items():
+        sort_added_import_blocks(root, path, original, settings)
     if found is None:
         return None
     if ours:  # the target's own rule set where it configures ruff, else only the import order
         rules = () if uses_ruff(root) else ("--select", "I001")
         _ruff(root, "check", *settings, "--fix", *rules, "--quiet", *ours)
-    clean_before = ours + [p for p in edited if was_format_clean(root, p, originals[p], settings)]
+    clean_before = ours + [
+        p for p, original in edited.items() if was_format_clean(root, p, original, settings)
+    ]
     if clean_before:
         _ruff(root, "format", *settings, "--quiet", *clean_before)
-    for path in edited:
+    for path, original in edited.items():
         if path not in clean_before:
-            format_changed_lines(root, path, originals[path], settings)
+            format_changed_lines(root, path, original, settings)
     for path in ours:
         _fit(root, path, settings)
     return None

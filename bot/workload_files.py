@@ -26,5 +26,5 @@ def runs_changes(
     file, or a workload whose files cannot be told, counts as running the change."""
     python = {posixpath.normpath(path) for path in changed if path.endswith(".py")}
     return {
-        name: not python or executed.get(name) is None or bool(python & executed[name]) for name in commands
+        name: not python or (files := executed.get(name)) is None or bool(python & files) for name in commands
     }

@@ -43,6 +43,8 @@ class Workspace:
             raise BadInput(
                 f"{path} is not the root of a git repository; run the bot in a checkout's root"
             ) from exc
+        if self.repo.working_tree_dir is None:
+            raise BadInput(f"{path} is a bare repository; run the bot in a checkout's root")
         self.root = Path(self.repo.working_tree_dir)
 
     # -- checks -----------------------------------------------------------------------------------
@@ -51,9 +53,8 @@ class Workspace:
         if not self.repo.head.is_valid():
             raise BadInput(f"{self.root} has no commits yet; commit the training code first, then re-run")
         state_dir(self.root)  # perfbot's own files are ignored (they are kept out of every commit)
-        changed = sorted(
-            {d.a_path for d in self.repo.index.diff(None)} | {d.a_path for d in self.repo.index.diff("HEAD")}
-        )
+        diffs = [*self.repo.index.diff(None), *self.repo.index.diff("HEAD")]
+        changed = sorted({path for d in diffs if (path := d.a_path or d.b_path)})
         untracked = sorted(self.repo.untracked_files)  # what git ignores is not listed
         if changed or untracked:
             found = [f"uncommitted changes ({_listed(changed)})"] if changed else []

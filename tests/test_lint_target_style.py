@@ -13,7 +13,7 @@ from git_repos import IDENTITY, commit_all, make_repo
 from ruff.__main__ import find_ruff_bin
 
 from bot.cli import main
-from bot.review import review_commits
+from bot.review.commits import review_commits
 from bot.rewrap import rewrap
 from bot.tidy import style_settings
 from optimizations.fa2.rule import RUNTIME as ATTENTION

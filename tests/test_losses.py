@@ -19,7 +19,8 @@ from benchmarks.stats import (
     tokens_per_step,
 )
 from bot import losses
-from bot.review import MAJOR, MINOR, measured_findings
+from bot.review.measured import measured_findings
+from bot.review.verdict import MAJOR, MINOR
 
 TOLERANCE = DEFAULT_THRESHOLDS.loss_tolerance
 

@@ -27,7 +27,9 @@ from bot.comments.verdict import render_verdict
 from bot.conventions import TRAILER_OPTIMIZATION
 from bot.notes import write_notes
 from bot.plan import Criterion, Plan, parse_plan
-from bot.review import CONCERNS, MAJOR, MINOR, PASS, check_criteria, review_range
+from bot.review import review_range
+from bot.review.criteria import check_criteria
+from bot.review.verdict import CONCERNS, MAJOR, MINOR, PASS
 from bot.workload_files import executed_files, runs_changes
 from bot.workspace import Workspace, commit_message
 from optimizations.registry import registry

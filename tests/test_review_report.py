@@ -27,7 +27,9 @@ from bot.plan import Criterion, Plan, PlanItem, parse_plan
 from bot.progress import Progress, Row
 from bot.regressions import drop_regressions, slowdowns
 from bot.reporting import publish_reports
-from bot.review import (
+from bot.review import review, review_range
+from bot.review.criteria import check_criteria
+from bot.review.verdict import (
     BEHAVIOURAL,
     BEHAVIOURAL_CHANGED,
     BLOCKER,
@@ -39,9 +41,6 @@ from bot.review import (
     NOT_MET,
     PASS,
     Adherence,
-    check_criteria,
-    review,
-    review_range,
 )
 from bot.security import scan_added_lines, scan_python
 from bot.status import ItemStatus

@@ -11,7 +11,7 @@ import pytest
 from packaging.version import Version
 from test_lint_target_style import STRICT_RUFF, apply_tiers, ruff, trainer_repo
 
-from bot.review import commit_findings, review_commits
+from bot.review.commits import commit_findings, review_commits
 from bot.ruff_pin import RuffPinMismatch, required_version, ruff_for, ruff_version, satisfies
 
 OWN = ruff_version(str(__import__("ruff.__main__").__main__.find_ruff_bin()))

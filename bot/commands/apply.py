@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from bot.apply import TierRun
-from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options, tier_number
+from bot.commands.table import FromComment
 from bot.conventions import issue_key
 from bot.sources import plan_file_of, plan_from_issue, tracker_for
 from bot.terminal import print_progress, progress_bar

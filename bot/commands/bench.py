@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from bot.benchmarking import bench_revisions
-from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
+from bot.commands.table import FromComment
 from bot.comments.results import measurement_setup, profile_line
 from bot.errors import BadInput
 from bot.formatting import clip, effect_evidence, fraction, number

@@ -35,8 +35,8 @@ from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import DEFAULT_THRESHOLDS, INSUFFICIENT, REGRESSION, WIN, detectable_effect
 from bot.benchmarking import BenchOptions, bench_spec, bench_thresholds, make_runner
-from bot.commands import FromComment
 from bot.commands.options import add_bench_arguments, bench_options
+from bot.commands.table import FromComment
 from bot.conventions import TRAILER_OPTIMIZATION, bot_git_environment, state_dir
 from bot.errors import BadInput
 from bot.formatting import duration, percent
@@ -153,7 +153,7 @@ def _plant(repo: git.Repo, slowdowns: list[float]) -> list[str]:
         env=env,
     )
     commits.append(repo.head.commit.hexsha)
-    plant = Path(repo.working_tree_dir) / PLANT_FILE
+    plant = Path(repo.working_dir) / PLANT_FILE
     for slowdown in slowdowns:
         plant.write_text(json.dumps({"slowdown": slowdown}) + "\n", encoding="utf-8")
         repo.git.add("-f", PLANT_FILE)

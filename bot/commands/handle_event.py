@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.service.dispatch import handle_event, run_request
 

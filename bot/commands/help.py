@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bot.commands import FromComment, build_parser
+from bot.commands.table import FromComment, command_parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,5 +13,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Print the top-level help."""
-    build_parser(filled=[]).print_help()
+    command_parser().print_help()
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.init import PUBLIC_REPOSITORY_WARNING, init_repository
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.render import markdown_cell
 from bot.terminal import print_table
 from optimizations.registry import listings
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         comment.tracker.reply(comment.issue, "\n".join(table))
         return 0
     if args.json:
-        rows = [
+        entries = [
             {
                 "id": o.id,
                 "tier": o.tier,
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
             }
             for o in optimizations
         ]
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(entries, indent=2))
         return 0
     print_table(
         ("id", "tier", "numerics", "expected win", "summary"),

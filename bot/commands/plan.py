@@ -8,7 +8,7 @@ import sys
 from itertools import groupby
 from pathlib import Path
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.hints import choose_by_sites, match_by_location
 from bot.plan import Criterion

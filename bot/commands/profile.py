@@ -10,8 +10,8 @@ from benchmarks.host_time import format_host_time
 from benchmarks.profiling import format_profile
 from benchmarks.utilization import format_utilization
 from bot.benchmarking import BenchOptions, bench_spec
-from bot.commands import FromComment
 from bot.commands.options import workload_size
+from bot.commands.table import FromComment
 from bot.errors import BadInput, require
 from bot.profiling import host_time_workload, profile_workload, utilization_workload
 from bot.workspace import Workspace

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from benchmarks.results import Results
-from bot.commands import FromComment
 from bot.commands.options import tier_number
+from bot.commands.table import FromComment
 from bot.comments.verdict import render_verdict
 from bot.conventions import issue_key
 from bot.errors import BadInput

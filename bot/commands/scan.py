@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.scan import render_plan, scan
 from bot.scope import Scope

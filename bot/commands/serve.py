@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from bot import credentials
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.service.dispatch import configured_repository, run_request
 from bot.service.server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, check_secret, serve

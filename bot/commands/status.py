@@ -7,7 +7,7 @@ import argparse
 
 from benchmarks.results import Results
 from bot.benchmarking import results_path
-from bot.commands import FromComment
+from bot.commands.table import FromComment
 from bot.errors import BadInput
 from bot.progress import find_run
 from bot.sources import tracker_for
@@ -35,8 +35,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         print(f"no progress for tier {found.tier} of {found.issue} yet")
     else:
         print_progress(found.progress)
-        local = isinstance(tracker, LocalTracker)
-        where = tracker.marker_file(found.issue, PROGRESS) if local else found.comment.url
+        assert found.comment is not None  # the progress was read from it
+        if isinstance(tracker, LocalTracker):
+            where = str(tracker.marker_file(found.issue, PROGRESS))
+        else:
+            where = found.comment.url
         print(f"progress comment: {where}")
     if interrupted := interrupted_bench(workspace):
         print(interrupted)

@@ -16,7 +16,7 @@ from bot.plan import Plan
 from bot.progress import Progress
 from bot.regressions import DropOutcome
 from bot.render import render
-from bot.review import MAJOR, MET, Verdict
+from bot.review.verdict import MAJOR, MET, Verdict
 from bot.status import ItemStatus
 from bot.trackers.base import NOTE
 
@@ -80,9 +80,9 @@ def render_note(
             f"Decide on behavioural item **{item.key}**: {item.change}"
             + (f" — {item.why_not}" if item.why_not else "")
         )
-    for row in verdict.adherence:
-        if row.status == ItemStatus.NEEDS_HUMAN.label and not any(row.key in r.keys for r in rows):
-            follow_ups.append(f"Needs a human: **{row.key}** {row.change}")
+    for standing in verdict.adherence:
+        if standing.status == ItemStatus.NEEDS_HUMAN.label and not any(standing.key in r.keys for r in rows):
+            follow_ups.append(f"Needs a human: **{standing.key}** {standing.change}")
     for sha, reason in drop.kept if drop else []:
         follow_ups.append(f"Slowdown kept at {commit_link(sha, commit_url)}: {reason}")
     for check in verdict.criteria:

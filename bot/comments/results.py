@@ -225,7 +225,7 @@ def _run_time(results: Results, workload: str) -> str:
         ("warm_up_s", "warm-up"),
         ("waiting_s", "waiting for turns"),
     ):
-        values = [run.metrics["timeline"].get(key) for run in runs]
+        values = [(run.metrics or {})["timeline"].get(key) for run in runs]
         values = [value for value in values if isinstance(value, int | float)]
         if values and statistics.median(values) > 0:
             parts.append(f"{label} {formatting.duration(statistics.median(values))}")
@@ -326,7 +326,7 @@ def workload_views(
 def measured_win(results: Results | None, sha: str, reverted: dict[str, str]) -> str:
     """Each workload's marginal effect of ``sha`` (a table cell), or not measured."""
     shas = [info.sha for info in results.commits] if results else []
-    if not sha or sha not in shas:
+    if results is None or not sha or sha not in shas:
         return NOT_MEASURED
     parts = []
     for workload in measurements.workloads(results):
@@ -338,8 +338,10 @@ def measured_win(results: Results | None, sha: str, reverted: dict[str, str]) ->
 
 
 def _flags(results: Results | None, sha: str, tolerance: float) -> list[str]:
-    flags = []
-    for workload in measurements.workloads(results) if results else []:
+    flags: list[str] = []
+    if results is None:
+        return flags
+    for workload in measurements.workloads(results):
         measured = measurement(results, workload, sha)
         if measured is None:
             continue
@@ -510,11 +512,12 @@ def render_results(
 
     def render_at(level: int) -> str:
         compact = level >= COMPACT
-        remeasured = []
+        remeasured, remeasured_head = [], ""
         if drop and drop.results is not None:
             remeasured = workload_views(
                 drop.results, tolerance=tolerance, reverted={}, commit_url=commit_url, compact=False
             )
+            remeasured_head = formatting.short(measurements.head(drop.results)) if remeasured else ""
         return render(
             "results.md.j2",
             marker=RESULTS,
@@ -551,7 +554,7 @@ def render_results(
                 for sha, reason in (drop.kept if drop else [])
             ],
             remeasured=remeasured,
-            remeasured_head=formatting.short(measurements.head(drop.results)) if remeasured else "",
+            remeasured_head=remeasured_head,
             failed=failed_runs(results) if level == FULL else [],
             failed_count=len(results.failed_runs),
             fold_all=level >= FOLDED,

@@ -9,7 +9,7 @@ from bot.formatting import NOT_MEASURED, clip, commit_link
 from bot.plan import Plan
 from bot.progress import Progress
 from bot.render import render
-from bot.review import MET, NOT_MET, Verdict
+from bot.review.verdict import MET, NOT_MET, Verdict
 from bot.trackers.base import VERDICT
 
 _CRITERION_MARKS = {MET: "✅", NOT_MET: "❌"}

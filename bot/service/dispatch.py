@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from types import ModuleType
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import git
 
-from bot.commands import COMMANDS, FromComment, Parser, build_parser, command_module, run
+from bot.commands.table import COMMANDS, FromComment, Parser, command_parser
 from bot.errors import BadInput, BotError
 from bot.progress import Progress, find_progress
 from bot.publish import check_out_branch, check_out_fetched, return_to
@@ -40,6 +41,7 @@ from bot.service.replies import RefusalLog, public, quoted
 from bot.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
+FieldT = TypeVar("FieldT")
 
 PREFIX = "/bot"
 MAY_RUN = frozenset({"admin", "maintain", "write"})
@@ -77,6 +79,35 @@ _build_lock = threading.Lock()
 # Lock files this process holds: a lock naming this pid but not listed here was left by an earlier process
 # that had the same pid (a container restarted, its server is pid 1 again).
 _held: set[Path] = set()
+
+
+def comment_command(name: str) -> ModuleType:
+    """The module of command ``name``, one a comment may start (:data:`COMMENT_COMMANDS`). Imported on first
+    use: they load libcst and the benchmark harness. The service names them itself rather than going through
+    ``bot.commands``, which loads every command module, ``bot serve``'s own among them."""
+    from bot.commands import apply, bench, review, status
+    from bot.commands import help as help_command
+    from bot.commands import list as list_command
+
+    modules = {
+        "apply": apply,
+        "bench": bench,
+        "review": review,
+        "status": status,
+        "help": help_command,
+        "list": list_command,
+    }
+    return modules[name]
+
+
+def comment_parser() -> argparse.ArgumentParser:
+    """The CLI's parser, with the options of the commands a comment may start."""
+
+    def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+        if name in COMMENT_COMMANDS:
+            comment_command(name).add_arguments(parser)
+
+    return command_parser(add_arguments)
 
 
 class MalformedEvent(BadInput):
@@ -127,11 +158,16 @@ def run_request(request: CommandRequest) -> int:
     default branch afterwards, whatever happened, so no run builds on what another left behind.
     """
     comment = FromComment(request.tracker, request.issue)
+    command = comment_command(request.args.command)
     if request.args.command not in CHECKOUT_COMMANDS:
-        return run(request.args, comment)
+        return command.run(request.args, comment)
     tracker = request.tracker
     repo = git.Repo(".")
     url, env, default = tracker.push_url(), tracker.git_environment(), tracker.default_branch
+    if url is None or default is None:
+        raise BadInput(
+            f"`{request.args.command}` from a comment needs a repository to fetch; this tracker has none"
+        )
     check_out_fetched(repo, url, default, env)
     try:
         given = getattr(request.args, "revs", None) or getattr(request.args, "range", None)
@@ -139,7 +175,7 @@ def run_request(request: CommandRequest) -> int:
             branch = _work_branch(tracker, request.issue)
             if branch is not None:
                 check_out_branch(repo, url, branch, env)
-        return run(request.args, comment)
+        return command.run(request.args, comment)
     finally:
         return_to(repo, default)
 
@@ -182,7 +218,7 @@ def command_from_event(event: object) -> CommentCommand | None:
     )
 
 
-def _field(mapping: dict, key: str, kind: type) -> object:
+def _field(mapping: dict, key: str, kind: type[FieldT]) -> FieldT:
     value = mapping.get(key)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedEvent(f"`{key}` is not a JSON {'object' if kind is dict else kind.__name__}")
@@ -287,7 +323,8 @@ class Accepted:
 
 
 class Dispatcher:
-    """Checks comment commands and runs them through ``runner``; ``parser`` defaults to the CLI's parser."""
+    """Checks comment commands and runs them through ``runner``; ``parser`` defaults to
+    :func:`comment_parser`."""
 
     def __init__(
         self,
@@ -303,10 +340,10 @@ class Dispatcher:
 
     @property
     def parser(self) -> argparse.ArgumentParser:
-        """The parser commands are read with (built on first use, once: it loads every command, seconds)."""
+        """The parser commands are read with (built on first use, once: it loads the command modules, seconds)."""
         with _build_lock:
             if self._parser is None:
-                self._parser = build_parser()
+                self._parser = comment_parser()
         return self._parser
 
     def handle(self, command: CommentCommand, tracker: Tracker) -> int:
@@ -320,13 +357,13 @@ class Dispatcher:
         """The quick part: the repository, the author, permission, parsing, answers to help/status, the issue
         lock. None when done. ``repository_id`` is the configured repository's, when known (else the tracker's).
         """
-        expected = repository_id if repository_id is not None else getattr(tracker, "repository_id", None)
+        expected = repository_id if repository_id is not None else tracker.repository_id
         if expected is not None and command.repo_id != expected:
             log.warning(
                 "ignored a comment on repository id %s: %s is %s", command.repo_id, command.repo, expected
             )
             return None
-        own = getattr(tracker, "bot_login", None)
+        own = tracker.bot_login
         if own and command.author.lower() == own.lower():
             log.info("ignored the bot's own comment %s", command.comment_url)
             return None
@@ -361,6 +398,7 @@ class Dispatcher:
         ):
             self._refuse(tracker, command, self._busy(tracker, command, lock))
             return None
+        assert parsed.args is not None  # parsed: only help and status have no arguments, answered above
         request = CommandRequest(
             command.repo,
             command.issue,
@@ -477,7 +515,7 @@ class Dispatcher:
 def _command_help(name: str) -> str:
     """``bot <name> --help``'s text, without printing it."""
     parser = Parser(prog=f"bot {name}", description=COMMANDS[name][1])
-    command_module(name).add_arguments(parser)
+    comment_command(name).add_arguments(parser)
     return parser.format_help()
 
 
@@ -489,7 +527,7 @@ def _react(tracker: Tracker, comment_id: int, emoji: str) -> None:
         log.warning("could not react %s to comment %s: %s", emoji, comment_id, redact(error))
 
 
-def default_state_dir(env: dict[str, str] | None = None) -> Path:
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where locks and the log of handled comments live: ``$PERFBOT_STATE_DIR``, else
     ``$XDG_STATE_HOME/perfbot``.
 
@@ -507,7 +545,7 @@ def handle_event(
     *,
     tracker: Tracker | None = None,
     state_dir: str | Path | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """The GitHub Actions entry: act on the ``issue_comment`` event in ``event_path`` ($GITHUB_EVENT_PATH).
 

@@ -249,7 +249,7 @@ class Workers:
             tracker = self.tracker_factory(command.repo)
             accepted = self.dispatcher.intake(command, tracker, self.repository_id)
             if self.repository_id is None:
-                self.repository_id = getattr(tracker, "repository_id", None)
+                self.repository_id = tracker.repository_id
         except Exception:
             state = self.deliveries.retry(command.key)
             log.exception("could not check %s on %s#%s (%s)", command.key, command.repo, command.issue, state)

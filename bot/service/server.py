@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -279,20 +280,46 @@ def make_server(
     state_dir: str | Path | None = None,
     checkers: int = CHECKERS,
     retry_delay: float | None = None,
-    **limits: float,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+    request_timeout: float = REQUEST_TIMEOUT_S,
 ) -> WebhookServer:
     """A :class:`WebhookServer` for ``repository`` with its queue in ``state_dir`` (default:
-    :func:`default_state_dir`) and its :class:`Workers`; trackers default to :func:`github_trackers`;
-    ``limits`` are :class:`WebhookServer`'s keywords."""
+    :func:`default_state_dir`) and its :class:`Workers`; trackers default to :func:`github_trackers`; the
+    limits are :class:`WebhookServer`'s."""
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     deliveries = DeliveryQueue(state) if retry_delay is None else DeliveryQueue(state, retry_delay)
     workers = Workers(deliveries, Dispatcher(runner, state), tracker_factory or github_trackers(), checkers)
-    return WebhookServer(host, port, secret, workers, repository, **limits)
+    return WebhookServer(
+        host,
+        port,
+        secret,
+        workers,
+        repository,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+        request_timeout=request_timeout,
+    )
 
 
-def serve(host: str, port: int, secret: str, runner: Runner, **options: object) -> None:
-    """Run the webhook server until SIGTERM or Ctrl-C; ``options`` as for :func:`make_server`."""
-    server = make_server(host, port, secret, runner, **options)
+class ServerOptions(TypedDict, total=False):
+    """:func:`make_server`'s keywords besides the repository."""
+
+    tracker_factory: TrackerFactory | None
+    state_dir: str | Path | None
+    checkers: int
+    retry_delay: float | None
+    max_body_bytes: int
+    max_connections: int
+    request_timeout: float
+
+
+def serve(
+    host: str, port: int, secret: str, runner: Runner, *, repository: str, **options: Unpack[ServerOptions]
+) -> None:
+    """Run the webhook server for ``repository`` until SIGTERM or Ctrl-C; ``options`` as for
+    :func:`make_server`."""
+    server = make_server(host, port, secret, runner, repository=repository, **options)
 
     def stop(signum: int, _frame: object) -> None:
         log.info("stopping on signal %s", signum)

@@ -45,7 +45,38 @@ class Comment:
 
 
 class Tracker(Protocol):
-    """What the bot needs from an issue tracker."""
+    """What the bot needs from an issue tracker.
+
+    A tracker without a repository to push to (the local one) answers the repository questions with nothing:
+    no login, repository id, commit URL, default branch or push URL, an empty git environment, no pull request.
+    """
+
+    @property
+    def bot_login(self) -> str | None:
+        """The account the bot's comments are posted as; None when every comment is the bot's own."""
+
+    @property
+    def repository_id(self) -> int | None:
+        """The repository's numeric id, which a webhook event's ``repository.id`` must match."""
+
+    @property
+    def commit_url(self) -> str | None:
+        """Prefix of a commit's web page (append the sha), for links in comments."""
+
+    @property
+    def default_branch(self) -> str | None:
+        """The repository's default branch (the bot never pushes to it)."""
+
+    def push_url(self) -> str | None:
+        """The URL to fetch from and push to (no credentials in it); None when there is nowhere to push."""
+
+    def git_environment(self) -> dict[str, str]:
+        """Environment for a git fetch or push, carrying the credentials they need."""
+
+    def open_or_update_pull_request(
+        self, branch: str, title: str, body: str, base: str | None = None
+    ) -> str | None:
+        """Open a pull request from ``branch`` (or refresh the open one); its URL, None without pull requests."""
 
     def issue(self, number: int | str) -> Issue:
         """The issue with this number."""

@@ -21,13 +21,16 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import TypeVar
 
 import github
 import requests
 from github import Auth, Github, GithubException, GithubRetry, RateLimitExceededExceedsMaxWait
 from github.IssueComment import IssueComment
-from urllib3.response import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
+from urllib3.response import HTTPResponse
+from urllib3.util.retry import Retry
 
 from bot import credentials
 from bot.errors import BadInput
@@ -63,6 +66,8 @@ class GitHubTracker:
     ``settle_wait`` (how long to look for a comment whose create timed out; default ``timeout``) and
     ``seconds_between_writes`` tune the retry policy; tests make them small.
     """
+
+    bot_login: str  # the account the bot posts as; learnt from its first comment when /user cannot tell
 
     def __init__(
         self,
@@ -102,7 +107,7 @@ class GitHubTracker:
             auth=Auth.Token(token),
             base_url=base_url.rstrip("/"),
             retry=retry,
-            timeout=timeout,
+            timeout=timeout,  # type: ignore[arg-type]  # PyGithub says int; requests takes float seconds
             per_page=100,
             lazy=True,
             seconds_between_requests=None,
@@ -189,7 +194,7 @@ class GitHubTracker:
                 return "none"
             raise
 
-    # --- beyond the protocol: branches and pull requests --------------------------------------------------
+    # --- the repository: branches and pull requests -------------------------------------------------------
 
     @property
     def repository_id(self) -> int:
@@ -317,19 +322,30 @@ class GitHubTracker:
 class CappedRetry(GithubRetry):
     """PyGithub's retry policy, with ``Retry-After`` capped too: urllib3 would sleep as long as it says."""
 
-    def increment(
+    # GithubRetry.increment narrows urllib3's `response` and return types, so no signature matches both;
+    # this one is GithubRetry's.
+    def increment(  # type: ignore[override]
         self,
         method: str | None = None,
         url: str | None = None,
-        response: BaseHTTPResponse | None = None,
-        **rest,
-    ) -> GithubRetry:
+        response: HTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Retry:
         wait = self.get_retry_after(response) if response is not None else None
-        if wait is not None and self.max_rate_limit_wait is not None and wait > self.max_rate_limit_wait:
+        if (
+            response is not None
+            and wait is not None
+            and self.max_rate_limit_wait is not None
+            and wait > self.max_rate_limit_wait
+        ):
             longest = f"the longest wait ({self.max_rate_limit_wait:.0f} s)"
             message = {"message": f"Retry-After {wait:.0f} s exceeds {longest}"}
             raise RateLimitExceededExceedsMaxWait(response.status, message, dict(response.headers), wait=wait)
-        return super().increment(method, url, response, **rest)
+        return super().increment(
+            method, url, response=response, error=error, _pool=_pool, _stacktrace=_stacktrace
+        )
 
 
 def _look_for(find: Callable[[], T | None], seconds: float) -> T | None:

@@ -96,3 +96,39 @@ class LocalTracker:
     def permission(self, user: str) -> str:
         """Whoever runs the bot locally owns the checkout."""
         return "admin"
+
+    # --- no repository to push to: the natural nothing ------------------------------------------------------
+
+    @property
+    def bot_login(self) -> None:
+        """Every local comment is the bot's own to read: none is filtered by author."""
+        return None
+
+    @property
+    def repository_id(self) -> None:
+        """No webhook events come for a local issue."""
+        return None
+
+    @property
+    def commit_url(self) -> None:
+        """Commits are shown without links."""
+        return None
+
+    @property
+    def default_branch(self) -> None:
+        """Nothing is pushed, so no branch needs guarding."""
+        return None
+
+    def push_url(self) -> None:
+        """The work branch stays local."""
+        return None
+
+    def git_environment(self) -> dict[str, str]:
+        """No credentials to hand to git."""
+        return {}
+
+    def open_or_update_pull_request(
+        self, branch: str, title: str, body: str, base: str | None = None
+    ) -> None:
+        """A local run opens no pull request."""
+        return None
