@@ -1,5 +1,7 @@
 """The issue-7 transforms (prefetcher, sync-free logging, fused AdamW, TF32) applied one after another to the
-example repository: each edits both hand-written loops, and both still train to the same losses on CPU."""
+example repository: each edits both hand-written loops, and both still train to the same losses on CPU, as each
+change's numerics contract allows: bit for bit after an ``exact`` change, within the contract's loss tolerance
+after a ``rounding`` one (fused AdamW and TF32 round in another order)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from pathlib import Path
 import pytest
 from git_repos import EXAMPLE_IGNORE, copy_example
 
+from benchmarks.stats import DEFAULT_THRESHOLDS
 from optimizations.prefetcher.rule import RUNTIME as PREFETCHER_RUNTIME
-from optimizations.registry import get
+from optimizations.registry import Numerics, get
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 
 CHAIN = ("prefetcher", "sync_free_logging", "fused_adamw", "tf32")
@@ -42,6 +45,27 @@ def _vision(repo: Path, cache: Path) -> list[tuple[str, str]]:
     return _run(repo, cache, "train_vision.py", "--size", "tiny", "--max-steps", "6", "--log-every", "2")
 
 
+def agree(before: list[tuple[str, str]], after: list[tuple[str, str]], exact: bool) -> bool:
+    """The same steps logged with the same losses: equal as printed when ``exact``, else each loss within the
+    numerics contract's tolerance of the baseline's."""
+    if exact or [step for step, _ in before] != [step for step, _ in after]:
+        return after == before
+    tolerance = DEFAULT_THRESHOLDS.loss_tolerance
+    return all(
+        abs(float(b) - float(a)) <= tolerance * abs(float(a))
+        for (_, a), (_, b) in zip(before, after, strict=True)
+    )
+
+
+def test_agreement_is_bitwise_for_exact_changes_and_within_tolerance_for_rounding_ones():
+    base = [("1", "7.6224"), ("2", "7.5000")]
+    rounded = [("1", "7.6225"), ("2", "7.5001")]
+    assert agree(base, base, exact=True) and not agree(base, rounded, exact=True)
+    assert agree(base, rounded, exact=False)
+    assert not agree(base, [("1", "7.6224"), ("2", "9.0")], exact=False)
+    assert not agree(base, base[:1], exact=False)
+
+
 def _loop(repo: Path, cache: Path) -> list[tuple[str, str]]:
     argv = ("train_loop.py", "--size", "tiny", "--max-steps", "3", "--log-every", "1")
     return _run(repo, cache, *argv, "--output-dir", str(repo / "outputs"))
@@ -56,17 +80,22 @@ def test_chain_keeps_both_loops_training_to_the_same_losses(tmp_path):
     cache = tmp_path / "cache"
     expected_vision = _vision(baseline, cache)
 
+    exact = True  # every change so far is exact: the losses must match bit for bit
     for optimization in CHAIN:
+        exact = exact and get(optimization).numerics is Numerics.EXACT
         change = get(optimization).apply(repo)
         assert change is not None, optimization
         assert set(LOOPS) <= set(change.files), (optimization, sorted(change.files))
         assert not [site.describe() for site in change.refused if site.path in LOOPS]
-        assert _vision(repo, cache) == expected_vision, f"train_vision.py losses changed after {optimization}"
+        vision = _vision(repo, cache)
+        assert agree(expected_vision, vision, exact), (
+            f"train_vision.py losses moved after {optimization}: {vision}"
+        )
         assert get(optimization).apply(repo) is None, f"{optimization} is not idempotent on the example"
 
     with ThreadPoolExecutor(2) as pool:
         before, after = pool.map(lambda root: _loop(root, cache), (baseline, repo))
-    assert after == before
+    assert agree(before, after, exact), (before, after)
 
     vision = (repo / "train_vision.py").read_text()
     assert "for step, batch in enumerate(CudaPrefetcher(loader, device)):" in vision
