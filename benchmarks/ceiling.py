@@ -17,7 +17,7 @@ FlexAttention (``flex``, the kernel the example's packed tier heads run). ``max-
 after ``--warmup`` discarded steps (compilation, CUDA graph capture, clocks): the median step time and its
 spread over ``--steps`` steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak
 (:func:`benchmarks.environment.peak_tflops`, FLOPs per token as the benchmark's
-:func:`benchmarks.metrics.model_flops_per_token` counts them); and, from a ``torch.profiler`` trace of 5 more
+:func:`benchmarks.counting.model_flops_per_token` counts them); and, from a ``torch.profiler`` trace of 5 more
 steps, how many kernels each step launched (:func:`benchmarks.profiling.summarize`) and the device time per
 step of its kernels grouped by what they compute (:func:`kernel_ms`: matmuls, attention, the cross-entropy
 over the vocabulary, the optimizer, the rest), which says what holds each mode's step. The device is as busy
@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from benchmarks.counting import model_flops_per_token
 from benchmarks.environment import peak_tflops
-from benchmarks.metrics import model_flops_per_token
 from benchmarks.profiling import Profile, summarize
 
 MODES = ("eager", "compile", "reduce-overhead", "max-autotune")

@@ -57,8 +57,9 @@ from benchmarks.distributed import (
     read_rank_records,
 )
 from benchmarks.environment import collect_environment, peak_tflops
-from benchmarks.metrics import PHASES, Meter
+from benchmarks.metrics import Meter
 from benchmarks.status import RunStatus
+from benchmarks.steps import PHASES
 from benchmarks.turns import client_from_environment
 
 SCHEMA = "perfbot.run/v1"
