@@ -288,9 +288,9 @@ class Meter:
                 result = backward(tensors, grad_tensors, *args, **kwargs)
             finally:
                 self._in_backward = False
-            self._boundary(BACKWARD_END)
+            end = self._boundary(BACKWARD_END)
             if self._gradients is not None and self._gradients.mark is not None:
-                self._step.comm_waits.append((self._gradients.mark, self._last))
+                self._step.comm_waits.append((self._gradients.mark, end))
             return result
 
         return measured_backward
@@ -328,12 +328,13 @@ class Meter:
         if self._load_from_step == 0:
             self._load.open()
 
-    def _boundary(self, event: int) -> None:
+    def _boundary(self, event: int) -> Mark:
         assert self._last is not None, "a step boundary before the meter started"
         mark = Mark(self._cuda)
         self._step.segments.append((phase_between(self._state, event), self._last, mark))
         self._last = mark
         self._state = STATE_AFTER.get(event, self._state)
+        return mark
 
     def _close_step(self, hand_over: bool = True) -> None:
         """Close the current step; at a turn's end, ``hand_over`` the device and wait for the next turn."""
