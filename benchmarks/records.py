@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "perfbot.record/v1"
+RESULTS_FOLDER = Path(__file__).resolve().parent / "results"
+JOURNAL = "journal.md"  # the history, in that folder: each record's ``source`` is one of its headings
 ROLES = ("baseline", "head", "ceiling", "change", "harness", "limit")
 SPREAD_KINDS = ("min-max", "interval", "runs")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -1,14 +1,24 @@
-"""The measurement record format: a valid record reads back, a malformed one is refused with the file and the
-field named."""
+"""The measurement records under benchmarks/results/: every file loads, names registered optimizations and a
+journal heading, and is in its canonical form; a malformed record is refused with the file and field named."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from benchmarks.records import FORMAT, RecordError, dump_record, load_record, load_records
+from benchmarks.records import (
+    FORMAT,
+    JOURNAL,
+    RESULTS_FOLDER,
+    RecordError,
+    dump_record,
+    load_record,
+    load_records,
+)
+from optimizations.registry import listings
 
 VALID = {
     "format": FORMAT,
@@ -35,6 +45,22 @@ def _write(folder: Path, data: dict, name: str = "2026-11-27-ceiling.json") -> P
     path = folder / name
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+def test_every_record_loads_and_is_in_its_canonical_form():
+    records = load_records(RESULTS_FOLDER)
+    assert len(records) > 300
+    for record in records:
+        assert record.path.read_text(encoding="utf-8") == dump_record(record), record.path
+
+
+def test_every_record_names_registered_optimizations_and_a_journal_heading():
+    known = {listing.id for listing in listings()}
+    journal = (RESULTS_FOLDER / JOURNAL).read_text(encoding="utf-8")
+    headings = {match.group(1) for match in re.finditer(r"^#+ (.+?)\s*$", journal, re.M)}
+    for record in load_records(RESULTS_FOLDER):
+        assert set(record.optimizations) <= known, record.path
+        assert record.source in headings, record.path
 
 
 def test_a_valid_record_reads_back(tmp_path):
