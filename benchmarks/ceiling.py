@@ -17,7 +17,7 @@ FlexAttention (``flex``, the kernel the example's packed tier heads run). ``max-
 after ``--warmup`` discarded steps (compilation, CUDA graph capture, clocks): the median step time and its
 spread over ``--steps`` steps, timed on the device; tokens/s; MFU against the device's dense bf16 peak
 (:func:`benchmarks.environment.peak_tflops`, FLOPs per token as the benchmark's
-:func:`benchmarks.metrics.model_flops_per_token` counts them); and, from a ``torch.profiler`` trace of 5 more
+:func:`benchmarks.counting.model_flops_per_token` counts them); and, from a ``torch.profiler`` trace of 5 more
 steps, how many kernels each step launched (:func:`benchmarks.profiling.summarize`) and the device time per
 step of its kernels grouped by what they compute (:func:`kernel_ms`: matmuls, attention, the cross-entropy
 over the vocabulary, the optimizer, the rest), which says what holds each mode's step. The device is as busy
@@ -36,12 +36,16 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from benchmarks.counting import model_flops_per_token
 from benchmarks.environment import peak_tflops
-from benchmarks.metrics import model_flops_per_token
 from benchmarks.profiling import Profile, summarize
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 MODES = ("eager", "compile", "reduce-overhead", "max-autotune")
 LOSSES = ("full", "chunked")
@@ -49,7 +53,7 @@ LOSSES = ("full", "chunked")
 ATTENTION = {"sdpa": "sdpa", "sdpa-cudnn": "sdpa", "flex": "flex_attention"}
 LOSS_CHUNK = 1024  # tokens per chunk of --loss chunked: 1024 × 151,936 float32 logits are 0.6 GB
 # The bundled example's model sizes (examples/trainer_repo/model_loading.py), Qwen2 configs with random weights.
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         hidden_size=64,
         num_hidden_layers=2,
@@ -101,22 +105,20 @@ class Measured:
 
 def build(
     size: str, device: torch.device, seed: int = 0, attention: str = "sdpa"
-) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+) -> tuple[PeftModel, torch.optim.Optimizer]:
     """The model with its LoRA adapter (r=16 on q/k/v/o) and a fused AdamW over the adapter's weights."""
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        **SIZES[size],
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-        attn_implementation=ATTENTION[attention],
-    )
+    # attn_implementation is one of the keywords every config takes beyond its own fields.
+    settings = {**SIZES[size], "attn_implementation": ATTENTION[attention]}
+    config = Qwen2Config(**settings, tie_word_embeddings=True, max_position_embeddings=4096)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = Qwen2ForCausalLM(config).to(device=device, dtype=dtype)
+    base: torch.nn.Module = Qwen2ForCausalLM(config)
+    base.to(device=device, dtype=dtype)
     model = get_peft_model(
-        model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
+        base, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
     )
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=2e-4, fused=device.type == "cuda")
@@ -146,7 +148,7 @@ def _summed_nll(states: torch.Tensor, weight: torch.Tensor, targets: torch.Tenso
 
 
 def make_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, mode: str, loss: str = "full"
+    model: PeftModel, optimizer: torch.optim.Optimizer, mode: str, loss: str = "full"
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """One training step on a batch of token ids (labels are the ids): forward, backward, optimizer step, with
     the model's own loss (``full``) or :func:`chunked_causal_lm_loss` (``chunked``)."""

@@ -15,7 +15,7 @@ Once the launcher exits, :func:`aggregate_ranks` merges the per-rank records int
 - ``peak_memory_bytes``: the largest over ranks;
 - ``phases``, ``step_time_s``, ``data_wait_host``, ``allreduce_wait``, ``loss`` and ``env``: rank 0's
   (``allreduce_wait`` is the part of DDP's gradient all-reduce that backward did not hide, see
-  :mod:`benchmarks.metrics`); ``mfu`` is the summed achieved FLOP/s over ``world_size`` × one GPU's peak;
+  :mod:`benchmarks.allreduce`); ``mfu`` is the summed achieved FLOP/s over ``world_size`` × one GPU's peak;
 - ``world_size`` and ``ranks`` (each rank's status, tokens/s, peak memory, median step time and all-reduce wait).
 
 The merged status is ``ok`` only when the launcher exited 0 and every rank of ``world_size`` reported ``ok``.

@@ -78,3 +78,26 @@ def wait_until_quiet(below: float, limit_s: float, sample_s: float = 0.5) -> flo
         if share is None or share <= below:
             break
     return time.monotonic() - started
+
+
+class MeasuredSpans:
+    """The spans of time a run measured (its measured steps, or each window of a turn-taking run), read as the
+    share of the host that other processes kept busy over all of them together."""
+
+    def __init__(self) -> None:
+        self._start: Reading | None = None
+        self._spans: list[tuple[Reading | None, Reading | None]] = []
+
+    def open(self) -> None:
+        """Start a span now."""
+        self._start = read()
+
+    def close(self) -> None:
+        """End the open span now, if there is one."""
+        if self._start is not None:
+            self._spans.append((self._start, read()))
+            self._start = None
+
+    def others_share(self) -> float | None:
+        """:func:`others_share_over` the closed spans."""
+        return others_share_over(self._spans)

@@ -28,13 +28,13 @@ import statistics
 import sys
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 # (fragment of a file path, source name), first match wins. Code without a file (``<string>``) is named with
 # its function: Dynamo's guards are ``<string>:guard``. Frames of perfbot's meter are its own (``source_of``).
@@ -167,7 +167,7 @@ class HostSampler:
         return None
 
     def _sample(self, frames: dict[int, FrameType], elapsed: float) -> None:
-        frame = frames.get(self._target)
+        frame = frames.get(self._target) if self._target is not None else None
         if frame is None:
             return
         source, site = self._charge(frame)
@@ -247,15 +247,19 @@ class HostSampler:
             raise ValueError("no step was recorded")
         median = statistics.median(step.wall for step in self._steps)
         typical = [step for step in self._steps if step.wall <= OUTLIER * median]
-        sources: Counter[str] = Counter()
-        sites: Counter[tuple[str, Site]] = Counter()
+        sources: defaultdict[str, float] = defaultdict(float)
+        sites: defaultdict[tuple[str, Site], float] = defaultdict(float)
         for step in typical:
-            sources.update(step.sources)
-            sites.update(step.sites)
+            for name, seconds in step.sources.items():
+                sources[name] += seconds
+            for key, seconds in step.sites.items():
+                sites[key] += seconds
         per_step = 1000 / len(typical)
         outliers = [
             OutlierStep(
-                index, round(step.wall * 1000, 1), next(iter(step.sources.most_common(1)), (OTHER,))[0]
+                index,
+                round(step.wall * 1000, 1),
+                max(step.sources, key=step.sources.__getitem__, default=OTHER),
             )
             for index, step in enumerate(self._steps)
             if step.wall > OUTLIER * median
@@ -266,13 +270,21 @@ class HostSampler:
             sampled_ms=round(sum(step.seconds for step in typical) * per_step, 3),
             samples=sum(step.samples for step in typical),
             interval_ms=self.interval * 1000,
-            sources_ms={name: round(seconds * per_step, 3) for name, seconds in sources.most_common()},
+            sources_ms={name: round(seconds * per_step, 3) for name, seconds in _longest_first(sources)},
             top_lines=[
                 LineTime(source, site.describe(), round(seconds * per_step, 3))
-                for (source, site), seconds in sites.most_common(TOP_LINES)
+                for (source, site), seconds in _longest_first(sites)[:TOP_LINES]
             ],
             outlier_steps=outliers,
         )
+
+
+_Key = TypeVar("_Key")
+
+
+def _longest_first(seconds: dict[_Key, float]) -> list[tuple[_Key, float]]:
+    """The entries by time, longest first; ties in the order they were first charged."""
+    return sorted(seconds.items(), key=lambda entry: entry[1], reverse=True)
 
 
 @dataclass
@@ -282,8 +294,8 @@ class _StepTime:
     wall: float = 0.0
     seconds: float = 0.0  # charged by the samples
     samples: int = 0
-    sources: Counter[str] = field(default_factory=Counter)
-    sites: Counter[tuple[str, Site]] = field(default_factory=Counter)
+    sources: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    sites: defaultdict[tuple[str, Site], float] = field(default_factory=lambda: defaultdict(float))
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,9 @@ from benchmarks.distributed import (
     read_rank_records,
 )
 from benchmarks.environment import collect_environment, peak_tflops
-from benchmarks.metrics import PHASES, Meter
+from benchmarks.metrics import Meter
 from benchmarks.status import RunStatus
+from benchmarks.steps import PHASES
 from benchmarks.turns import client_from_environment
 
 SCHEMA = "perfbot.run/v1"
@@ -141,7 +142,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             execute(module)
             self._callback(module)
 
-        spec.loader.exec_module = exec_module
+        # This spec's loader instance runs the callback too; its class, shared by other modules, is left alone.
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
@@ -396,9 +398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, KeyError, ValueError) as error:
         print(f"benchmarks.launch: cannot take turns with the round's other runs: {error}", file=sys.stderr)
         return 2
+    assert program is not None  # parsed above: the command has no launcher
     meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps, turns=turns)
-    status, error, code = run_program(program, meter)
-    record = build_record(meter, options.warmup_steps, status, error, command)
+    status, failure, code = run_program(program, meter)
+    record = build_record(meter, options.warmup_steps, status, failure, command)
     out = options.out
     if options.per_rank:
         rank = int(os.environ.get("RANK", "0"))

@@ -26,7 +26,7 @@ split: a hook on the loss queues an autograd final callback at the start of the 
 gradient has been computed and before DDP's own end-of-backward callback waits for the gradient all-reduce.
 The time from that point to the return of ``backward`` is reported as ``allreduce_wait``: the part of DDP's
 gradient all-reduce (plus copying the reduced buckets back into ``.grad``) that backward compute did not hide.
-It is part of the ``backward`` phase, not a phase of its own.
+It is part of the ``backward`` phase, not a phase of its own (:mod:`benchmarks.allreduce`).
 
 Throughput (``tokens_per_s``, ``samples_per_s``) is the median over the measured steps of each step's count divided
 by its duration, so a straggling step (a collection pause, another tenant's burst) moves it no more than any other
@@ -38,7 +38,8 @@ A meter made with ``planted_slowdown`` (the self-check of ``bot calibrate``; see
 that fraction of every step's duration when the step closes, so the next step lasts that much longer: a known
 regression in an otherwise unchanged program. It waits busy (a sleep would add the CPU's wake-up to the delay);
 on CUDA it synchronises the device first, to time the step. The record keeps the fraction it actually waited
-(``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked.
+(``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked
+(:mod:`benchmarks.plant`).
 
 A meter given a :class:`benchmarks.turns.TurnClient` is one run of a round whose runs take turns on one device
 (``bot bench --interleave``): it waits for its turn before its first step (after its warm-up when the round
@@ -83,10 +84,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
-import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -94,192 +93,29 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from benchmarks import host
+from benchmarks.allreduce import GradientsComputed, in_distributed_run
+from benchmarks.counting import count_batch, model_facts
+from benchmarks.plant import PlantedSlowdown
+from benchmarks.steps import (
+    BACKWARD_END,
+    FORWARD_BEGIN,
+    FORWARD_END,
+    IDLE,
+    OPTIMIZER_BEGIN,
+    OPTIMIZER_END,
+    PAUSE,
+    STATE_AFTER,
+    STEP_BEGIN,
+    STEP_END,
+    Mark,
+    Step,
+    phase_between,
+    step_numbers,
+)
 from benchmarks.timeline import Timeline
 from benchmarks.turns import TurnClient
 
-PHASES = ("data_wait", "forward", "backward", "optimizer")
-_DATA_WAIT, _FORWARD, _BACKWARD, _OPTIMIZER = range(4)
-
-# Where the loop is, between two boundary events.
-_IDLE, _IN_FORWARD, _AFTER_FORWARD, _AFTER_BACKWARD, _IN_OPTIMIZER, _AFTER_OPTIMIZER = range(6)
-# Boundary events.
-(
-    _FORWARD_BEGIN,
-    _FORWARD_END,
-    _BACKWARD_END,
-    _OPTIMIZER_BEGIN,
-    _OPTIMIZER_END,
-    _STEP_BEGIN,
-    _STEP_END,
-    _PAUSE,
-) = range(8)
-_STATE_AFTER = {
-    _FORWARD_BEGIN: _IN_FORWARD,
-    _FORWARD_END: _AFTER_FORWARD,
-    _BACKWARD_END: _AFTER_BACKWARD,
-    _OPTIMIZER_BEGIN: _IN_OPTIMIZER,
-    _OPTIMIZER_END: _AFTER_OPTIMIZER,
-    _STEP_BEGIN: _IDLE,
-    _STEP_END: _IDLE,
-}
-_IGNORE_INDEX = -100
-
 _active: Meter | None = None
-
-
-def _phase_between(state: int, event: int) -> int:
-    """The phase of the time from the last boundary (which left the loop in ``state``) to ``event``."""
-    if state == _IDLE:
-        return _DATA_WAIT
-    if state == _IN_FORWARD:
-        return _FORWARD
-    if state == _AFTER_FORWARD:
-        return _FORWARD if event == _FORWARD_BEGIN else _BACKWARD
-    if state == _AFTER_BACKWARD:
-        return _DATA_WAIT if event == _FORWARD_BEGIN else _BACKWARD
-    if state == _IN_OPTIMIZER:
-        return _OPTIMIZER
-    return _BACKWARD if event == _BACKWARD_END else _OPTIMIZER
-
-
-def count_batch(
-    args: Sequence[Any], kwargs: dict[str, Any], pad_token_id: int | None = None
-) -> tuple[int | torch.Tensor | None, int | torch.Tensor]:
-    """Non-padding tokens and sequences in one model call's inputs, as ints or 0-d tensors (never synced).
-
-    Tokens: ``attention_mask.sum()`` when a mask of the input's shape is given; otherwise every input token except
-    padding (``input_ids == pad_token_id`` whose label, when labels are given, is -100, so an EOS that doubles as
-    the pad token still counts inside packed sequences); all of ``input_ids`` when no pad id is known. Sequences:
-    the rows of the batch, or, for packed batches (``position_ids`` and no mask), the positions where
-    ``position_ids`` restarts at 0. Returns ``(None, rows)`` when the call has no integer token ids.
-    """
-    input_ids = kwargs.get("input_ids")
-    if not _is_token_tensor(input_ids):
-        input_ids = next((arg for arg in args if _is_token_tensor(arg)), None)
-    if input_ids is None:
-        first = next(
-            (t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.dim() > 0), None
-        )
-        return None, (first.shape[0] if first is not None else 0)
-    rows = input_ids.shape[0] if input_ids.dim() > 1 else 1
-    attention_mask = kwargs.get("attention_mask")
-    if isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
-        return attention_mask.sum(), rows
-    real = None
-    if pad_token_id is not None:
-        real = input_ids != pad_token_id
-        labels = kwargs.get("labels")
-        if isinstance(labels, torch.Tensor) and labels.shape == input_ids.shape:
-            real = real | (labels != _IGNORE_INDEX)
-    tokens = real.sum() if real is not None else input_ids.numel()
-    position_ids = kwargs.get("position_ids")
-    if isinstance(position_ids, torch.Tensor) and position_ids.shape == input_ids.shape:
-        starts = position_ids == 0
-        return tokens, (starts & real if real is not None else starts).sum()
-    return tokens, rows
-
-
-def _is_token_tensor(value: Any) -> bool:
-    return (
-        isinstance(value, torch.Tensor)
-        and value.dim() > 0
-        and not value.is_floating_point()
-        and value.dtype != torch.bool
-    )
-
-
-def model_flops_per_token(model: torch.nn.Module) -> float:
-    """Training FLOPs per token: 2·N forward + 2·N input gradients + 2·N_trainable weight gradients.
-
-    N counts the weights of the matmul layers (``nn.Linear``, which includes a tied LM head and LoRA's A/B
-    matrices; embedding lookups cost no matmul FLOPs), N_trainable those that require grad. A full fine-tune gives
-    the usual 6·N; LoRA about 4·N. Attention score/value matmuls (12·layers·hidden·seq_len per token, ~2% for a
-    0.5B model at 257 tokens) and activation-checkpoint recomputation are not counted, as in the usual MFU
-    definition. Models without ``nn.Linear`` layers fall back to all parameters.
-    """
-    linear = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    weights = linear or list(model.parameters())
-    total = sum(w.numel() for w in weights)
-    trainable = sum(w.numel() for w in weights if w.requires_grad)
-    return float(4 * total + 2 * trainable)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def summarize(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean, median and 95th percentile of ``values`` (all None when empty)."""
-    if not values:
-        return {"mean": None, "median": None, "p95": None}
-    return {
-        "mean": sum(values) / len(values),
-        "median": percentile(values, 50),
-        "p95": percentile(values, 95),
-    }
-
-
-class _Mark:
-    """One step boundary: a host timestamp and, on CUDA, an event recorded on the current stream."""
-
-    __slots__ = ("host", "event")
-
-    def __init__(self, cuda: bool):
-        self.host = time.perf_counter()
-        self.event = None
-        if cuda:
-            self.event = torch.cuda.Event(enable_timing=True)
-            self.event.record()
-
-
-def _elapsed_ms(start: _Mark, end: _Mark) -> float:
-    if start.event is not None and end.event is not None:
-        return start.event.elapsed_time(end.event)
-    return (end.host - start.host) * 1000.0
-
-
-class _Step:
-    """What one training step recorded; resolved into numbers after the run."""
-
-    __slots__ = (
-        "segments",
-        "comm_waits",
-        "tokens",
-        "samples",
-        "losses",
-        "stepped",
-        "given_tokens",
-        "given_samples",
-    )
-
-    def __init__(self) -> None:
-        self.segments: list[tuple[int, _Mark, _Mark]] = []
-        self.comm_waits: list[tuple[_Mark, _Mark]] = []
-        self.tokens: list[int | torch.Tensor] = []
-        self.samples: list[int | torch.Tensor] = []
-        self.losses: list[torch.Tensor] = []
-        self.stepped = False
-        self.given_tokens: int | torch.Tensor | None = None
-        self.given_samples: int | torch.Tensor | None = None
-
-
-def _resolve_numbers(values: Sequence[int | float | torch.Tensor]) -> list[float]:
-    """Turn ints and tensors (summed) into floats, with one device-to-host copy per device."""
-    result = [float(v) if not isinstance(v, torch.Tensor) else math.nan for v in values]
-    by_device: dict[torch.device, list[int]] = {}
-    for index, value in enumerate(values):
-        if isinstance(value, torch.Tensor):
-            by_device.setdefault(value.device, []).append(index)
-    for indices in by_device.values():
-        stacked = torch.stack([values[i].detach().to(torch.float64).sum() for i in indices]).cpu()
-        for index, number in zip(indices, stacked.tolist(), strict=True):
-            result[index] = number
-    return result
 
 
 class Meter:
@@ -291,14 +127,11 @@ class Meter:
         self.planted_slowdown = planted_slowdown
         self._turns = turns
         self.timeline = Timeline()
-        self._plant_since = 0.0
-        self._planted_waited = 0.0  # seconds the plant waited, and the step time it was a fraction of
-        self._planted_of = 0.0
+        self._plant = PlantedSlowdown(planted_slowdown)
         self._load_from_step = load_from_step
-        self._load_start: host.Reading | None = None
-        self._load_spans: list[tuple[host.Reading | None, host.Reading | None]] = []
-        self._steps: list[_Step] = []
-        self._step = _Step()
+        self._load = host.MeasuredSpans()
+        self._steps: list[Step] = []
+        self._step = Step()
         self._started = False
         self._cuda = False
         self._device: torch.device | None = None
@@ -308,12 +141,11 @@ class Meter:
         self._in_backward = False
         self._module_depth = 0
         self._optimizer_depth = 0
-        self._distributed = False
-        self._grads_computed: _Mark | None = None
+        self._gradients: GradientsComputed | None = None  # in a distributed run: when backward has them all
         self._outer_call_timed = False
         self._outer_call_counts = False
-        self._state = _IDLE
-        self._last: _Mark | None = None
+        self._state = IDLE
+        self._last: Mark | None = None
         self._model: torch.nn.Module | None = None
         self._pad_token_id: int | None = None
         self._trainable: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -361,7 +193,7 @@ class Meter:
             raise RuntimeError("meter steps cannot be nested")
         self.use_explicit_steps()
         if self._started and not self._paused:
-            self._boundary(_STEP_BEGIN)
+            self._boundary(STEP_BEGIN)
         self._step.given_tokens, self._step.given_samples = tokens, samples
         self._in_explicit_step = True
         try:
@@ -373,7 +205,7 @@ class Meter:
     def end_step(self) -> None:
         """End the current step here (the Trainer integration calls this from ``on_step_end``)."""
         if self._started and not self._paused:
-            self._boundary(_STEP_END)
+            self._boundary(STEP_END)
             self._close_step()
 
     @contextlib.contextmanager
@@ -382,13 +214,13 @@ class Meter:
         if not self._started or self._paused:
             yield
             return
-        self._boundary(_PAUSE)
+        self._boundary(PAUSE)
         self._paused = True
         try:
             yield
         finally:
             self._paused = False
-            self._last = _Mark(self._cuda)
+            self._last = Mark(self._cuda)
 
     # -- hooks --------------------------------------------------------------------------------------------------
 
@@ -411,7 +243,7 @@ class Meter:
         self._outer_call_counts = training and module is self._model
         if not self._explicit and self._step.stepped:
             self._close_step()
-        self._boundary(_FORWARD_BEGIN)
+        self._boundary(FORWARD_BEGIN)
 
     def _on_forward_end(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         # Called as (module, args, kwargs, output), or (module, args, output) when the forward raised.
@@ -420,7 +252,7 @@ class Meter:
         self._module_depth -= 1
         if self._module_depth > 0 or not self._outer_call_timed:
             return
-        self._boundary(_FORWARD_END)
+        self._boundary(FORWARD_END)
         if self._outer_call_counts and len(rest) == 2:
             tokens, samples = count_batch(args, rest[0], self._pad_token_id)
             if tokens is not None:
@@ -432,14 +264,14 @@ class Meter:
             return
         self._optimizer_depth += 1
         if self._optimizer_depth == 1:
-            self._boundary(_OPTIMIZER_BEGIN)
+            self._boundary(OPTIMIZER_BEGIN)
 
     def _on_optimizer_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._started or self._paused or self._optimizer_depth == 0:
             return
         self._optimizer_depth -= 1
         if self._optimizer_depth == 0:
-            self._boundary(_OPTIMIZER_END)
+            self._boundary(OPTIMIZER_END)
             self._step.stepped = True
 
     def _wrap_backward(self, backward: Callable[..., Any]) -> Callable[..., Any]:
@@ -449,27 +281,19 @@ class Meter:
                 return backward(tensors, grad_tensors, *args, **kwargs)
             if grad_tensors is None and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
                 self._step.losses.append(tensors.detach().clone())
-            self._grads_computed = None
-            if self._distributed and isinstance(tensors, torch.Tensor) and tensors.grad_fn is not None:
-                tensors.register_hook(self._on_backward_start)
+            if self._gradients is not None:
+                self._gradients.watch(tensors)
             self._in_backward = True
             try:
                 result = backward(tensors, grad_tensors, *args, **kwargs)
             finally:
                 self._in_backward = False
-            self._boundary(_BACKWARD_END)
-            if self._grads_computed is not None:
-                self._step.comm_waits.append((self._grads_computed, self._last))
+            end = self._boundary(BACKWARD_END)
+            if self._gradients is not None and self._gradients.mark is not None:
+                self._step.comm_waits.append((self._gradients.mark, end))
             return result
 
         return measured_backward
-
-    def _on_backward_start(self, grad: torch.Tensor) -> None:
-        """Loss hook: queue :meth:`_on_gradients_computed` ahead of DDP's end-of-backward callback."""
-        torch.autograd.Variable._execution_engine.queue_callback(self._on_gradients_computed)
-
-    def _on_gradients_computed(self) -> None:
-        self._grads_computed = _Mark(self._cuda)
 
     # -- bookkeeping --------------------------------------------------------------------------------------------
 
@@ -482,16 +306,14 @@ class Meter:
 
     def _start(self, model: torch.nn.Module) -> None:
         self._started = True
-        distributed = torch.distributed
-        self._distributed = (
-            distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1
-        )
         self._model = model
         first = next(model.parameters(), None)
-        self._cuda = first is not None and first.is_cuda
-        if self._cuda:
+        if first is not None and first.is_cuda:
+            self._cuda = True
             self._device = first.device
             torch.cuda.reset_peak_memory_stats(self._device)
+        if in_distributed_run():
+            self._gradients = GradientsComputed(self._cuda)
         if self._pad_token_id is None:
             pad = getattr(getattr(model, "config", None), "pad_token_id", None)
             self._pad_token_id = pad if isinstance(pad, int) else None
@@ -499,79 +321,65 @@ class Meter:
         if self._load_from_step == 0:
             self.timeline.warmed_up()
         if self._turns is not None and self._turns.plan.first_turn_at_start:
-            self._take_turn()
+            self._take_turn(self._turns)
             return
-        self._last = _Mark(self._cuda)
-        self._plant_since = self._last.host
+        self._last = Mark(self._cuda)
+        self._plant.restart(self._last.host)
         if self._load_from_step == 0:
-            self._load_start = host.read()
+            self._load.open()
 
-    def _boundary(self, event: int) -> None:
-        mark = _Mark(self._cuda)
-        self._step.segments.append((_phase_between(self._state, event), self._last, mark))
+    def _boundary(self, event: int) -> Mark:
+        assert self._last is not None, "a step boundary before the meter started"
+        mark = Mark(self._cuda)
+        self._step.segments.append((phase_between(self._state, event), self._last, mark))
         self._last = mark
-        self._state = _STATE_AFTER.get(event, self._state)
+        self._state = STATE_AFTER.get(event, self._state)
+        return mark
 
     def _close_step(self, hand_over: bool = True) -> None:
         """Close the current step; at a turn's end, ``hand_over`` the device and wait for the next turn."""
         self._steps.append(self._step)
-        self._step = _Step()
-        self._state = _IDLE
+        self._step = Step()
+        self._state = IDLE
         if self.planted_slowdown > 0:
-            self._plant_delay()
+            self._plant.wait(self._device if self._cuda else None)
         done = len(self._steps)
         if not self._paused:
             self.timeline.step_closed()
         if done == self._load_from_step:
             self.timeline.warmed_up()
         if self._turns is not None and hand_over and self._turns.plan.turn_ends_after(done):
-            self._take_turn()
+            self._take_turn(self._turns)
         elif self._turns is not None and self._turns.plan.done_after(done):
-            self._close_load_span()
+            self._load.close()
             self._paused = True  # the last window is measured: later steps are not, and the turn is kept
         elif done == self._load_from_step:
-            self._load_start = host.read()
+            self._load.open()
 
-    def _take_turn(self) -> None:
+    def _take_turn(self, turns: TurnClient) -> None:
         """Hand the device to the next run of the round and wait for this run's next turn
         (:mod:`benchmarks.turns`); the wait is part of no step and of no span of the host load. What the loop did
         since the last boundary (a hand-written loop's logging before the forward that closed its step) stays
         in the next step."""
         if self._last is not None:
-            self._boundary(_PAUSE)
+            self._boundary(PAUSE)
         if self._cuda:
             torch.cuda.synchronize(self._device)
             torch.cuda.empty_cache()  # the cached blocks of this run's steps are room for the next run's
-        self._close_load_span()
+        self._load.close()
         with self.timeline.waiting():
-            self._turns.take()
+            turns.take()
         if len(self._steps) >= self._load_from_step:
-            self._load_start = host.read()
-        self._last = _Mark(self._cuda)
-        self._plant_since = self._last.host
-
-    def _close_load_span(self) -> None:
-        if self._load_start is not None:
-            self._load_spans.append((self._load_start, host.read()))
-            self._load_start = None
-
-    def _plant_delay(self) -> None:
-        """Wait ``planted_slowdown`` times the time since the previous step closed (its own wait excluded)."""
-        if self._cuda:
-            torch.cuda.synchronize(self._device)
-        now = time.perf_counter()
-        until = now + self.planted_slowdown * (now - self._plant_since)
-        while time.perf_counter() < until:  # busy: a sleeping CPU would add its wake-up to the delay
-            pass
-        self._planted_of += now - self._plant_since
-        self._plant_since = time.perf_counter()
-        self._planted_waited += self._plant_since - now
+            self._load.open()
+        self._last = Mark(self._cuda)
+        self._plant.restart(self._last.host)
 
     @property
     def planted_waited(self) -> float:
-        """The fraction of the step time the plant actually waited: more than asked for when the host preempted
-        the wait at its deadline."""
-        return self._planted_waited / self._planted_of if self._planted_of else 0.0
+        """The fraction of the step time the plant actually waited (:class:`benchmarks.plant.PlantedSlowdown`)."""
+        return self._plant.waited
+
+    # -- results ------------------------------------------------------------------------------------------------
 
     # -- results ------------------------------------------------------------------------------------------------
 
@@ -580,146 +388,32 @@ class Meter:
 
         A last step that stepped its optimizer is closed; an unfinished one is dropped. Timings, tokens and
         samples cover the steps after ``warmup_steps``; the loss covers every step, against the tokens seen up to
-        and including that step (null when it was not finite).
+        and including that step (null when it was not finite): :func:`benchmarks.steps.step_numbers`.
         """
         if self._started and not self._explicit and self._step.stepped:
             self._close_step(hand_over=False)  # the run is over: no turn to wait for
-        self._close_load_span()
-        steps = self._steps
+        self._load.close()
         if self._cuda:
             torch.cuda.synchronize(self._device)
-        phase_ms = [[0.0] * len(PHASES) for _ in steps]
-        host_wait_ms = [0.0] * len(steps)
-        for index, step in enumerate(steps):
-            for phase, start, end in step.segments:
-                phase_ms[index][phase] += _elapsed_ms(start, end)
-                if phase == _DATA_WAIT:
-                    host_wait_ms[index] += (end.host - start.host) * 1000.0
-        tokens, samples, losses = self._resolve_counts(steps)
-        measured = range(min(warmup_steps, len(steps)), len(steps))
-        step_ms = [sum(phase_ms[i]) for i in measured]
-        seconds = sum(step_ms) / 1000.0
-        step_tokens = [tokens[i] for i in measured]
-        saw_tokens = any(count is not None for count in step_tokens)
-        measured_tokens = round(sum(count or 0.0 for count in step_tokens))
-        measured_samples = round(sum(samples[i] for i in measured))
-        tokens_per_s = median_rate(step_tokens, step_ms) if saw_tokens else None
-        phases = {}
-        for phase_index, name in enumerate(PHASES):
-            values = [phase_ms[i][phase_index] for i in measured]
-            stats = summarize(values)
-            phases[name] = {
-                "mean_ms": stats["mean"],
-                "median_ms": stats["median"],
-                "p95_ms": stats["p95"],
-                "share": sum(values) / 1000.0 / seconds if seconds > 0 else None,
-            }
-        allreduce_wait = None
-        if self._distributed:
-            waits = [sum(_elapsed_ms(start, end) for start, end in steps[i].comm_waits) for i in measured]
-            stats = summarize(waits)
-            allreduce_wait = {
-                "mean_ms": stats["mean"],
-                "median_ms": stats["median"],
-                "p95_ms": stats["p95"],
-                "share": sum(waits) / 1000.0 / seconds if seconds > 0 else None,
-            }
-        wall_s = 0.0
-        if self._turns is not None:
-            wall_s = seconds  # the windows' steps: the other runs' turns between them are not this run's
-        elif measured:
-            window = [segment for i in measured for segment in steps[i].segments]
-            wall_s = _elapsed_ms(window[0][1], window[-1][2]) / 1000.0 if window else 0.0
-        model_params = trainable_params = flops_per_token = None
-        if self._model is not None:
-            parameters = list(self._model.parameters())
-            model_params = sum(p.numel() for p in parameters)
-            trainable_params = sum(p.numel() for p in parameters if p.requires_grad)
-            flops_per_token = model_flops_per_token(self._model)
+        window_steps = self._turns.plan.window_steps if self._turns is not None else None
+        numbers = step_numbers(self._steps, warmup_steps, self._gradients is not None, window_steps)
+        loss_curve, turns = numbers.pop("loss"), numbers.pop("turns")
+        model = model_facts(self._model)
+        flops_per_token, tokens_per_s = model["flops_per_token"], numbers["tokens_per_s"]
         achieved = flops_per_token * tokens_per_s / 1e12 if flops_per_token and tokens_per_s else None
-        loss_curve = []
-        seen = 0.0
-        for index, loss in enumerate(losses):
-            seen += tokens[index] or 0.0
-            if loss is not None:
-                loss_curve.append(
-                    {"step": index, "tokens_seen": round(seen), "loss": loss if math.isfinite(loss) else None}
-                )
         return {
-            "warmup_steps": warmup_steps,
-            "steps_measured": len(measured),
-            "wall_s": wall_s,
-            "tokens": measured_tokens,
-            "samples": measured_samples,
-            "tokens_per_s": tokens_per_s,
-            "samples_per_s": median_rate([samples[i] for i in measured], step_ms),
-            "step_time_s": {
-                key: (v / 1000.0 if v is not None else None) for key, v in summarize(step_ms).items()
-            },
-            "per_step": {
-                "ms": [round(value, 3) for value in step_ms],
-                "tokens": step_tokens,
-            },
-            "phases": phases,
-            "data_wait_host": {
-                f"{key}_ms": value for key, value in summarize([host_wait_ms[i] for i in measured]).items()
-            },
-            "allreduce_wait": allreduce_wait,
+            **numbers,
             "timing": "cuda_events" if self._cuda else "host_clock",
-            "host_load_others": host.others_share_over(self._load_spans),
+            "host_load_others": self._load.others_share(),
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self._device) if self._cuda else None,
             "loss": loss_curve,
-            "model_params": model_params,
-            "trainable_params": trainable_params,
-            "attn_implementation": getattr(
-                getattr(self._model, "config", None), "_attn_implementation", None
-            ),
-            "flops_per_token": flops_per_token,
+            **model,
             "achieved_tflops": achieved,
             "peak_tflops": peak_tflops,
             "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
-            "turns": self._turns_report(step_tokens, step_ms),
+            "turns": turns,
             "timeline": self.timeline.report(),
         }
-
-    def _turns_report(self, step_tokens: list[float | None], step_ms: list[float]) -> dict[str, Any] | None:
-        """Per window of a turn-taking run, its throughput (the median rate of its steps); None otherwise."""
-        if self._turns is None:
-            return None
-        size = self._turns.plan.window_steps
-        rates = [
-            median_rate(step_tokens[start : start + size], step_ms[start : start + size])
-            for start in range(0, len(step_ms), size)
-        ]
-        return {"windows": len(rates), "window_steps": size, "tokens_per_s": rates}
-
-    @staticmethod
-    def _resolve_counts(steps: list[_Step]) -> tuple[list[float | None], list[float], list[float | None]]:
-        """Per step: tokens (None when no token ids were seen), sequences, and the summed loss (None if none)."""
-        values: list[int | torch.Tensor] = []
-        layout = []
-        for step in steps:
-            token_values = [step.given_tokens] if step.given_tokens is not None else step.tokens
-            sample_values = [step.given_samples] if step.given_samples is not None else step.samples
-            layout.append((len(token_values), len(sample_values), len(step.losses)))
-            values.extend(token_values)
-            values.extend(sample_values)
-            values.extend(step.losses)
-        numbers = iter(_resolve_numbers(values))
-        tokens, samples, losses = [], [], []
-        for n_tokens, n_samples, n_losses in layout:
-            token_numbers = [next(numbers) for _ in range(n_tokens)]
-            tokens.append(sum(token_numbers) if token_numbers else None)
-            samples.append(sum(next(numbers) for _ in range(n_samples)))
-            loss_numbers = [next(numbers) for _ in range(n_losses)]
-            losses.append(sum(loss_numbers) if loss_numbers else None)
-        return tokens, samples, losses
-
-
-def median_rate(counts: Sequence[float | None], step_ms: Sequence[float]) -> float | None:
-    """The median over steps of count / step time (steps without a count or a duration left out)."""
-    rates = [c * 1000.0 / ms for c, ms in zip(counts, step_ms, strict=True) if c is not None and ms > 0]
-    return percentile(rates, 50) if rates else None
 
 
 @contextlib.contextmanager

@@ -402,16 +402,18 @@ def _any_effect(workload_summary: dict[str, Any]) -> bool:
 def _median_window(runs: Sequence[RunRecord], workload: str) -> float | None:
     """The median measured time (``wall_s``) of the workload's successful runs."""
     windows = [
-        run.metrics["wall_s"]
+        wall
         for run in runs
-        if run.workload == workload and run.ok and isinstance(run.metrics.get("wall_s"), int | float)
+        if run.workload == workload
+        and run.ok
+        and isinstance(wall := (run.metrics or {}).get("wall_s"), int | float)
     ]
     return statistics.median(windows) if windows else None
 
 
 def device_from_runs(runs: Sequence[RunRecord]) -> str | None:
     """The device the successful runs measured on, from their environment block (``GPU on host``)."""
-    seen = Counter()
+    seen: Counter[str] = Counter()
     for run in runs:
         env = (run.metrics or {}).get("env") or {}
         if run.ok and env.get("gpu"):

@@ -180,7 +180,7 @@ class BenchSpec:
                     where, WORKLOADS_KEY, f"unknown workload(s) {', '.join(unknown)}; known: {known}"
                 )
             selected = {name: self.workloads[name] for name in names}
-        changes = {
+        changes: dict[str, Any] = {
             key: value
             for key, value in (
                 ("steps", steps),

@@ -41,11 +41,12 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
     from benchmarks.runner import RunRecord
     from benchmarks.spec import Workload
+    from benchmarks.status import RunStatus
 
 
 def _scipy_stats() -> Any:
@@ -473,7 +474,7 @@ def _commit_summary(
     commits: Sequence[str],
     index: int,
     ok_runs: Mapping[str, list[RunRecord]],
-    failed: dict[str, int],
+    failed: dict[RunStatus, int],
     thresholds: Thresholds,
 ) -> dict[str, Any]:
     sha, baseline = commits[index], commits[0]
@@ -496,7 +497,11 @@ def _commit_summary(
         "loss": None,
         "loss_at_steps": None,
         "tokens_per_step": _median_or_none(
-            [t for t in (tokens_per_step(r.metrics.get("loss") or []) for r in ok_runs[sha]) if t is not None]
+            [
+                t
+                for t in (tokens_per_step((r.metrics or {}).get("loss") or []) for r in ok_runs[sha])
+                if t is not None
+            ]
         ),
     }
     if values:
@@ -507,8 +512,8 @@ def _commit_summary(
         for key, against in (("marginal", previous), ("cumulative", baseline)):
             effect = compare(by_round[sha], by_round[against], workload.higher_is_better, thresholds)
             entry[key] = {"against": against, **effect}
-        curves = [r.metrics.get("loss") or [] for r in ok_runs[sha]]
-        reference = [r.metrics.get("loss") or [] for r in ok_runs[baseline]]
+        curves = [(r.metrics or {}).get("loss") or [] for r in ok_runs[sha]]
+        reference = [(r.metrics or {}).get("loss") or [] for r in ok_runs[baseline]]
         for key, axis in (("loss", TOKENS), ("loss_at_steps", STEPS)):
             parity = loss_parity(curves, reference, thresholds, axis)
             entry[key] = asdict(parity) if parity else None
@@ -579,5 +584,5 @@ def _metric_values(ok_runs: Sequence[RunRecord], path: Sequence[str], positive: 
     return values
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

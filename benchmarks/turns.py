@@ -25,7 +25,7 @@ back the one it holds), the taker answers ``go``. Only the runner seeing the pro
 for good: a connection closes while the interpreter shuts down, and that teardown (freeing the model, joining
 threads) would otherwise overlap the next run's window.
 
-Measured on two H100s (benchmarks/RESULTS.md, "Runs that take turns on one GPU"): a round of three runs took
+Measured on two H100s (benchmarks/results/journal.md, "Runs that take turns on one GPU"): a round of three runs took
 1.1–1.8× less time than three runs one after another; the spread between rounds was not lower.
 """
 

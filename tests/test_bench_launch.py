@@ -17,9 +17,11 @@ import numpy
 import pytest
 import torch
 
+from benchmarks.counting import count_batch, model_flops_per_token
 from benchmarks.environment import PEAK_TFLOPS_ENV, peak_tflops
 from benchmarks.launch import PLANT_FILE, CommandError, PythonProgram, main, parse_command, run_program
-from benchmarks.metrics import PHASES, Meter, count_batch, median_rate, model_flops_per_token, percentile
+from benchmarks.metrics import Meter
+from benchmarks.steps import PHASES, median_rate, percentile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
