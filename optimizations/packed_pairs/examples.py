@@ -1,0 +1,112 @@
+"""The registry examples of ``packed_pairs``: DPO trainers whose pairs are packed into a token budget, and the ones it leaves or refuses."""
+
+from __future__ import annotations
+
+from optimizations.registry import Example
+
+EXAMPLES = (
+    Example(
+        "regionally_compiled_lora_model_into_dpo_trainer",
+        before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=True, max_length=1024)
+    trainer = DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+        after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=True, max_length=1024)
+    trainer = DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset)
+    trainer.train()
+""",
+    ),
+    Example(
+        "config_from_settings_is_read_at_run_time",
+        before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset, settings):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=settings.get("precompute", True))
+    DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset, data_collator=settings["collate"]).train()
+""",
+        after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset, settings):
+    config = DPOConfig(output_dir="out", precompute_ref_log_probs=settings.get("precompute", True))
+    DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset, data_collator=settings["collate"]).train()
+""",
+    ),
+    Example(
+        "reference_computed_each_step_is_not_a_site",
+        before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = DPOConfig(output_dir="out", max_length=1024)
+    DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset).train()
+""",
+    ),
+    Example(
+        "built_dpo_trainer_is_given",
+        before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = DPOTrainer(model=name, args=DPOConfig(output_dir="out", precompute_ref_log_probs=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model)
+    trainer.train()
+""",
+        after="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(name, dataset):
+    trainer = DPOTrainer(model=name, args=DPOConfig(output_dir="out", precompute_ref_log_probs=True), train_dataset=dataset)
+    compile_repeated_layers(trainer.model, fixed_budget=trainer)
+    trainer.train()
+""",
+    ),
+    Example(
+        "inline_config_is_refused",
+        before="""\
+from trl import DPOConfig, DPOTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    DPOTrainer(model=compile_repeated_layers(model), args=DPOConfig(output_dir="out", precompute_ref_log_probs=True), train_dataset=dataset).train()
+""",
+        after=None,
+        refusal="is built inline",
+    ),
+    Example(
+        "sft_trainer_is_token_budgets",
+        before="""\
+from trl import SFTConfig, SFTTrainer
+from _perfbot_compile import compile_repeated_layers
+
+
+def train(model, dataset):
+    config = SFTConfig(output_dir="out", packing=True)
+    SFTTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset).train()
+""",
+    ),
+)
