@@ -269,7 +269,9 @@ def test_a_module_whose_listing_is_computed_is_imported(tmp_path, monkeypatch):
     package = tmp_path / "listing_computed"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "late.py").write_text(
+    (package / "late").mkdir()
+    (package / "late" / "__init__.py").write_text("")
+    (package / "late" / "rule.py").write_text(
         "from optimizations.registry import Numerics, Optimization\n\n"
         "TIER = 2\n\n\n"
         "class Late(Optimization):\n"
