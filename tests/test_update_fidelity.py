@@ -38,7 +38,7 @@ from optimizations.per_layer_stepper.helper import per_layer_adamw
 from optimizations.runtime.compile import GRAPHED_FORWARDS, TrainingGraphs, compile_repeated_layers
 from optimizations.runtime.gpu_flags import enable_tf32, fused_optimizer_supported
 from optimizations.runtime.precision import bf16_supported, compute_adapters_in_bf16
-from optimizations.vocab_padding.rule import padded
+from optimizations.vocab_padding.edit import padded
 
 STEPS = 8
 VOCAB = 128
