@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from git_repos import EXAMPLE_IGNORE, copy_example
 
-from optimizations.prefetcher.rule import RUNTIME as PREFETCHER_RUNTIME
+from optimizations.prefetcher.edit import RUNTIME as PREFETCHER_RUNTIME
 from optimizations.registry import get
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 
