@@ -16,7 +16,7 @@ import pytest
 from git_repos import EXAMPLE_IGNORE, copy_example
 
 from benchmarks.stats import DEFAULT_THRESHOLDS
-from optimizations.prefetcher.rule import RUNTIME as PREFETCHER_RUNTIME
+from optimizations.prefetcher.edit import RUNTIME as PREFETCHER_RUNTIME
 from optimizations.registry import Numerics, get
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 

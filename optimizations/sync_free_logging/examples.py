@@ -1,0 +1,148 @@
+"""The before/after examples of ``sync_free_logging``: the three shapes of a per-step loss read it rewrites,
+and the reads it leaves alone."""
+
+from optimizations.registry import Example
+
+EXAMPLES = (
+    Example(
+        "running_loss_accumulator",
+        before="""\
+def train(model, loader, optimizer, log_every):
+    running_loss = 0.0
+    for step, batch in enumerate(loader):
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+        if step % log_every == 0:
+            print(f"step {step} loss {running_loss / log_every:.4f}")
+            running_loss = 0.0
+    return running_loss
+""",
+        after="""\
+def train(model, loader, optimizer, log_every):
+    running_loss = 0.0
+    for step, batch in enumerate(loader):
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach().double()
+        if step % log_every == 0:
+            print(f"step {step} loss {float(running_loss) / log_every:.4f}")
+            running_loss = 0.0
+    return float(running_loss)
+""",
+    ),
+    Example(
+        "history_list_scaled_loss_multiline_log",
+        before="""\
+import logging as log_lib
+
+logger = log_lib.getLogger(__name__)
+
+
+def train(model, loader, optimizer, scaler, log_every=10):
+    history = []
+    for step, (inputs, labels) in enumerate(loader):
+        loss = model(inputs, labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        history.append(float(loss.detach()))  # one value per step
+        if step % log_every == 0:
+            logger.info(
+                "step %d loss %.4f",  # the latest step
+                step,
+                history[-1],
+            )
+    return sum(history) / len(history)
+""",
+        after="""\
+import logging as log_lib
+
+logger = log_lib.getLogger(__name__)
+
+
+def train(model, loader, optimizer, scaler, log_every=10):
+    history = []
+    for step, (inputs, labels) in enumerate(loader):
+        loss = model(inputs, labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        history.append(loss.detach())  # one value per step
+        if step % log_every == 0:
+            logger.info(
+                "step %d loss %.4f",  # the latest step
+                step,
+                float(history[-1]),
+            )
+    history = [float(value) for value in history]
+    return sum(history) / len(history)
+""",
+    ),
+    Example(
+        "last_value_read_at_the_end",
+        before="""\
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        last = loss.item()
+    print(f"final loss {last:.3f}")
+""",
+        after="""\
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        last = loss.detach()
+    print(f"final loss {float(last):.3f}")
+""",
+    ),
+    Example(
+        "already_reads_only_when_logging",
+        before="""\
+def train(model, loader, optimizer, log_every):
+    for step, batch in enumerate(loader):
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        if step % log_every == 0:
+            print(step, loss.item())
+""",
+    ),
+    Example(
+        "refuses_progress_bar_every_step",
+        before="""\
+from tqdm import tqdm
+
+
+def train(model, loader, optimizer):
+    progress = tqdm(loader)
+    for batch in progress:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        progress.set_postfix(loss=loss.item())
+""",
+        refusal="every step, outside the loop's logging condition",
+    ),
+    Example(
+        "refuses_value_used_every_step",
+        before="""\
+import math
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise RuntimeError("loss diverged")
+        optimizer.step()
+""",
+        refusal="is read every step",
+    ),
+)
