@@ -1,0 +1,258 @@
+"""The edits: ``fused=fused_optimizer_supported(<parameter list>)`` on each Adam/AdamW the program builds (the
+list hoisted before it, gradient clipping reusing it), and why a YAML config's optimizer mapping cannot take
+``fused: True``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import parse_template_statement
+
+from optimizations.program.codemod import (
+    add_keywords,
+    call_expr,
+    code_of,
+    keyword,
+    literal_value,
+    qualified_under,
+    star_kwargs,
+)
+from optimizations.program.components import Component
+from optimizations.program.placement import caller_owners, later_move, parameter_owners
+from optimizations.program.positions import start_line
+from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
+from optimizations.program.values import dict_items, outcomes
+from optimizations.runtime import GPU_FLAGS_RUNTIME
+
+CHECK = "fused_optimizer_supported"
+OPTIMIZERS = ("Adam", "AdamW")
+CLIPPING = ("clip_grad_norm_", "clip_grad_value_")
+# Factories that build an optimizer from its parameters and keywords, dropping those its class does not take:
+# (module, function) -> the parameters' position and keyword.
+FACTORIES = {("litgpt.utils", "instantiate_torch_optimizer"): (1, "model_parameters")}
+# The optimizer classes a YAML config names, and the settings torch rejects beside ``fused``.
+CONFIG_CLASSES = tuple(f"torch.optim.{name}" for name in OPTIMIZERS)
+NOT_WITH_FUSED = ("foreach", "differentiable")
+INLINE_SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+class _Refused(Exception):
+    """A check failed; the message is the reason."""
+
+
+class FuseAdamW(PlannedCodemod):
+    """Gives each Adam/AdamW call (``torch.optim`` or a factory such as litgpt's) a run-time ``fused=`` check
+    over a parameter list built once, or reports the call fused already or refused."""
+
+    def plan(self, module: cst.Module) -> None:
+        for call in self.nodes(cst.Call):
+            names = self.names(call.func)
+            factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)
+            if factory is not None and self.runs(call):
+                self._plan_optimizer(call, FACTORIES[factory])
+            elif qualified_under(names, ("torch.optim",), OPTIMIZERS) and self.runs(call):
+                self._plan_optimizer(call)
+
+    def _options(self, call: cst.Call) -> list[dict[str, cst.BaseExpression]] | None:
+        """The keyword settings of the call, one dict per way its ``**kwargs`` may be built (``extra =
+        dict(fused=True) if use_fused else dict()``); ``None`` when a splat's keys cannot be read."""
+        hidden = star_kwargs(call)
+        given = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        if hidden is None:
+            return [given]
+        owner = self.enclosing_body(call)
+        scopes = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
+        built = [dict_items(value) for value in outcomes(hidden.value, scopes) or [hidden.value]]
+        if any(items is None for items in built):
+            return None
+        return [given | items for items in built]
+
+    def _plan_optimizer(self, call: cst.Call, params_at: tuple[int, str] = (0, "params")) -> None:
+        """Fuse the optimizer ``call`` builds; ``params_at``: the position and keyword of its parameters."""
+        callee = code_of(call.func)
+        message = (
+            f"{callee}(...): fused=True where every parameter is a floating-point tensor on a device torch fuses "
+            "the step on (checked at run time: CUDA, and the CPU from torch 2.4); the parameter list is built once"
+        )
+        try:
+            options = self._options(call)
+            if options is None:
+                raise _Refused(f"settings are passed through `**{code_of(star_kwargs(call).value)}`")
+            fused = [o["fused"] for o in options if "fused" in o]
+            if fused:
+                where = (
+                    ""
+                    if keyword(call, "fused") is not None
+                    else f" through `**{code_of(star_kwargs(call).value)}`"
+                )
+                if any(literal_value(value) is not False for value in fused):
+                    self.already(call, f"{callee} fused (`fused={code_of(fused[0])}`{where})")
+                    return
+                raise _Refused(f"fused={code_of(fused[0])} is set{where}: the author turned it off")
+            for name in ("foreach", "differentiable"):
+                given = [o[name] for o in options if name in o]
+                if any(literal_value(value) not in (None, False) for value in given):
+                    raise _Refused(
+                        f"{name}= is set (`{name}={code_of(given[0])}`), and torch does not combine it with "
+                        "fused=True"
+                    )
+            params = self._params_argument(call, *params_at)
+            statement = self.statement_of(call)
+            if not isinstance(statement, cst.SimpleStatementLine) or any(
+                isinstance(a, INLINE_SCOPES) for a in self._ancestors_until(call, statement)
+            ):
+                raise _Refused(
+                    "the optimizer is built inside an expression the parameter list cannot precede"
+                )
+            body = self.enclosing_body(call)
+            if isinstance(params.value, cst.Name):
+                name = params.value.value
+                self._check_is_list(body, name)
+            else:
+                name = self._fresh_name(body, params.value)
+                self._hoist(statement, name, params.value)
+                self.replacements[params] = lambda updated, name=name: updated.with_changes(
+                    value=cst.Name(name)
+                )
+                self._reuse_in_clipping(body, call, params.value, name)
+        except _Refused as refusal:
+            self.refused(call, message, str(refusal))
+            return
+        check = call_expr(CHECK, cst.Name(name))
+        self.replacements[call] = lambda updated: add_keywords(updated, [("fused", check)])
+        self.runtime_imports.add((GPU_FLAGS_RUNTIME, CHECK))
+        moved = self._later_move(call, params.value, body)
+        if moved is not None:
+            message += (
+                f"; the model moves to its device after the optimizer is built ({moved}), so the check sees CPU "
+                "parameters: live from torch 2.4, where the fused flag holds on the CPU and stays with the "
+                "parameters as they move; on older torch the optimizer keeps its default implementation"
+            )
+        self.changed(call, message)
+
+    def _later_move(self, call: cst.Call, params: cst.BaseExpression, body: cst.CSTNode) -> str | None:
+        """Where the model whose parameters ``call`` gets moves to its device after ``call`` builds the optimizer
+        (here, or in a caller that passes the model in), as ``code at path:line``; ``None`` when it moves
+        before, or perfbot sees no move."""
+        bound = []
+        if isinstance(params, cst.Name):
+            _reads, writes, _nested = self.reads_and_writes(body, params.value)
+            bound = [write.value for write in writes if isinstance(write, cst.Assign)]
+        owners = parameter_owners(params, bound)
+        move = later_move(self.parsed, body, self.line(call), owners) if owners else None
+        if move is not None:
+            return _where(code_of(move), self.path, self.line(move))
+        if not isinstance(body, cst.FunctionDef):
+            return None
+        for site in self.call_sites(body):
+            parsed = (
+                self.parsed
+                if site.path == self.path
+                else self.repo.sources.parse(site.path, self.repo.read(site.path))
+            )
+            spelled = caller_owners(body, site, owners)
+            move = later_move(parsed, site.scope, start_line(parsed, site.call), spelled) if spelled else None
+            if move is not None:
+                return _where(code_of(move), site.path, start_line(parsed, move))
+        return None
+
+    def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        for ancestor in self.ancestors(node):
+            if ancestor is stop:
+                break
+            found.append(ancestor)
+        return found
+
+    def _params_argument(self, call: cst.Call, position: int, name: str) -> cst.Arg:
+        named = keyword(call, name)
+        if named is not None:
+            return named
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if len(positional) > position and not any(arg.star for arg in positional[: position + 1]):
+            return positional[position]
+        raise _Refused("no parameters argument to check")
+
+    def _check_is_list(self, body: cst.CSTNode, name: str) -> None:
+        """``name`` must be bound only to a list (a literal, a comprehension or ``list(...)``)."""
+        _reads, writes, _nested = self.reads_and_writes(body, name)
+        for write in writes:
+            value = write.value if isinstance(write, cst.Assign) else None
+            if not (
+                isinstance(value, (cst.List, cst.ListComp))
+                or isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Name)
+                and value.func.value == "list"
+            ):
+                raise _Refused(
+                    f"`{name}` is not bound to a list here (line {self.line(write)}); it may be an iterator "
+                    "that checking would use up"
+                )
+        if not writes:
+            raise _Refused(
+                f"`{name}` is not bound in this function; it may be an iterator that checking would use up"
+            )
+
+    def _fresh_name(self, body: cst.CSTNode, params: cst.BaseExpression) -> str:
+        base = "optimizer_params"
+        if is_method_call(params, "parameters") and not params.args:
+            owner = params.func.value
+            if isinstance(owner, (cst.Name, cst.Attribute)):
+                last = owner.value if isinstance(owner, cst.Name) else owner.attr.value
+                base = f"{last}_parameters"
+        taken = {n.value for n in m.findall(body, m.Name())}
+        name, number = base, 2
+        while name in taken:
+            name, number = f"{base}_{number}", number + 1
+        return name
+
+    def _hoist(self, statement: cst.SimpleStatementLine, name: str, params: cst.BaseExpression) -> None:
+        template = (
+            "{name} = {params}" if isinstance(params, (cst.List, cst.ListComp)) else "{name} = list({params})"
+        )
+        hoisted = parse_template_statement(template, name=cst.Name(name), params=params).with_changes(
+            leading_lines=statement.leading_lines
+        )
+        self.inserted_before.setdefault(statement, []).append(hoisted)
+        self.replacements[statement] = lambda updated: updated.with_changes(leading_lines=[])
+
+    def _reuse_in_clipping(
+        self, body: cst.CSTNode, optimizer: cst.Call, params: cst.BaseExpression, name: str
+    ):
+        """``clip_grad_norm_(model.parameters(), ...)`` after the optimizer → ``clip_grad_norm_(<name>, ...)``."""
+        if not (is_method_call(params, "parameters") and not params.args):
+            return
+        after = self.line(optimizer)
+        for node in walk(body, NESTED_SCOPES):
+            if (
+                isinstance(node, cst.Call)
+                and code_of(node.func).rsplit(".", 1)[-1] in CLIPPING
+                and node.args
+                and node.args[0].keyword is None
+                and code_of(node.args[0].value) == code_of(params)
+                and self.line(node) > after
+            ):
+                self.replacements[node.args[0]] = lambda updated: updated.with_changes(value=cst.Name(name))
+
+
+def config_refusal(component: Component) -> str | None:
+    """Why ``fused: True`` cannot go into ``component``'s mapping, if it cannot."""
+    if "fused" in component.keywords:
+        value = component.keywords["fused"]
+        return f"fused is set to `{value}` at line {component.lines['fused']}"
+    given = [key for key in NOT_WITH_FUSED if key in component.keywords]
+    if given:
+        return f"`{given[0]}` is set at line {component.lines[given[0]]}; torch rejects it with fused"
+    if component.flow:
+        return "the mapping is written inline; add `fused: True` to it by hand"
+    parallel = component.settings.get("tensor_parallel_dim")
+    if isinstance(parallel, int) and parallel > 1:
+        return (
+            f"tensor_parallel_dim is {parallel}: torchtune's distributed recipe rejects fused AdamW with it"
+        )
+    return None
+
+
+def _where(code: str, path: str, line: int) -> str:
+    shown = code if len(code) <= 60 else f"{code[:57]}..."
+    return f"`{shown}` at {path}:{line}"
