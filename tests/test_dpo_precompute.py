@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from optimizations.dpo_precompute.rule import DpoPrecompute, reference_batch_size
+from optimizations.dpo_precompute.edit import reference_batch_size
+from optimizations.dpo_precompute.rule import DpoPrecompute
 from optimizations.program.codemod import code_of
 from optimizations.program.repository import RepoContext
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from git_repos import copy_example
 
-from optimizations.fa2.rule import RUNTIME as ATTENTION
+from optimizations.fa2.edit import RUNTIME as ATTENTION
 from optimizations.registry import get
 
 

@@ -16,7 +16,7 @@ from bot.cli import main
 from bot.review.commits import review_commits
 from bot.rewrap import rewrap
 from bot.tidy import style_settings
-from optimizations.fa2.rule import RUNTIME as ATTENTION
+from optimizations.fa2.edit import RUNTIME as ATTENTION
 
 OPTIMIZATIONS = Path(__file__).resolve().parents[1] / "optimizations"
 # Every helper perfbot can vendor: the shared ones and each optimization's own.

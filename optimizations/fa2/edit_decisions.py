@@ -1,0 +1,106 @@
+"""What ``fa2`` decides at a site: whether the picker replaces the attention it names, refuses, or finds it
+already chosen; when the commit is live; which model a ``model_init_kwargs`` dict is for."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from optimizations.program.codemod import call_expr, code_of, expr, literal_value
+
+from .edit_sites import AttentionSites
+
+PICKER = "pick_attention_implementation"
+# What the picker may replace; any other string (a FlashAttention version, a kernels hub repo, flex
+# attention) is a deliberate choice left alone.
+REPLACEABLE = ("sdpa", "eager")
+FLOAT32 = ("torch.float32", "torch.float")
+HALF_PRECISION = ("bfloat16", "float16", "half")
+
+
+class AttentionDecisions(AttentionSites):
+    """The fallback the picker gets or the reason to refuse, the caveat of a site whose weights may load in
+    float32, and the picker call itself."""
+
+    def _fallback(self, current: cst.BaseExpression | None) -> tuple[str | None, str | None]:
+        """``(fallback, None)`` when the picker should replace ``current``; ``(None, reason)`` to refuse;
+        ``(None, None)`` to leave it as it is."""
+        if current is None or literal_value(current) is None:
+            return "None", None
+        if self.calls(current, PICKER):
+            return None, None
+        literal = literal_value(current)
+        if literal in REPLACEABLE:
+            return f'"{literal}"', None
+        if isinstance(literal, str):
+            return None, None
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            return code_of(current), None  # read at run time: the picker keeps any choice but sdpa/eager/None
+        return None, (
+            f"attn_implementation is set from `{code_of(current)}`; perfbot does not guess what it holds: "
+            "choose the implementation where that value is defined"
+        )
+
+    def _already_chosen(self, node: cst.CSTNode, callee: str, current: cst.BaseExpression) -> None:
+        """The call already picks attention at run time, or names a faster implementation than sdpa/eager."""
+        if self.calls(current, PICKER):
+            self.already(node, f"{callee}: attn_implementation picked at run time (`{PICKER}(...)`)")
+        else:
+            self.already(node, f"{callee}: attn_implementation={code_of(current)}")
+
+    def _is_float32(self, dtype: cst.BaseExpression) -> bool:
+        return literal_value(dtype) == "float32" or bool(self.names(dtype) & set(FLOAT32))
+
+    def _live_when(self, dtype: cst.BaseExpression | None) -> str:
+        """When the commit changes the kernel, where the code does not say the weights load in bf16/fp16: the
+        picker keeps SDPA for float32 weights (transformers' default kernel already), so the commit is live
+        only with half-precision weights."""
+        literal = literal_value(dtype) if dtype is not None else None
+        if literal in HALF_PRECISION or self.names(dtype) & {f"torch.{name}" for name in HALF_PRECISION}:
+            return ""
+        if dtype is None:
+            return (
+                "; live only where the weights load in bf16/fp16: this call gives no dtype, so transformers 4.x "
+                "loads float32 and keeps SDPA (transformers 5 loads the checkpoint's dtype)"
+            )
+        if literal == "auto":
+            return '; live only where the checkpoint\'s weights are bf16/fp16 (`dtype="auto"`)'
+        return f"; live only where `{code_of(dtype)}` is bf16/fp16: float32 weights keep SDPA"
+
+    def _picker_call(
+        self,
+        positional: list[cst.BaseExpression],
+        dtype: cst.BaseExpression | None,
+        fallback: str,
+        source: cst.BaseExpression | None = None,
+    ) -> cst.Call:
+        keywords = {
+            "source": source,
+            "dtype": dtype,
+            "fallback": None if fallback == '"sdpa"' else expr(fallback),
+        }
+        return call_expr(PICKER, *positional, **{k: v for k, v in keywords.items() if v is not None})
+
+    def _trained_model(
+        self, node: cst.CSTNode, config: cst.Call | cst.Attribute
+    ) -> tuple[cst.BaseExpression | None, str | None]:
+        """The model a config's trainer loads, readable where ``node`` runs; or why not."""
+        trainers = self.links.trainers_receiving(
+            config.value if isinstance(config, cst.Attribute) else config
+        )
+        models = {
+            code_of(model): model for t in trainers if (model := self.links.model_argument(t)) is not None
+        }
+        if len(models) != 1:
+            return None, (
+                "no single trainer call in this module takes this config, so the picker cannot see which "
+                "model it loads (to check it supports FlashAttention); set attn_implementation by hand"
+            )
+        model = next(iter(models.values()))
+        scope = self.links.scope(node)
+        problem = self.links.unbound_at(model, self.line(node), self.line(trainers[0]), scope)
+        if problem is not None:
+            return (
+                None,
+                f"the picker needs the model this config loads where the dict is built, but {problem}",
+            )
+        return model, None

@@ -1,0 +1,104 @@
+"""The ``sdpa`` codemod: each hand-written causal attention that passes every check becomes one
+``F.scaled_dot_product_attention`` call; the statements only it read are removed."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from optimizations.program.codemod import call_expr, code_of, walk
+from optimizations.program.model_code import bare, drop_unused_imports, functional
+from optimizations.program.training_loops import NESTED_SCOPES
+
+from .edit_chain import Chain, NotAttention, Refused, matrix_product
+from .edit_mask import CausalMaskRefusals
+from .edit_refusals import AttentionRefusals
+
+SDPA = ("torch.nn.functional.scaled_dot_product_attention",)
+
+
+class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
+    """Hand-written causal attention → ``F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=...)``;
+    a call of it already there is reported as done."""
+
+    def plan(self, module: cst.Module) -> None:
+        self.tree = module
+        self.prefix: str | None = None
+        removed: list[cst.CSTNode] = []
+        fused = [c for c in self.nodes(cst.Call) if self.names(c.func) & set(SDPA)]
+        for call in fused:
+            self.already(call, f"fused attention: {code_of(call.func)}(...)")
+        for function in self.nodes(cst.FunctionDef):
+            if any(self.within(call, function) for call in fused):
+                continue  # the hand-written attention beside it is a fallback
+            for statement in walk(function.body, NESTED_SCOPES):
+                if isinstance(statement, cst.SimpleStatementLine):
+                    for node in walk(statement, NESTED_SCOPES):
+                        product = matrix_product(node, self.names)
+                        if product is not None and product.form in ("matmul", "weights"):
+                            removed += self._plan_site(function, statement, node, product)
+        if removed:
+            drop_unused_imports(self, module, removed, keep=[self.prefix.split(".")[0]])
+
+    # -- one `weights @ v` ----------------------------------------------------------------------------------
+    def _plan_site(self, function, statement, output, operands) -> list[cst.CSTNode]:
+        """Plan one site; the code it removes or replaces."""
+        chain = Chain(output, statement)
+        node = self._follow(operands.left, chain)
+        node = self._dropout(node, chain)
+        softmax = self._softmax(node)
+        if softmax is None:
+            return []  # a matmul, not attention
+        message = "hand-written causal attention → F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+        try:
+            self._walk_scores(softmax, chain)
+            q, k = self._check_scores(chain)
+            self._check_weights_unread(function, chain)
+            seq, head = self._views(function, chain, q, k)
+            self._check_scale(chain, head)
+            local_masks = self._check_mask(function, chain, q, k, seq)
+            self._check_contiguous(chain, operands.right, local_masks)
+        except NotAttention:
+            return []
+        except Refused as refusal:
+            self.refused(self._top(chain), message, str(refusal))
+            return []
+        dropped = chain.consumed + [s for s in local_masks if self._only_read_in(function, s, chain)]
+        self._rewrite(chain, q, k, dropped)
+        self.changed(
+            self._top(chain), message + " (the mask buffer, if any, stays for state-dict compatibility)"
+        )
+        return [*dropped, output]
+
+    def _top(self, chain: Chain) -> cst.BaseStatement:
+        """The chain's first statement."""
+        return min([chain.statement, *chain.consumed], key=self.line)
+
+    def _only_read_in(self, function, statement, chain: Chain) -> bool:
+        name = statement.body[0].targets[0].target.value
+        reads, _writes, nested = self.reads_and_writes(function, name)
+        return not nested and all(any(self.within(r, s) for s in chain.consumed) for r in reads)
+
+    # -- the edit -----------------------------------------------------------------------------------------------
+    def _rewrite(self, chain: Chain, q: str, k: str, dropped: list[cst.SimpleStatementLine]) -> None:
+        if self.prefix is None:
+            self.prefix = functional(self, self.tree)
+        keywords = {"is_causal": cst.Name("True")}
+        if chain.dropout is not None:
+            keywords["dropout_p"] = chain.dropout
+        prefix = self.prefix
+
+        def attend(updated: cst.CSTNode) -> cst.CSTNode:
+            values = updated.right if isinstance(updated, cst.BinaryOperation) else updated.args[-1].value
+            return call_expr(
+                f"{prefix}.scaled_dot_product_attention", cst.Name(q), cst.Name(k), bare(values), **keywords
+            )
+
+        self.replacements[chain.output] = attend
+        self.dropped.update(dropped)
+        body = self._block(chain.statement)
+        top = min((s for s in dropped if s in chain.consumed), key=lambda s: body.index(s), default=None)
+        if top is not None:
+            lines = list(top.leading_lines)
+            self.replacements[chain.statement] = lambda updated: updated.with_changes(
+                leading_lines=lines + list(updated.leading_lines)
+            )
