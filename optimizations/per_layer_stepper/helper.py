@@ -319,6 +319,116 @@ def _buckets_of(
     return buckets
 
 
+def _imported_state(
+    host: _HostLayer, p: Tensor, saved: dict[str, Any], device: torch.device | None
+) -> dict[str, Any]:
+    """Load a saved AdamW state of ``p`` into its pinned host views."""
+    unknown = set(saved) - {"step", *_STATE_KEYS}
+    if unknown or not set(_STATE_KEYS) <= set(saved):
+        raise ValueError(
+            f"PerLayerAdamW expects AdamW state with step/exp_avg/exp_avg_sq, got keys {sorted(saved)}"
+        )
+    exp_avg, exp_avg_sq = host.views(p)
+    for key, target in zip(_STATE_KEYS, (exp_avg, exp_avg_sq), strict=True):
+        if tuple(saved[key].shape) != tuple(p.shape):
+            raise ValueError(f"saved {key} has shape {tuple(saved[key].shape)}, parameter {tuple(p.shape)}")
+        target.copy_(saved[key])
+    step = saved["step"]
+    step = (step if isinstance(step, Tensor) else torch.tensor(float(step))).to(device, torch.float32)
+    return {"step": step.clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+
+
+class _DeviceSlots:
+    """The device buffers optimizer state streams through during a step.
+
+    A host-to-device and a device-to-host stream, the events that order the two around each slot's update,
+    and the slots (allocated at the first step). Reads the optimizer's host layers and buckets, which grow as
+    param groups are added.
+    """
+
+    def __init__(
+        self, device: torch.device | None, count: int, hosts: list[_HostLayer], buckets: list[_Bucket]
+    ) -> None:
+        self.device, self.hosts, self.buckets = device, hosts, buckets
+        self.h2d = torch.cuda.Stream(device=device)
+        self.d2h = torch.cuda.Stream(device=device)
+        self.loaded = [torch.cuda.Event() for _ in range(count)]
+        self.computed = [torch.cuda.Event() for _ in range(count)]
+        self.copied_back = [torch.cuda.Event() for _ in range(count)]
+        self.all_copied_back = torch.cuda.Event()
+        self.slots: list[Tensor] = []  # the device buffer pool, allocated at the first step
+        self._views: dict[tuple[int, int], list[tuple[Tensor, Tensor]]] = {}
+
+    def reset(self) -> None:
+        """Drop the buffers: the buckets changed, the next step allocates new ones."""
+        self.slots, self._views = [], {}
+
+    def pool(self, compute: torch.cuda.Stream) -> list[Tensor]:
+        """Return the device buffers, allocated once.
+
+        Each is ``[exp_avg half | exp_avg_sq half]``.
+        """
+        if not self.slots:
+            half = max(b.hi - b.lo for b in self.buckets)
+            count = min(len(self.loaded), len(self.buckets))
+            self.slots = [torch.empty(2 * half, dtype=torch.uint8, device=self.device) for _ in range(count)]
+            for slot in self.slots:  # freeing the pool must wait for the copies queued on the side streams
+                slot.record_stream(self.h2d)
+                slot.record_stream(self.d2h)
+            self.h2d.wait_stream(
+                compute
+            )  # the memory may still be in use by work queued before it was allocated
+        return self.slots
+
+    def views(self, slot_index: int, bucket_index: int) -> list[tuple[Tensor, Tensor]]:
+        """Return each segment's ``(exp_avg, exp_avg_sq)`` in a slot."""
+        key = (slot_index, bucket_index)
+        if key not in self._views:
+            slot = self.slots[slot_index]
+            half = slot.numel() // 2
+            views = []
+            for seg in self.buckets[bucket_index].segments:
+                nbytes = (seg.stop - seg.start) * seg.param.element_size()
+                pair = [
+                    slot[base + seg.offset : base + seg.offset + nbytes].view(seg.param.dtype)
+                    for base in (0, half)
+                ]
+                if seg.whole:
+                    pair = [v.view(seg.param.shape) for v in pair]
+                views.append((pair[0], pair[1]))
+            self._views[key] = views
+        return self._views[key]
+
+    def load(self, position: int, bucket_index: int) -> None:
+        """Queue the copy of a bucket's state into the slot of its position."""
+        slot_index = position % len(self.slots)
+        bucket = self.buckets[bucket_index]
+        host = self.hosts[bucket.layer]
+        slot = self.slots[slot_index]
+        half, size = slot.numel() // 2, bucket.hi - bucket.lo
+        with torch.cuda.stream(self.h2d):
+            self.h2d.wait_event(self.copied_back[slot_index])
+            for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
+                slot[base_slot : base_slot + size].copy_(
+                    host.buffer[base_host + bucket.lo : base_host + bucket.hi], non_blocking=True
+                )
+            self.loaded[slot_index].record(self.h2d)
+
+    def copy_back(self, slot_index: int, bucket_index: int) -> None:
+        """Queue the copy of an updated slot back into its host buffer."""
+        bucket = self.buckets[bucket_index]
+        host = self.hosts[bucket.layer]
+        slot = self.slots[slot_index]
+        half, size = slot.numel() // 2, bucket.hi - bucket.lo
+        with torch.cuda.stream(self.d2h):
+            self.d2h.wait_event(self.computed[slot_index])
+            for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
+                host.buffer[base_host + bucket.lo : base_host + bucket.hi].copy_(
+                    slot[base_slot : base_slot + size], non_blocking=True
+                )
+            self.copied_back[slot_index].record(self.d2h)
+
+
 class PerLayerAdamW(torch.optim.Optimizer):
     """``torch.optim.AdamW`` with its state in pinned memory, streamed per layer group.
 
@@ -389,16 +499,8 @@ class PerLayerAdamW(torch.optim.Optimizer):
         for index, host in enumerate(self._hosts):
             self._buckets += _buckets_of(index, host, self._bucket_cap, group_index)
 
-        device = self._device
-        self._h2d = torch.cuda.Stream(device=device)
-        self._d2h = torch.cuda.Stream(device=device)
         slots = 1 if prefetch_depth == 0 else prefetch_depth + 2
-        self._loaded = [torch.cuda.Event() for _ in range(slots)]
-        self._computed = [torch.cuda.Event() for _ in range(slots)]
-        self._copied_back = [torch.cuda.Event() for _ in range(slots)]
-        self._all_copied_back = torch.cuda.Event()
-        self._slots: list[Tensor] = []  # the device buffer pool, allocated at the first step
-        self._slot_views: dict[tuple[int, int], list[tuple[Tensor, Tensor]]] = {}
+        self._streams = _DeviceSlots(self._device, slots, self._hosts, self._buckets)
         self._planned = True
 
     @property
@@ -429,7 +531,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         self._hosts.append(host)
         self._host_index.update((p, len(self._hosts) - 1) for p in host.group.params)
         self._buckets += _buckets_of(len(self._hosts) - 1, host, self._bucket_cap, self._group_index())
-        self._slots, self._slot_views = [], {}
+        self._streams.reset()
 
     def _check_param(self, p: Tensor, name: str | None) -> None:
         label = f"parameter {name!r}" if name else f"a parameter of shape {tuple(p.shape)}"
@@ -457,7 +559,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
 
     def _wait_for_copy_back(self) -> None:
         if self._planned:
-            self._all_copied_back.synchronize()
+            self._streams.all_copied_back.synchronize()
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state in ``torch.optim.AdamW`` format, in pinned memory.
@@ -479,7 +581,8 @@ class PerLayerAdamW(torch.optim.Optimizer):
         state: defaultdict[Any, dict[str, Any]] = defaultdict(dict)
         for key, value in state_dict["state"].items():
             if key in id_map:
-                state[id_map[key]] = self._imported(id_map[key], value)
+                p = id_map[key]
+                state[p] = _imported_state(self._hosts[self._host_index[p]], p, value, self._device)
             else:  # state not tied to a parameter is kept as is, like torch does
                 state[key] = value
         for group, saved in zip(self.param_groups, saved_groups, strict=True):
@@ -489,25 +592,6 @@ class PerLayerAdamW(torch.optim.Optimizer):
         self.__setstate__({"state": state, "param_groups": saved_groups})
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
-
-    def _imported(self, p: Tensor, saved: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(saved) - {"step", *_STATE_KEYS}
-        if unknown or not set(_STATE_KEYS) <= set(saved):
-            raise ValueError(
-                f"PerLayerAdamW expects AdamW state with step/exp_avg/exp_avg_sq, got keys {sorted(saved)}"
-            )
-        exp_avg, exp_avg_sq = self._hosts[self._host_index[p]].views(p)
-        for key, target in zip(_STATE_KEYS, (exp_avg, exp_avg_sq), strict=True):
-            if tuple(saved[key].shape) != tuple(p.shape):
-                raise ValueError(
-                    f"saved {key} has shape {tuple(saved[key].shape)}, parameter {tuple(p.shape)}"
-                )
-            target.copy_(saved[key])
-        step = saved["step"]
-        step = (step if isinstance(step, Tensor) else torch.tensor(float(step))).to(
-            self._device, torch.float32
-        )
-        return {"step": step.clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
     def _stepped_params(self) -> dict[Tensor, Tensor]:
         """Parameters with a gradient, their state created at first use."""
@@ -541,57 +625,6 @@ class PerLayerAdamW(torch.optim.Optimizer):
                 stepped[p] = grad
         return stepped
 
-    def _pool(self, count: int, compute: torch.cuda.Stream) -> list[Tensor]:
-        """Return the device buffers, allocated once.
-
-        Each is ``[exp_avg half | exp_avg_sq half]``.
-        """
-        if not self._slots:
-            half = max(b.hi - b.lo for b in self._buckets)
-            count = min(count, len(self._buckets))
-            self._slots = [
-                torch.empty(2 * half, dtype=torch.uint8, device=self._device) for _ in range(count)
-            ]
-            for slot in self._slots:  # freeing the pool must wait for the copies queued on the side streams
-                slot.record_stream(self._h2d)
-                slot.record_stream(self._d2h)
-            self._h2d.wait_stream(
-                compute
-            )  # the memory may still be in use by work queued before it was allocated
-        return self._slots
-
-    def _views(self, slot_index: int, bucket_index: int) -> list[tuple[Tensor, Tensor]]:
-        key = (slot_index, bucket_index)
-        if key not in self._slot_views:
-            slot = self._slots[slot_index]
-            half = slot.numel() // 2
-            views = []
-            for seg in self._buckets[bucket_index].segments:
-                nbytes = (seg.stop - seg.start) * seg.param.element_size()
-                pair = [
-                    slot[base + seg.offset : base + seg.offset + nbytes].view(seg.param.dtype)
-                    for base in (0, half)
-                ]
-                if seg.whole:
-                    pair = [v.view(seg.param.shape) for v in pair]
-                views.append((pair[0], pair[1]))
-            self._slot_views[key] = views
-        return self._slot_views[key]
-
-    def _load(self, position: int, bucket_index: int) -> None:
-        slot_index = position % len(self._slots)
-        bucket = self._buckets[bucket_index]
-        host = self._hosts[bucket.layer]
-        slot = self._slots[slot_index]
-        half, size = slot.numel() // 2, bucket.hi - bucket.lo
-        with torch.cuda.stream(self._h2d):
-            self._h2d.wait_event(self._copied_back[slot_index])
-            for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
-                slot[base_slot : base_slot + size].copy_(
-                    host.buffer[base_host + bucket.lo : base_host + bucket.hi], non_blocking=True
-                )
-            self._loaded[slot_index].record(self._h2d)
-
     def _update(
         self, slot_index: int, bucket_index: int, stepped: dict[Tensor, Tensor], amp: dict[str, Any]
     ) -> None:
@@ -602,7 +635,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
         calls: dict[tuple[int, torch.dtype], tuple[list[Tensor], ...]] = {}
         bucket = self._buckets[bucket_index]
         for seg, (exp_avg, exp_avg_sq) in zip(
-            bucket.segments, self._views(slot_index, bucket_index), strict=True
+            bucket.segments, self._streams.views(slot_index, bucket_index), strict=True
         ):
             grad = stepped.get(seg.param)
             if grad is None:
@@ -644,19 +677,6 @@ class PerLayerAdamW(torch.optim.Optimizer):
                 found_inf=amp["found_inf"],
             )
 
-    def _copy_back(self, slot_index: int, bucket_index: int) -> None:
-        bucket = self._buckets[bucket_index]
-        host = self._hosts[bucket.layer]
-        slot = self._slots[slot_index]
-        half, size = slot.numel() // 2, bucket.hi - bucket.lo
-        with torch.cuda.stream(self._d2h):
-            self._d2h.wait_event(self._computed[slot_index])
-            for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
-                host.buffer[base_host + bucket.lo : base_host + bucket.hi].copy_(
-                    slot[base_slot : base_slot + size], non_blocking=True
-                )
-            self._copied_back[slot_index].record(self._d2h)
-
     @torch.no_grad()
     def step(self, closure=None):
         """One AdamW step, bitwise equal to ``torch.optim.AdamW(fused=True).step()``."""
@@ -676,23 +696,24 @@ class PerLayerAdamW(torch.optim.Optimizer):
         torch._foreach_add_(steps, 1)
 
         active = [i for i, b in enumerate(self._buckets) if any(s.param in stepped for s in b.segments)]
-        slots = self._pool(len(self._loaded), compute)
+        streams = self._streams
+        slots = streams.pool(compute)
         # Loads may overlap the end of the backward pass; they only wait for the previous step's copy-back
         # into the host buffers they read.
-        self._h2d.wait_event(self._all_copied_back)
+        streams.h2d.wait_event(streams.all_copied_back)
         ahead = self.prefetch_depth
         for position in range(min(ahead + 1, len(active))):
-            self._load(position, active[position])
+            streams.load(position, active[position])
         for position, bucket_index in enumerate(active):
             slot_index = position % len(slots)
-            compute.wait_event(self._loaded[slot_index])
+            compute.wait_event(streams.loaded[slot_index])
             self._update(slot_index, bucket_index, stepped, amp)
-            self._computed[slot_index].record(compute)
-            self._copy_back(slot_index, bucket_index)
+            streams.computed[slot_index].record(compute)
+            streams.copy_back(slot_index, bucket_index)
             following = position + ahead + 1
             if following < len(active):
-                self._load(following, active[following])
-        self._all_copied_back.record(self._d2h)
+                streams.load(following, active[following])
+        streams.all_copied_back.record(streams.d2h)
 
         if amp["found_inf"] is not None:
             torch._foreach_sub_(steps, [amp["found_inf"]] * len(steps))
