@@ -44,7 +44,7 @@ from optimizations.program.repository import (
 from optimizations.program.shapes import ProgramShape
 
 if TYPE_CHECKING:
-    from optimizations.program.codemod import OptimizationCodemod
+    from optimizations.edits.codemod import OptimizationCodemod
 
 ENTRY_POINT_GROUP = "bot.optimizations"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.

@@ -6,8 +6,8 @@ import libcst as cst
 import pytest
 
 from optimizations.dpo_precompute.rule import DpoPrecompute, reference_batch_size
-from optimizations.program.codemod import code_of
 from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import code_of
 
 
 @pytest.mark.parametrize(

@@ -59,15 +59,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.program.codemod import (
-    add_keywords,
-    code_of,
-    expr,
-    keyword,
-    literal_value,
-    qualified_under,
-    walk,
-)
+from optimizations.edits.expressions import add_keywords, expr
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.components import (
     instantiates_components,
     reads_config_key,
@@ -87,14 +80,8 @@ from optimizations.program.frameworks import (
 from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext, Site, SourceCache
 from optimizations.program.shapes import ProgramShape
-from optimizations.program.training_loops import (
-    BACKWARD,
-    NESTED_SCOPES,
-    PlannedCodemod,
-    backward_calls,
-    is_method_call,
-    loss_names,
-)
+from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, qualified_under, walk
+from optimizations.program.training_loops import BACKWARD, backward_calls, is_method_call, loss_names
 from optimizations.program.values import assignments, dict_items, outcomes
 from optimizations.program.yaml_settings import YamlSetting
 from optimizations.registry import Example, Numerics, Optimization

@@ -31,23 +31,14 @@ from itertools import groupby
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, qualified_under, walk
-from optimizations.program.components import (
-    instantiates_components,
-    reads_config_key,
-    switch_on,
-    top_level_settings,
-)
+from optimizations.edits.component_configs import switch_on
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.components import instantiates_components, reads_config_key, top_level_settings
 from optimizations.program.frameworks import LIGHTNING
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
-from optimizations.program.training_loops import (
-    BACKWARD,
-    NESTED_SCOPES,
-    PlannedCodemod,
-    argument_for,
-    is_method_call,
-)
+from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
+from optimizations.program.training_loops import BACKWARD, argument_for, is_method_call
 from optimizations.registry import Example, Numerics, Optimization
 from optimizations.runtime import COMPILE_RUNTIME
 

@@ -28,30 +28,30 @@ from dataclasses import replace
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.expressions import add_keywords, replace_keyword
+from optimizations.edits.imports import insert_after_imports
+from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.edits.settings_placement import SettingsPlacement
 from optimizations.program.classes import repository_classes
-from optimizations.program.codemod import (
-    OptimizationCodemod,
-    add_keywords,
-    code_of,
-    defines,
-    insert_after_imports,
-    is_data_loader,
-    keyword,
-    literal_value,
-    qualified_under,
-    replace_keyword,
-    walk,
-)
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS, HF_PACKAGES, is_training_config
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
-from optimizations.program.recipes import RecipeSetting, parser_types, switch
+from optimizations.program.recipes import parser_types
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 from optimizations.program.requirements import admits_older
+from optimizations.program.syntax import (
+    code_of,
+    defines,
+    is_data_loader,
+    keyword,
+    literal_value,
+    qualified_under,
+    walk,
+)
 from optimizations.program.training_loops import BACKWARD, is_method_call
-from optimizations.program.values import SettingsPlacement
 from optimizations.registry import Example, Numerics, Optimization
 
 # The module-level worker count every edited call reads; the code below stands ``{workers}`` for its name.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, keyword, literal_value, star_kwargs
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import is_training_config, trainer_class
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword, literal_value, star_kwargs
 from optimizations.runtime import COMPILE_REPEATED_LAYERS, FIXED_BUDGET
 
 

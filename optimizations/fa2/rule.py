@@ -29,20 +29,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import (
-    OptimizationCodemod,
-    add_keywords,
-    call_expr,
-    code_of,
-    expr,
-    keyword,
-    literal_value,
-    replace_keyword,
-)
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.expressions import add_keywords, call_expr, expr, replace_keyword
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import HF_CONFIGS, MODEL_CLASS, MODEL_LOADERS, is_training_config
 from optimizations.program.model_use import READS, kept_as_data
-from optimizations.program.repository import RepoContext, RuntimeHelper
+from optimizations.program.repository import RepoContext
 from optimizations.program.shapes import ProgramShape
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks, is_plain_reference
 from optimizations.registry import Example, Numerics, Optimization
 

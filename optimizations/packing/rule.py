@@ -33,17 +33,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, expr, keyword, literal_value
-from optimizations.program.components import (
-    components,
-    config_files,
-    instantiates_components,
-    read_text,
-    switch_on,
-)
-from optimizations.program.config_switch import SettingSwitch
+from optimizations.edits.component_configs import switch_on
+from optimizations.edits.config_switch import SettingSwitch
+from optimizations.edits.expressions import expr
+from optimizations.program.components import components, config_files, instantiates_components, read_text
 from optimizations.program.config_use import HELPER_ONLY_CONFIG_FILES, HELPER_ONLY_CONFIG_PROGRAM
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.yaml_settings import settings
 from optimizations.registry import Example, Numerics, Optimization
 

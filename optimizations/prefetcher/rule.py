@@ -31,21 +31,23 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import (
-    add_keywords,
-    call_expr,
+from optimizations.edits.expressions import add_keywords, call_expr, expr
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.edits.vendoring import RuntimeHelper
+from optimizations.program.config_use import not_a_run_config
+from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.repository import Site
+from optimizations.program.syntax import (
+    NESTED_SCOPES,
     code_of,
-    expr,
     is_data_loader,
     keyword,
     literal_value,
     qualified_under,
     star_kwargs,
+    walk,
 )
-from optimizations.program.config_use import not_a_run_config
-from optimizations.program.hf import HF_CONFIGS, is_training_config
-from optimizations.program.repository import RuntimeHelper, Site
-from optimizations.program.training_loops import BACKWARD, NESTED_SCOPES, PlannedCodemod, is_method_call, walk
+from optimizations.program.training_loops import BACKWARD, is_method_call
 from optimizations.registry import Example, Numerics, Optimization
 
 # What a Trainer config gets: its batches copied without blocking the host.

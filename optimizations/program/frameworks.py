@@ -24,8 +24,8 @@ from pathlib import PurePosixPath
 
 import libcst as cst
 
-from optimizations.program.codemod import keyword, qualified_under
 from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import keyword, qualified_under
 
 # Words a file holding one of these calls contains (an optimization's ``needs``).
 FRAMEWORK_WORDS = ("Accelerator", "lightning", "deepspeed")

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, qualified_under, walk
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile
+from optimizations.program.syntax import code_of, qualified_under, walk
 from optimizations.program.training_loops import CallSite, argument_for, is_method_call
 
 # ``<model>.to(...)`` and ``<model>.cuda()``; ``.to(torch.bfloat16)`` casts and is no move.

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
+from optimizations.program.queries import FileQuery
 from optimizations.program.repository import TransformError, import_roots, module_paths
+from optimizations.program.syntax import NESTED_SCOPES, code_of, literal_value, walk
 from optimizations.program.tree import children
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
@@ -113,10 +114,11 @@ def parameters(function: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in (*named, *stars)}
 
 
-class ProgramValues:
-    """Value queries over the module a codemod transforms, following helpers into the repository's modules."""
+class RepositoryFunctions:
+    """The module a codemod transforms and the repository's modules its helper calls lead into, each parsed once:
+    the function that holds a node, the repository function a call calls, what a function returns."""
 
-    def __init__(self, codemod: OptimizationCodemod):
+    def __init__(self, codemod: FileQuery):
         self.codemod = codemod
         self.here = _Source(codemod.path, codemod.parsed.module, codemod.line, codemod.names)
         self._sources: dict[str, _Source | None] = {codemod.path: self.here}
@@ -129,6 +131,75 @@ class ProgramValues:
         while holder is not None and not isinstance(holder, cst.FunctionDef):
             holder = parents.get(holder)
         return holder
+
+    # -- functions of the repository --------------------------------------------------------------------
+    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
+        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
+        of the repository."""
+        if not isinstance(call.func, cst.Name):
+            return None
+        name = call.func.value
+        if name in source.functions:
+            return source.functions[name], source
+        for statement in source.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                for alias in small.names:
+                    bound = alias.asname.name.value if alias.asname else code_of(alias.name)
+                    if bound != name:
+                        continue
+                    imported = self._module_source(small, source)
+                    original = code_of(alias.name)
+                    if imported is not None and original in imported.functions:
+                        return imported.functions[original], imported
+        return None
+
+    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
+        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
+        module = code_of(statement.module) if statement.module is not None else ""
+        dots = len(statement.relative)
+        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
+        for path in module_paths(module, roots):
+            if (self.codemod.repo.root / path).is_file():
+                return self._parsed(path)
+        return None
+
+    def _parsed(self, path: str) -> _Source | None:
+        if path not in self._sources:
+            try:
+                parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
+            except (TransformError, OSError, UnicodeDecodeError):
+                self._sources[path] = None
+                return None
+            names = scoped_names(parsed)
+            self._sources[path] = _Source(
+                path,
+                parsed.module,
+                lambda node: start_line(parsed, node),
+                lambda node: {q.name for q in names.of(node)},
+            )
+        return self._sources[path]
+
+    @staticmethod
+    def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What ``function`` returns (an empty list when it yields, or returns nothing)."""
+        returned = []
+        for node, _ in _children(function.body, None):
+            if isinstance(node, (cst.Yield, cst.Await)):
+                return []
+            if isinstance(node, cst.Return) and node.value is not None:
+                returned.append(node.value)
+        nested = [
+            n for n, _ in _children(function.body, None) if isinstance(n, (cst.FunctionDef, cst.Lambda))
+        ]
+        return [] if nested else returned
+
+
+class ProgramValues(RepositoryFunctions):
+    """Value queries over the module a codemod transforms, following helpers into the repository's modules."""
 
     # -- splats ----------------------------------------------------------------------------------------
     def hidden(self, call: cst.Call, wanted: Iterable[str]) -> str | None:
@@ -350,71 +421,6 @@ class ProgramValues:
             keys |= inner.names
         return Keys(frozenset(keys), helper_source.where(helper))
 
-    @staticmethod
-    def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
-        """What ``function`` returns (an empty list when it yields, or returns nothing)."""
-        returned = []
-        for node, _ in _children(function.body, None):
-            if isinstance(node, (cst.Yield, cst.Await)):
-                return []
-            if isinstance(node, cst.Return) and node.value is not None:
-                returned.append(node.value)
-        nested = [
-            n for n, _ in _children(function.body, None) if isinstance(n, (cst.FunctionDef, cst.Lambda))
-        ]
-        return [] if nested else returned
-
-    # -- functions of the repository --------------------------------------------------------------------
-    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
-        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
-        of the repository."""
-        if not isinstance(call.func, cst.Name):
-            return None
-        name = call.func.value
-        if name in source.functions:
-            return source.functions[name], source
-        for statement in source.module.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
-                    continue
-                for alias in small.names:
-                    bound = alias.asname.name.value if alias.asname else code_of(alias.name)
-                    if bound != name:
-                        continue
-                    imported = self._module_source(small, source)
-                    original = code_of(alias.name)
-                    if imported is not None and original in imported.functions:
-                        return imported.functions[original], imported
-        return None
-
-    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
-        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
-        module = code_of(statement.module) if statement.module is not None else ""
-        dots = len(statement.relative)
-        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
-        for path in module_paths(module, roots):
-            if (self.codemod.repo.root / path).is_file():
-                return self._parsed(path)
-        return None
-
-    def _parsed(self, path: str) -> _Source | None:
-        if path not in self._sources:
-            try:
-                parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
-            except (TransformError, OSError, UnicodeDecodeError):
-                self._sources[path] = None
-                return None
-            names = scoped_names(parsed)
-            self._sources[path] = _Source(
-                path,
-                parsed.module,
-                lambda node: start_line(parsed, node),
-                lambda node: {q.name for q in names.of(node)},
-            )
-        return self._sources[path]
-
     # -- where a value comes from --------------------------------------------------------------------
     def origins(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[Origin]:
         """The calls ``value`` (read at ``at`` in this module) may come from, through assignments, tuple
@@ -481,109 +487,6 @@ def _position_of(name: str, target: cst.BaseExpression) -> tuple[int, ...] | Non
             if inner is not None:
                 return (i, *inner)
     return None
-
-
-# -- edits: settings that go into the dict literal a call takes them all from ------------------------------
-def _separator(
-    commas: list[cst.Comma | cst.MaybeSentinel], opening: cst.BaseParenthesizableWhitespace
-) -> cst.Comma:
-    """The comma that separates items in a layout: the one before the last item's, or one after the opening."""
-    if len(commas) >= 2 and isinstance(commas[-2], cst.Comma):
-        return commas[-2]
-    return cst.Comma(whitespace_after=opening)
-
-
-def with_entries(literal: cst.Dict, items: list[tuple[str, cst.BaseExpression]]) -> cst.Dict:
-    """``literal`` with ``"key": value`` entries appended, in its own layout (one per line when it is)."""
-    if not items:
-        return literal
-    new = [cst.DictElement(cst.SimpleString(f'"{key}"'), value) for key, value in items]
-    elements = list(literal.elements)
-    if not elements:
-        return literal.with_changes(elements=new)
-    separator = _separator([e.comma for e in elements], literal.lbrace.whitespace_after)
-    trailing = elements[-1].comma
-    elements[-1] = elements[-1].with_changes(comma=separator)
-    elements += [e.with_changes(comma=separator) for e in new[:-1]]
-    elements.append(new[-1].with_changes(comma=trailing))
-    return literal.with_changes(elements=elements)
-
-
-def with_keyword_parameter(
-    function: cst.FunctionDef, name: str, annotation: str, default: str
-) -> cst.FunctionDef:
-    """``function`` with a ``name: annotation = default`` parameter after its last one (keyword-only when it
-    has keyword-only parameters), in its own layout."""
-    parameter = cst.ensure_type(
-        cst.parse_statement(f"def f(*, {name}: {annotation} = {default}): pass"), cst.FunctionDef
-    ).params.kwonly_params[0]
-    params = function.params
-    kwonly = bool(params.kwonly_params) or params.star_arg is not cst.MaybeSentinel.DEFAULT
-    group = list(params.kwonly_params if kwonly else params.params)
-    if group and isinstance(group[-1].comma, cst.Comma):
-        separator = _separator([p.comma for p in group], cst.SimpleWhitespace(" "))
-        parameter = parameter.with_changes(comma=group[-1].comma)
-        group[-1] = group[-1].with_changes(comma=separator)
-    group.append(parameter)
-    changed = params.with_changes(**{"kwonly_params" if kwonly else "params": group})
-    return function.with_changes(params=changed)
-
-
-class _DictEntries(cst.CSTTransformer):
-    """Appends entries to the dict literal ``name`` is assigned."""
-
-    def __init__(self, name: str, items: list[tuple[str, cst.BaseExpression]]):
-        super().__init__()
-        self.name = name
-        self.items = items
-
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
-        targets = [t.target for t in original_node.targets]
-        if isinstance(updated_node.value, cst.Dict) and any(
-            isinstance(t, cst.Name) and t.value == self.name for t in targets
-        ):
-            return updated_node.with_changes(value=with_entries(updated_node.value, self.items))
-        return updated_node
-
-
-class SettingsPlacement:
-    """Mixin for an :class:`OptimizationCodemod`: keywords it adds to a call that takes all its settings from a
-    dict literal of the same function (``SFTConfig(**sft_kwargs)``) go into that literal instead, as a
-    maintainer would write them; parameters it adds to a function are added as that function is left.
-
-    Call :meth:`start_placement` in ``visit_Module``; a subclass that defines ``leave_FunctionDef`` calls this
-    one's."""
-
-    def start_placement(self) -> None:
-        self.values = ProgramValues(self)
-        self._entries: dict[cst.FunctionDef, tuple[str, list[tuple[str, cst.BaseExpression]]]] = {}
-        self._parameters: dict[cst.FunctionDef, list[tuple[str, str, str]]] = {}
-
-    def placed(self, original: cst.Call, updated: cst.Call, edited: cst.Call) -> cst.Call:
-        """``edited`` (``updated`` with keywords appended), or ``updated`` with those keywords queued for the dict
-        literal the call takes its settings from."""
-        target = self.values.settings_dict(original)
-        if target is None:
-            return edited
-        added = [(a.keyword.value, a.value) for a in edited.args[len(updated.args) :]]
-        self._entries.setdefault(target.function, (target.name, []))[1].extend(added)
-        return updated
-
-    def add_parameter(self, function: cst.FunctionDef, name: str, annotation: str, default: str) -> None:
-        """Add ``name: annotation = default`` to ``function`` (unless queued already)."""
-        queued = self._parameters.setdefault(function, [])
-        if all(p[0] != name for p in queued):
-            queued.append((name, annotation, default))
-
-    def leave_FunctionDef(
-        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
-    ) -> cst.FunctionDef:
-        for name, annotation, default in self._parameters.pop(original_node, []):
-            updated_node = with_keyword_parameter(updated_node, name, annotation, default)
-        if original_node in self._entries:
-            name, items = self._entries.pop(original_node)
-            updated_node = updated_node.with_changes(body=updated_node.body.visit(_DictEntries(name, items)))
-        return updated_node
 
 
 # -- what an expression may evaluate to ---------------------------------------------------------------

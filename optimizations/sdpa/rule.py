@@ -39,13 +39,13 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_expression
 
-from optimizations.program.codemod import call_expr, code_of, literal_value, walk
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.model_code import drop_unused_imports, functional
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.model_code import (
     argument,
     bare,
-    drop_unused_imports,
     factors,
-    functional,
     init_value,
     is_method,
     is_self_attribute,
@@ -54,7 +54,7 @@ from optimizations.program.model_code import (
     terms,
 )
 from optimizations.program.shapes import ProgramShape
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
+from optimizations.program.syntax import NESTED_SCOPES, code_of, literal_value, walk
 from optimizations.registry import Example, Numerics, Optimization, Word
 
 SDPA = ("torch.nn.functional.scaled_dot_product_attention",)

@@ -22,22 +22,17 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import parse_template_expression
 
-from optimizations.program.codemod import (
-    add_keywords,
-    call_expr,
-    code_of,
-    import_end,
-    keyword,
-    literal_value,
-    star_kwargs,
-)
+from optimizations.edits.expressions import add_keywords, call_expr
+from optimizations.edits.imports import import_end
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.config_use import (
     HELPER_ONLY_CONFIG_FILES,
     HELPER_ONLY_CONFIG_PROGRAM,
     not_a_run_config,
 )
 from optimizations.program.hf import HF_CONFIGS, TF32_CHECK, is_training_config
-from optimizations.program.training_loops import BACKWARD, PlannedCodemod
+from optimizations.program.syntax import code_of, keyword, literal_value, star_kwargs
+from optimizations.program.training_loops import BACKWARD
 from optimizations.program.values import outcomes
 from optimizations.registry import Example, Numerics, Optimization
 from optimizations.runtime import GPU_FLAGS_RUNTIME

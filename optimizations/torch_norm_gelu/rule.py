@@ -27,14 +27,14 @@ import math
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import call_expr, code_of, literal_value
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.model_code import drop_unused_imports, functional
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.model_code import (
     argument,
     bare,
     constant,
-    drop_unused_imports,
     factors,
-    functional,
     init_value,
     is_method,
     is_self_attribute,
@@ -43,7 +43,7 @@ from optimizations.program.model_code import (
     terms,
 )
 from optimizations.program.shapes import ProgramShape
-from optimizations.program.training_loops import PlannedCodemod
+from optimizations.program.syntax import code_of, literal_value
 from optimizations.registry import AllOf, Example, Numerics, Optimization, Word
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
