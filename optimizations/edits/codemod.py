@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
@@ -24,7 +24,8 @@ from optimizations.program.syntax import imported_modules
 class Identified(Protocol):
     """What a codemod needs of its optimization: the id its sites carry."""
 
-    id: str
+    @property
+    def id(self) -> str: ...
 
 
 @functools.cache
@@ -66,6 +67,7 @@ class LazyMetadata(dict):
     def __missing__(self, provider: type[BaseMetadataProvider]) -> Mapping[cst.CSTNode, object]:
         if provider not in self.providers:
             raise KeyError(provider)
+        resolved: Mapping[cst.CSTNode, object]
         if provider is ParentNodeProvider:
             self[provider] = resolved = self.parsed.parents()
         else:
@@ -84,7 +86,7 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
     and ``repo`` is the repository the file is in (other files to read or edit, runtime helpers to vendor).
     """
 
-    METADATA_DEPENDENCIES = ()
+    METADATA_DEPENDENCIES: ClassVar[tuple[type[BaseMetadataProvider[Any]], ...]] = ()
 
     def __init__(self, context: CodemodContext, optimization: Identified, repo: RepoContext):
         super().__init__(context)

@@ -45,7 +45,7 @@ def _comment_on(text: str, setting: YamlSetting) -> str:
     if inline.startswith("#"):
         return inline
     above = text[: text.rfind("\n", 0, setting.start) + 1].splitlines()
-    block = []
+    block: list[str] = []
     while above and above[-1].strip().startswith("#"):
         block.insert(0, above.pop().strip())
     return next((line for line in block if setting.key.lower() in line.lower()), "")

@@ -23,6 +23,8 @@ Subclasses name the setting and the config classes, the keywords that go with it
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
@@ -43,7 +45,7 @@ def _caveat(blocked: str | None) -> str:
     return "" if blocked is None else f"; before turning it on: {blocked}"
 
 
-def _turned_on(node: cst.BaseExpression) -> cst.BaseExpression:
+def _turned_on(node: cst.BaseExpression | None) -> cst.BaseExpression:
     return node.with_changes(value="True") if isinstance(node, cst.Name) else expr("True")
 
 
@@ -147,12 +149,13 @@ class SettingSwitch(SettingsPlacement, ParserSettingSwitch):
             return
         if given is None and self._parameter_in_dict(call, site.function):
             note = (
-                f" (config-driven: on where a caller passes {site.function.name.value}({self.setting}=True))"
+                f" (config-driven: on where a caller passes {cast(cst.FunctionDef, site.function).name.value}"
+                f"({self.setting}=True))"
             )
             self.already(call, self._described_as_given(call, note))
             return
         if current is ...:
-            self._decide_expression(site, given.value)
+            self._decide_expression(site, cast(cst.Arg, given).value)
             return
         companions = self.companions(call)
         reads = self._config_reads(call)
@@ -166,12 +169,14 @@ class SettingSwitch(SettingsPlacement, ParserSettingSwitch):
         if reason is not None:
             self.refused(call, self._describe(callee, "True", companions), reason)
             return
-        value, how, yaml_sites = expr("True"), "", []
+        value: cst.BaseExpression = expr("True")
+        how, yaml_sites = "", list[Site]()
         if reads is not None:
             value, how, yaml_sites = self._config_driven(reads, site, blocked)
         elif parameters:
-            name = site.function.name.value
-            self.add_parameter(site.function, self.setting, "bool", "False")
+            function = cast(cst.FunctionDef, site.function)  # the call takes its settings from its parameters
+            name = function.name.value
+            self.add_parameter(function, self.setting, "bool", "False")
             value = cst.Name(self.setting)
             how = (
                 f" (new parameter {name}({self.setting}: bool = False); it stays off until a caller passes "
@@ -240,13 +245,13 @@ class SettingSwitch(SettingsPlacement, ParserSettingSwitch):
         cls = self._dataclass_of(value.value, site.function) if isinstance(value, cst.Attribute) else None
         field = (
             dataclass_field(cls, self.setting)
-            if cls is not None and value.attr.value == self.setting
+            if cls is not None and isinstance(value, cst.Attribute) and value.attr.value == self.setting
             else None
         )
         if default is not None and default[1] is True:
             self.already(call, self._described_as_given(call, " (on by default)"))
             return
-        if field is not None and field.value is True:
+        if cls is not None and field is not None and field.value is True:
             self.already(
                 call, self._described_as_given(call, f" ({cls.name.value}.{self.setting} defaults to True)")
             )
@@ -255,7 +260,12 @@ class SettingSwitch(SettingsPlacement, ParserSettingSwitch):
         if self.default_as_found and default is not None:
             self._keep_default(site, message, companions)
             return
-        if self.default_as_found and field is not None and not self._parsed_from_flags(cls):
+        if (
+            self.default_as_found
+            and cls is not None
+            and field is not None
+            and not self._parsed_from_flags(cls)
+        ):
             # A dataclass default the file has: the repository turns it on where it sets the field.
             note = f" (config-driven: on where {cls.name.value}.{self.setting} is set to True)"
             self.already(call, self._described_as_given(call, note))
@@ -276,6 +286,7 @@ class SettingSwitch(SettingsPlacement, ParserSettingSwitch):
             self.default_edits.add(default[0])
             note = " (its default turned to True)"
         else:
+            assert cls is not None  # a dataclass field's default, False: refused above otherwise
             self.class_edits[cls] = "on"
             note = f" ({cls.name.value}.{self.setting} now defaults to True)"
         self.call_edits[call] = (None, companions)

@@ -5,6 +5,7 @@ separated on one line otherwise; comments stay where they were)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 from libcst.helpers import parse_template_expression
@@ -21,7 +22,9 @@ def call_expr(func: str, *args: cst.BaseExpression, **keywords: cst.BaseExpressi
     """``func(arg, ..., name=value, ...)`` on one line, the argument nodes filled into a libcst template."""
     slots = {f"arg{i}": arg for i, arg in enumerate(args)} | {f"kw_{k}": v for k, v in keywords.items()}
     code = [f"{{arg{i}}}" for i in range(len(args))] + [f"{k}={{kw_{k}}}" for k in keywords]
-    return parse_template_expression(f"{func}({', '.join(code)})", **slots)
+    return cast(
+        cst.Call, parse_template_expression(f"{func}({', '.join(code)})", cst.PartialParserConfig(), **slots)
+    )
 
 
 def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:

@@ -44,7 +44,9 @@ def _only_imports(block: cst.BaseSuite) -> bool:
     )
 
 
-def insert_after_imports(module: cst.Module, statements: Sequence[cst.BaseStatement]) -> cst.Module:
+def insert_after_imports(
+    module: cst.Module, statements: Sequence[cst.SimpleStatementLine | cst.BaseCompoundStatement]
+) -> cst.Module:
     """The module with ``statements`` placed after its import block, set off by blank lines."""
     index = import_end(module)
     body = list(module.body)
@@ -97,7 +99,7 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
         if setup is not None
         else []
     )
-    if not vendored:
+    if not vendored or setup is None:  # no vendored import to move without a setup
         return module.with_changes(
             body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
         )

@@ -4,7 +4,8 @@ removed was the last to use, dropped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -58,8 +59,8 @@ def drop_unused_imports(
         if isinstance(s, cst.SimpleStatementLine) and m.matches(s.body[0], m.Import() | m.ImportFrom())
     ]
     gone = {id(node) for top in [*removed, *imports] for node in _subtree(top)}
-    used_after = {n.value for n in m.findall(module, m.Name()) if id(n) not in gone}
-    used_before = {n.value for top in removed for n in m.findall(top, m.Name())} - set(keep)
+    used_after = {cast(cst.Name, n).value for n in m.findall(module, m.Name()) if id(n) not in gone}
+    used_before = {cast(cst.Name, n).value for top in removed for n in m.findall(top, m.Name())} - set(keep)
     body = list(module.body)
     for index, statement in enumerate(body):
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
@@ -84,13 +85,16 @@ def drop_unused_imports(
                     if index == 0
                     else max(statement.leading_lines, following.leading_lines, key=len)
                 )
-                codemod.replacements[following] = lambda updated, lines=lines: updated.with_changes(
-                    leading_lines=lines
-                )
+                codemod.replacements[following] = _with_changes(leading_lines=lines)
         else:
             kept = [alias for alias, drop in zip(small.names, unused, strict=True) if not drop]
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            codemod.replacements[small] = lambda updated, kept=kept: updated.with_changes(names=kept)
+            codemod.replacements[small] = _with_changes(names=kept)
+
+
+def _with_changes(**changes: object) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A planned replacement: the updated node with ``changes``."""
+    return lambda updated: updated.with_changes(**changes)
 
 
 def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -18,7 +18,7 @@ from optimizations.program.hf import ARGUMENT_PARSERS, RECIPE_FIELDS
 from optimizations.program.recipes import parser_types
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.syntax import code_of, qualified_under
-from optimizations.program.trl_scope import CallSite, TrainingScope
+from optimizations.program.trl_scope import CallSite
 from optimizations.program.yaml_settings import settings
 
 
@@ -42,7 +42,6 @@ class ParserSettingSwitch(ConfigCallReads, OptimizationCodemod):
 
     def __init__(self, context, optimization: Identified, repo: RepoContext):
         super().__init__(context, optimization, repo)
-        self.scope: TrainingScope | None = None
         # call -> (new value of the setting, None to keep it; keywords added with it)
         self.call_edits: dict[
             cst.Call, tuple[cst.BaseExpression | None, list[tuple[str, cst.BaseExpression]]]
@@ -119,13 +118,13 @@ class ParserSettingSwitch(ConfigCallReads, OptimizationCodemod):
             field = (
                 dataclass_field(cls, self.setting) if cls is not None and self._is_dataclass(cls) else None
             )
-            if field is not None and field.value is True and cls not in self.class_edits:
+            if cls is not None and field is not None and field.value is True and cls not in self.class_edits:
                 self.already(
                     field.statement,
                     f"{cls.name.value}.{self.setting} defaults to True (parsed by `{parser}`)",
                 )
                 continue
-            if field is None or cls in self.class_edits:
+            if cls is None or field is None or cls in self.class_edits:
                 continue
             message = f"{cls.name.value}.{self.setting} defaults to True (parsed by `{parser}`)"
             reason = self.blocked(None, site.function)

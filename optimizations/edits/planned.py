@@ -157,7 +157,8 @@ class PlannedCodemod(OptimizationCodemod):
                 continue
             parsed = self.parsed if here else self.repo.sources.parse(path, text)
             spelled = _spellings(parsed, name, module, here)
-            for scope in (parsed.module, *parsed.nodes(cst.FunctionDef)):
+            scopes: list[cst.Module | cst.FunctionDef] = [parsed.module, *parsed.nodes(cst.FunctionDef)]
+            for scope in scopes:
                 body = scope if isinstance(scope, cst.Module) else scope.body
                 for call in walk(body, NESTED_SCOPES):
                     if isinstance(call, cst.Call) and code_of(call.func) in spelled:

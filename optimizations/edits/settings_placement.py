@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from optimizations.program.queries import FileQueries
 from optimizations.program.values import ProgramValues
 
 
@@ -72,7 +73,7 @@ class _DictEntries(cst.CSTTransformer):
         return updated_node
 
 
-class SettingsPlacement:
+class SettingsPlacement(FileQueries):
     """Mixin for an :class:`OptimizationCodemod`: keywords it adds to a call that takes all its settings from a
     dict literal of the same function (``SFTConfig(**sft_kwargs)``) go into that literal instead, as a
     maintainer would write them; parameters it adds to a function are added as that function is left.
@@ -91,7 +92,9 @@ class SettingsPlacement:
         target = self.values.settings_dict(original)
         if target is None:
             return edited
-        added = [(a.keyword.value, a.value) for a in edited.args[len(updated.args) :]]
+        added = [
+            (a.keyword.value, a.value) for a in edited.args[len(updated.args) :] if a.keyword is not None
+        ]
         self._entries.setdefault(target.function, (target.name, []))[1].extend(added)
         return updated
 

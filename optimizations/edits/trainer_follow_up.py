@@ -6,6 +6,8 @@ the line after ``trainer = SFTTrainer(...)``, finding the trainer's model and bi
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from optimizations.edits.codemod import OptimizationCodemod
@@ -97,7 +99,7 @@ class TrainerFollowUp(OptimizationCodemod):
         if helper_call is not self.links.model_argument(original):
             self.helper_keywords[helper_call] = keywords
             return updated
-        wrapped = self.links.model_argument(updated)
+        wrapped = cast(cst.Call, self.links.model_argument(updated))  # the helper call itself
         return updated.deep_replace(wrapped, add_keywords(wrapped, keywords))
 
     def pending_keywords(self, original: cst.Call, updated: cst.Call) -> cst.Call | None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import yaml
 
@@ -25,6 +27,7 @@ CLASS_KEYS = ("_component_", "_target_")
 INSTANTIATE = re.compile(r"\binstantiate\s*\(")
 # What one optimization's pass found in the repository's Python files and component configs, by question: asked
 # once per pass, whichever files' transforms ask (a pass edits configs only after its Python files).
+T = TypeVar("T")
 _FOUND: weakref.WeakKeyDictionary[RepoContext, dict[str, object]] = weakref.WeakKeyDictionary()
 
 
@@ -150,12 +153,12 @@ def top_level_settings(ctx: RepoContext, key: str) -> list[YamlSetting]:
     return _once(ctx, f"top:{key}", find)
 
 
-def _once(ctx: RepoContext, question: str, answer):
+def _once(ctx: RepoContext, question: str, answer: Callable[[], T]) -> T:
     """``answer()`` for ``question`` about ``ctx``'s repository, computed once per pass over it."""
     found = _FOUND.setdefault(ctx, {})
     if question not in found:
         found[question] = answer()
-    return found[question]
+    return cast(T, found[question])
 
 
 def _builds_components(text: str) -> bool:

@@ -7,7 +7,7 @@ these questions for one setting of the file a codemod transforms
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -86,8 +86,9 @@ def dataclass_field(cls: cst.ClassDef, name: str) -> DataclassField | None:
                 and small.target.value == name
             ):
                 default = small.value
-                if isinstance(default, cst.Call) and keyword(default, "default") is not None:
-                    default = keyword(default, "default").value
+                given = keyword(default, "default") if isinstance(default, cst.Call) else None
+                if given is not None:
+                    default = given.value
                 return DataclassField(statement, default, ... if default is None else literal_value(default))
     return None
 
@@ -99,7 +100,7 @@ def _assigned_class(function: cst.FunctionDef, name: str) -> str | None:
         value=m.Call(func=m.SaveMatchedNode(m.Name(), "cls")),
     )
     found = m.extractall(function, built)
-    return found[0]["cls"].value if found else None
+    return cast(cst.Name, found[0]["cls"]).value if found else None
 
 
 class ConfigCallReads(FileQueries):
@@ -109,7 +110,7 @@ class ConfigCallReads(FileQueries):
 
     setting: ClassVar[str]
     values: ProgramValues
-    scope: TrainingScope | None
+    scope: TrainingScope  # set as the module is visited
 
     # -- a call's settings -----------------------------------------------------------------------------------------------
     def _imported(self, node: cst.CSTNode) -> bool:
@@ -123,7 +124,11 @@ class ConfigCallReads(FileQueries):
         given = [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
         literal = self.values.settings_dict(call)
         if literal is not None:
-            given += [(literal_value(e.key), e.value) for e in literal.literal.elements]
+            # the literal's keys are strings (``settings_dict``)
+            given += [
+                (cast(str, literal_value(cast(cst.DictElement, e).key)), e.value)
+                for e in literal.literal.elements
+            ]
         return given
 
     def _config_reads(self, call: cst.Call) -> ConfigReads | None:

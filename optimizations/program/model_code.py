@@ -5,6 +5,8 @@ lists of factors and terms."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
@@ -32,7 +34,7 @@ def _normal(node: cst.CSTNode) -> str:
     return "".join(code_of(node).split()).replace("(", "").replace(")", "")
 
 
-def is_method(node: cst.CSTNode, *methods: str) -> bool:
+def is_method(node: cst.CSTNode, *methods: str) -> TypeGuard[cst.Call]:
     """``<receiver>.<method>(...)`` for one of ``methods``."""
     return (
         isinstance(node, cst.Call)
@@ -50,7 +52,7 @@ def argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | N
     return positional[position].value if len(positional) > position else None
 
 
-def tensor_method(node: cst.CSTNode, names, *methods: str) -> bool:
+def tensor_method(node: cst.CSTNode, names: Callable[[cst.CSTNode], Iterable[str]], *methods: str) -> bool:
     """``<tensor>.<method>(...)``: a method call whose receiver is not a module (``torch``, ``math``).
 
     ``names(node)`` gives the qualified names a node may refer to (the codemod's ``names``).
@@ -58,7 +60,7 @@ def tensor_method(node: cst.CSTNode, names, *methods: str) -> bool:
     return is_method(node, *methods) and not any(n.split(".")[0] in LIBRARIES for n in names(node.func))
 
 
-def is_self_attribute(node: cst.CSTNode) -> bool:
+def is_self_attribute(node: cst.CSTNode) -> TypeGuard[cst.Attribute]:
     """``self.<name>``."""
     return (
         isinstance(node, cst.Attribute)
@@ -87,7 +89,7 @@ def self_bindings(cls: cst.ClassDef, attribute: str) -> list[tuple[str, cst.Base
             elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
                 if _names_attribute(node.target, attribute):
                     found.append((name, node.value if isinstance(node, cst.AnnAssign) else None))
-            elif _registers(node, attribute):
+            elif isinstance(node, cst.Call) and _registers(node, attribute):
                 found.append((name, node.args[1].value if len(node.args) > 1 else None))
     return found
 
@@ -108,7 +110,7 @@ def init_value(cls: cst.ClassDef | None, attribute: str) -> cst.BaseExpression |
         local = [
             a.value
             for a in m.findall(init, m.Assign())
-            if any(m.matches(t.target, m.Name(value.value)) for t in a.targets)
+            if isinstance(a, cst.Assign) and any(m.matches(t.target, m.Name(value.value)) for t in a.targets)
         ]
         bound_otherwise = m.findall(
             init, m.AugAssign(target=m.Name(value.value)) | m.Param(name=m.Name(value.value))
@@ -154,7 +156,7 @@ def terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [node]
 
 
-def constant(node: cst.BaseExpression, names) -> float | None:
+def constant(node: cst.BaseExpression, names: Callable[[cst.CSTNode], Iterable[str]]) -> float | None:
     """The value of constant arithmetic: number literals, ``math.pi``, ``math.sqrt(...)``, ``+ - * / **``.
 
     ``names(node)`` gives the qualified names a node may refer to (the codemod's ``names``).
@@ -193,7 +195,8 @@ def constant(node: cst.BaseExpression, names) -> float | None:
             if operator is cst.Divide:
                 return left / right
             if operator is cst.Power:
-                return left**right
+                power: float = left**right
+                return power
         except (ZeroDivisionError, OverflowError, ValueError):
             return None
     return None

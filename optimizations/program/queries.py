@@ -11,7 +11,7 @@ names without its full scope analysis), so ``from trl import SFTConfig as C``, `
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar, overload
 
 import libcst as cst
 from libcst.metadata import QualifiedName
@@ -22,6 +22,7 @@ from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext
 
 N = TypeVar("N", bound=cst.CSTNode)
+M = TypeVar("M", bound=cst.CSTNode)
 
 
 class FileQuery(Protocol):
@@ -31,7 +32,12 @@ class FileQuery(Protocol):
     repo: RepoContext
     parsed: ParsedFile
 
-    def nodes(self, *types: type[N]) -> list[N]: ...
+    @overload
+    def nodes(self, node_type: type[N], /) -> list[N]: ...
+    @overload
+    def nodes(self, first: type[N], second: type[M], /) -> list[N | M]: ...
+    @overload
+    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]: ...
 
     def names(self, node: cst.CSTNode) -> set[str]: ...
 
@@ -39,7 +45,7 @@ class FileQuery(Protocol):
 
     def repository_function(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, str] | None: ...
 
-    def calls(self, node: cst.BaseExpression, function: str) -> bool: ...
+    def calls(self, node: cst.BaseExpression, function: str) -> TypeGuard[cst.Call]: ...
 
     def line(self, node: cst.CSTNode) -> int: ...
 
@@ -51,7 +57,13 @@ class FileQueries:
     repo: RepoContext
     parsed: ParsedFile
 
-    def nodes(self, *types: type[N]) -> list[N]:
+    @overload
+    def nodes(self, node_type: type[N], /) -> list[N]: ...
+    @overload
+    def nodes(self, first: type[N], second: type[M], /) -> list[N | M]: ...
+    @overload
+    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]: ...
+    def nodes(self, *types: type[Any]) -> list[Any]:
         """The file's nodes of these types, in source order, from one walk shared by every codemod."""
         return self.parsed.nodes(*types)
 
@@ -74,7 +86,7 @@ class FileQueries:
         found = (index.function_definition(q.name, self.path) for q in self.qualified(func))
         return next(filter(None, found), None)
 
-    def calls(self, node: cst.BaseExpression, function: str) -> bool:
+    def calls(self, node: cst.BaseExpression, function: str) -> TypeGuard[cst.Call]:
         """``node`` is a call of ``function`` (a vendored helper, say), by its qualified or bare name."""
         return isinstance(node, cst.Call) and (
             any(n.rpartition(".")[2] == function for n in self.names(node.func))

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from optimizations.program.tree import Walk
 
 T = TypeVar("T")
+N = TypeVar("N", bound="cst.CSTNode")
+M = TypeVar("M", bound="cst.CSTNode")
 
 VENDORED_PREFIX = "_perfbot_"
 DOCS = "docs/*"
@@ -119,14 +121,20 @@ class ParsedFile:
         """``analysis(self)``, computed once per parse (the module's names, say) for every codemod that asks."""
         if analysis not in self._derived:
             self._derived[analysis] = analysis(self)
-        return self._derived[analysis]
+        return cast(T, self._derived[analysis])
 
     def syntax(self) -> ast.Module | None:
         """The file as Python's own parser reads it (None where it does not), shared with the run's other
         readers of the same text."""
         return (self._cache or SourceCache()).syntax(self.path, self.source)
 
-    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]:
+    @overload
+    def nodes(self, node_type: type[N], /) -> list[N]: ...
+    @overload
+    def nodes(self, first: type[N], second: type[M], /) -> list[N | M]: ...
+    @overload
+    def nodes(self, *types: type[cst.CSTNode]) -> list[cst.CSTNode]: ...
+    def nodes(self, *types: type[Any]) -> list[Any]:
         """The module's nodes of these types in source order, as ``m.findall(module, ...)`` lists them; the
         module is walked once for every codemod that asks."""
         walk = self.walk()

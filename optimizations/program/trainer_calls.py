@@ -103,7 +103,9 @@ class TrainerLinks:
         trainers = []
         for read in self.names.reads(name, scope):
             arg = self.parent(read)
-            trainer = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            if not isinstance(arg, cst.Arg):
+                continue
+            trainer = self.parent(arg)
             if isinstance(trainer, cst.Call) and self._takes_as_args(trainer, arg):
                 trainers.append(trainer)
         return trainers
@@ -119,7 +121,8 @@ class TrainerLinks:
         """The name or attribute (``trainer``, ``self.trainer``) that ``value`` is the whole right-hand side of,
         with the line, when that assignment is the only statement on it."""
         target = assigned_target(self.parent, value)
-        line = self.parent(self.parent(value))
+        holder = self.parent(value)
+        line = self.parent(holder) if holder is not None else None
         if isinstance(target, cst.Name | cst.Attribute) and isinstance(line, cst.SimpleStatementLine):
             return (target, line) if len(line.body) == 1 else None
         return None

@@ -14,7 +14,7 @@ step, not one per step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard, cast
 
 import libcst as cst
 
@@ -48,7 +48,7 @@ LOG_METHODS = frozenset(
 )
 
 
-def is_method_call(node: cst.CSTNode, *methods: str) -> bool:
+def is_method_call(node: cst.CSTNode, *methods: str) -> TypeGuard[cst.Call]:
     """``<receiver>.<method>(...)`` for one of ``methods``."""
     return (
         isinstance(node, cst.Call)
@@ -70,19 +70,20 @@ def training_loops(parsed: ParsedFile) -> list[cst.For | cst.While]:
     for call in parsed.nodes(cst.Call):
         if not is_method_call(call, BACKWARD):
             continue
-        child, holder = call, parents.get(call)
+        child: cst.CSTNode = call
+        holder = parents.get(call)
         while holder is not None and not isinstance(holder, NESTED_SCOPES + LOOPS):
             child, holder = holder, parents.get(holder)
         if isinstance(holder, LOOPS) and child is holder.body:
             found.add(holder)
-    return [loop for loop in parsed.nodes(*LOOPS) if loop in found] if found else []
+    return [loop for loop in parsed.nodes(cst.For, cst.While) if loop in found] if found else []
 
 
 def loss_names(loop: cst.For | cst.While) -> set[str]:
     """The names the loop calls ``.backward()`` on, through scaling and arithmetic."""
     names: set[str] = set()
     for call in backward_calls(loop):
-        receiver = call.args[0].value if framework_backward(call) else call.func.value
+        receiver = call.args[0].value if framework_backward(call) else cast(cst.Attribute, call.func).value
         while True:
             if isinstance(receiver, cst.Name):
                 names.add(receiver.value)
@@ -132,13 +133,15 @@ def name_reads_and_writes(
             continue
         binding = _binding_of(node, parent)
         if binding is not None:
-            writes.append(parent(binding) if isinstance(binding, cst.AssignTarget) else binding)
+            writes.append(
+                cast(cst.Assign, parent(binding)) if isinstance(binding, cst.AssignTarget) else binding
+            )
         else:
             reads.append(node)
     return reads, writes, nested
 
 
-def _binding_of(name: cst.Name, parent) -> cst.CSTNode | None:
+def _binding_of(name: cst.Name, parent: Callable[[cst.CSTNode], cst.CSTNode | None]) -> cst.CSTNode | None:
     """The node that binds ``name`` when it is an assignment/loop/import/``del`` target (unpacking included)."""
     node: cst.CSTNode = name
     up = parent(node)
@@ -153,7 +156,9 @@ def _binding_of(name: cst.Name, parent) -> cst.CSTNode | None:
     return None
 
 
-def _inside_nested_scope(node: cst.CSTNode, body: cst.CSTNode, parent) -> bool:
+def _inside_nested_scope(
+    node: cst.CSTNode, body: cst.CSTNode, parent: Callable[[cst.CSTNode], cst.CSTNode | None]
+) -> bool:
     current = parent(node)
     while current is not None and current is not body:
         if isinstance(current, NESTED_SCOPES):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
@@ -54,10 +55,6 @@ class Keys:
     names: frozenset[str] | None
     where: str
     why: str = ""
-
-    @property
-    def known(self) -> bool:
-        return self.names is not None
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ class RepositoryFunctions:
                 if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
                     continue
                 for alias in small.names:
-                    bound = alias.asname.name.value if alias.asname else code_of(alias.name)
+                    bound = cast(cst.Name, alias.asname.name).value if alias.asname else code_of(alias.name)
                     if bound != name:
                         continue
                     imported = self._module_source(small, source)
@@ -216,7 +213,7 @@ class ProgramValues(RepositoryFunctions):
                 continue
             keys = self.keys(arg.value, function, self.here)
             splat = f"`**{code_of(arg.value)}`"
-            if not keys.known:
+            if keys.names is None:
                 return (
                     f"settings are passed through {splat} ({keys.where}), whose keys are unknown: {keys.why}"
                 )
@@ -237,7 +234,7 @@ class ProgramValues(RepositoryFunctions):
         bindings, _ = self._uses(name, function.body, self.here)
         if len(bindings) != 1 or not isinstance(bindings[0], cst.Dict) or dict_items(bindings[0]) is None:
             return None
-        if not self.keys(call.args[0].value, function, self.here).known:
+        if self.keys(call.args[0].value, function, self.here).names is None:
             return None
         return SettingsDict(name, bindings[0], function)
 
@@ -251,19 +248,21 @@ class ProgramValues(RepositoryFunctions):
             for element in value.elements:
                 if isinstance(element, cst.StarredDictElement):
                     inner = self.keys(element.value, function, source, depth)
-                    if not inner.known:
+                    if inner.names is None:
                         return inner
                     keys |= inner.names
-                elif isinstance(literal_value(element.key), str):
-                    keys.add(literal_value(element.key))
                 else:
-                    return Keys(None, where, f"the key `{code_of(element.key)}` is computed")
+                    key = cast(cst.DictElement, element).key
+                    named = literal_value(key)
+                    if not isinstance(named, str):
+                        return Keys(None, where, f"the key `{code_of(key)}` is computed")
+                    keys.add(named)
             return Keys(frozenset(keys), where)
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.BitOr):
             left = self.keys(value.left, function, source, depth)
             right = self.keys(value.right, function, source, depth)
-            if not (left.known and right.known):
-                return left if not left.known else right
+            if left.names is None or right.names is None:
+                return left if left.names is None else right
             return Keys(left.names | right.names, where)
         if isinstance(value, cst.Name):
             return self._name_keys(value.value, function, source, depth)
@@ -288,7 +287,7 @@ class ProgramValues(RepositoryFunctions):
             if isinstance(item, Keys):
                 return item
             found = self.keys(item, function, source, depth)
-            if not found.known:
+            if found.names is None:
                 return found
             keys |= found.names
         return Keys(frozenset(keys), source.where(bindings[0]))
@@ -312,12 +311,12 @@ class ProgramValues(RepositoryFunctions):
 
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
-            if isinstance(parent, (cst.Arg, cst.Param)) and parent.keyword is node:
+            if isinstance(parent, cst.Arg) and parent.keyword is node:
                 continue
             if isinstance(parent, cst.Param):
                 continue  # a nested function's own parameter
             if isinstance(parent, cst.AssignTarget) and parent.target is node:
-                bindings.append(grand.value)
+                bindings.append(cast(cst.Assign, grand).value)
             elif isinstance(parent, cst.AnnAssign) and parent.target is node:
                 if parent.value is not None:
                     bindings.append(parent.value)
@@ -350,7 +349,9 @@ class ProgramValues(RepositoryFunctions):
                 call = parents.get(parent)
                 if not (isinstance(call, cst.Call) and self._reads_only(call)):
                     additions.append(
-                        unknown(f"it is passed to `{code_of(call.func)}(...)`, which may add keys")
+                        unknown(
+                            f"it is passed to `{code_of(cast(cst.Call, call).func)}(...)`, which may add keys"
+                        )
                     )
             elif isinstance(parent, (cst.AssignTarget, cst.Element, cst.StarredElement)) or (
                 isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node
@@ -400,7 +401,7 @@ class ProgramValues(RepositoryFunctions):
                     keys.add(arg.keyword.value)
                     continue
                 inner = self.keys(arg.value, None, source, depth) if arg.star != "*" else None
-                if inner is None or not inner.known:
+                if inner is None or inner.names is None:
                     return inner or Keys(None, where, f"`{code_of(call)}` unpacks pairs")
                 keys |= inner.names
             return Keys(frozenset(keys), where)
@@ -416,7 +417,7 @@ class ProgramValues(RepositoryFunctions):
         keys = set()
         for returned in returns:
             inner = self.keys(returned, helper, helper_source, depth + 1)
-            if not inner.known:
+            if inner.names is None:
                 return inner
             keys |= inner.names
         return Keys(frozenset(keys), helper_source.where(helper))
@@ -517,8 +518,7 @@ def outcomes(
                 return None
             found = assignments(scope, node.value)
             if found:
-                values = [outcomes(a.value, scopes, depth - 1) for a in found]
-                return None if any(v is None for v in values) else [e for v in values for e in v]
+                return _joined([outcomes(a.value, scopes, depth - 1) for a in found])
         return None
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         index = node.slice[0].slice
@@ -529,29 +529,39 @@ def outcomes(
             picked = [
                 element.value
                 for t in table
-                for element in t.elements
+                for element in cast(cst.Dict, t).elements
                 if isinstance(element, cst.DictElement)
                 and (wanted is None or literal_value(element.key) in wanted)
             ]
-            values = [outcomes(v, scopes, depth - 1) for v in picked]
-            return None if not picked or any(v is None for v in values) else [e for v in values for e in v]
+            return _joined([outcomes(v, scopes, depth - 1) for v in picked]) if picked else None
     return [node]
+
+
+def _joined(values: list[list[cst.BaseExpression] | None]) -> list[cst.BaseExpression] | None:
+    """The outcomes of every one of ``values``, in order; ``None`` when one of them is unknown."""
+    joined: list[cst.BaseExpression] = []
+    for value in values:
+        if value is None:
+            return None
+        joined += value
+    return joined
 
 
 def dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
     """The ``key: value`` pairs of a dict literal with string keys, or of ``dict(key=value, ...)``; ``None``
     when the expression builds no dict or some keys cannot be read (a ``**`` inside, a computed key)."""
     if isinstance(node, cst.Dict):
-        items = {}
+        items: dict[str, cst.BaseExpression] = {}
         for element in node.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(literal_value(element.key), str):
+            key = literal_value(element.key) if isinstance(element, cst.DictElement) else None
+            if not isinstance(key, str):
                 return None
-            items[literal_value(element.key)] = element.value
+            items[key] = element.value
         return items
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "dict":
         if any(arg.keyword is None for arg in node.args):
             return None
-        return {arg.keyword.value: arg.value for arg in node.args}
+        return {arg.keyword.value: arg.value for arg in node.args if arg.keyword is not None}
     return None
 
 
