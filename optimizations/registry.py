@@ -29,7 +29,7 @@ from functools import cache, lru_cache
 from itertools import chain
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from optimizations.program.collector import collector_paused
 from optimizations.program.reachability import in_snapshot_folder, in_vendor_folder, program_of
@@ -44,8 +44,9 @@ from optimizations.program.repository import (
 from optimizations.program.shapes import ProgramShape
 
 if TYPE_CHECKING:
-    from optimizations.program.codemod import OptimizationCodemod
+    from optimizations.edits.codemod import OptimizationCodemod
 
+V = TypeVar("V")
 ENTRY_POINT_GROUP = "bot.optimizations"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
@@ -128,7 +129,7 @@ def _editable(ctx: RepoContext, path: str) -> bool:
 class Optimization:
     """One registered optimization: what it is (the class attributes) and the codemods that carry it out.
 
-    ``codemods`` are :class:`optimizations.program.codemod.OptimizationCodemod` subclasses, constructed as
+    ``codemods`` are :class:`optimizations.edits.codemod.OptimizationCodemod` subclasses, constructed as
     ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
     over the previous one's output; the ones after the first are follow-ups that run only where an earlier
     one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
@@ -380,9 +381,9 @@ def _checked(cls: type[Optimization]) -> type[Optimization]:
     return cls
 
 
-def _registered(entries: Iterator[tuple[str, str, object]], package: str, group: str) -> dict[str, object]:
+def _registered(entries: Iterator[tuple[str, str, V]], package: str, group: str) -> dict[str, V]:
     """``(id, where, value)`` entries by id: two places registering one id, or none at all, is an error."""
-    found: dict[str, tuple[str, object]] = {}
+    found: dict[str, tuple[str, V]] = {}
     for key, where, value in entries:
         known, _ = found.setdefault(key, (where, value))
         if known != where:
@@ -454,7 +455,8 @@ def _literal_listings(name: str, path: Path) -> list[tuple[Listing, str]] | None
         if "id" not in values:
             continue
         try:
-            listing = Listing(**{name: _literal(value) for name, value in values.items()})
+            literals: dict[str, Any] = {name: _literal(value) for name, value in values.items()}
+            listing = Listing(**literals)
         except (KeyError, ValueError, TypeError, SyntaxError):
             return None
         where = f"{name}:{node.name}"

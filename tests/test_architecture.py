@@ -234,7 +234,7 @@ def test_optimizations_have_no_import_cycle():
     """The program model (``optimizations/program/``) sits below the registry and the optimizations: the
     codemod base and the repository objects import neither, so nothing circles back through the registry."""
     graph = _graph("optimizations")
-    assert "optimizations.program.codemod" in graph and "optimizations.registry" in graph
+    assert "optimizations.edits.codemod" in graph and "optimizations.registry" in graph
     assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
     program = {name: deps for name, deps in graph.items() if name.startswith("optimizations.program")}
     upward = {
@@ -286,3 +286,18 @@ def test_no_optimization_imports_another():
         if name.count(".") >= 1
     }
     assert not any(crossing.values()), {k: v for k, v in crossing.items() if v}
+
+
+def test_facts_never_import_edits():
+    """The program model (``optimizations/program/``: what the program is) never imports the edit machinery
+    (``optimizations/edits/``), not even for type checking; and neither imports an optimization folder."""
+    folders = {p.parent.name for p in (ROOT / "optimizations").glob("*/rule.py")}
+    graph = _graph("optimizations")
+    assert "optimizations.program.queries" in graph and "optimizations.edits.codemod" in graph
+    for name, deps in graph.items():
+        if name.startswith("optimizations.program."):
+            edits = sorted(d for d in deps if d.startswith("optimizations.edits"))
+            assert not edits, f"{name} imports {edits} from the edit machinery"
+        if name.startswith(("optimizations.program.", "optimizations.edits.")):
+            rules = sorted(d for d in deps if d.split(".")[1] in folders)
+            assert not rules, f"{name} imports the optimization folders {rules}"

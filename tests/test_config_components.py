@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from optimizations.program.components import add_keyword, components
+from optimizations.edits.component_configs import add_keyword
+from optimizations.program.components import components
 from optimizations.registry import get
 from tests.git_repos import commit_all, make_repo
 

@@ -7,8 +7,8 @@ import pytest
 
 from optimizations.dpo_precompute.edit import reference_batch_size
 from optimizations.dpo_precompute.rule import DpoPrecompute
-from optimizations.program.codemod import code_of
 from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import code_of
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ import git
 import pytest
 import yaml
 
-from optimizations.program.recipes import RecipeSetting, launches, switch
+from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.edits.yaml_text import add_keys
+from optimizations.program.recipes import launches
 from optimizations.program.repository import RepoContext
-from optimizations.program.yaml_settings import add_keys
 from optimizations.registry import get
 from tests.git_repos import commit_all, make_repo
 

@@ -14,7 +14,7 @@ from optimizations.registry import ENTRY_POINT_GROUP, RegistryError, discover, l
 FASTER = """\
 import libcst as cst
 
-from optimizations.program.codemod import OptimizationCodemod
+from optimizations.edits.codemod import OptimizationCodemod
 from optimizations.registry import Numerics, Optimization
 
 

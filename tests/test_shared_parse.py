@@ -19,8 +19,9 @@ from libcst.metadata import ParentNodeProvider, ScopeProvider
 from bot.scan import scan
 from bot.scope import Scope
 from optimizations import registry as registry_module
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.imports import add_imports
 from optimizations.program import repository as repository_module
-from optimizations.program.codemod import OptimizationCodemod, add_imports
 from optimizations.program.names import ScopedNames
 from optimizations.program.positions import StartLines
 from optimizations.program.repository import RepoContext, SourceCache

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from libcst.metadata import QualifiedName, QualifiedNameSource
 
+from optimizations.edits.recipe_switch import RecipeSetting, switch
 from optimizations.program.classes import repository_classes
-from optimizations.program.recipes import RecipeSetting, launches, switch
+from optimizations.program.recipes import launches
 from optimizations.program.repository import RepoContext
 from optimizations.registry import get
 from tests.git_repos import make_repo

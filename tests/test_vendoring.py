@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optimizations.edits.vendoring import vendor
 from optimizations.program.repository import RepoContext
 from optimizations.registry import registry
 from optimizations.runtime import GPU_FLAGS_RUNTIME
@@ -116,7 +117,7 @@ def test_a_helper_goes_where_the_file_can_import_it(tmp_path, files, expected_ta
     write(tmp_path, files)
     edited = next(path for path in files if path.endswith(("train.py", "lora.py")))
     ctx = RepoContext(tmp_path)
-    assert ctx.vendor(GPU_FLAGS_RUNTIME, edited, ast.parse(files[edited])) == expected_target
+    assert vendor(ctx, GPU_FLAGS_RUNTIME, edited, ast.parse(files[edited])) == expected_target
     assert list(ctx.vendored) == [expected_file]
 
 

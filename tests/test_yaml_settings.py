@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from optimizations.program.yaml_settings import settings, turn_on
+from optimizations.edits.yaml_text import turn_on
+from optimizations.program.yaml_settings import settings
 
 CONFIG = """\
 # SFT defaults

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import (
-    call_expr,
-    code_of,
-    keyword,
-    literal_value,
-    qualified_under,
-    star_kwargs,
-)
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import trainer_class
 from optimizations.program.kbit import kbit_preparation
 from optimizations.program.model_use import kept_as_data
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, star_kwargs
 from optimizations.program.values import assignments
 from optimizations.runtime import PRECISION_RUNTIME
 

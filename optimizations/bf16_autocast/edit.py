@@ -7,8 +7,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.program.codemod import code_of, keyword, literal_value
 from optimizations.program.frameworks import framework_backward, framework_calls
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.training_loops import BACKWARD, backward_calls, is_method_call, loss_names
 from optimizations.program.values import outcomes
 from optimizations.runtime import PRECISION_RUNTIME

@@ -6,11 +6,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import add_keywords, code_of, expr, keyword, literal_value, walk
+from optimizations.edits.expressions import add_keywords, expr
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.config_use import fills_in_for_a_parameter
 from optimizations.program.frameworks import ACCELERATE, DEEPSPEED, FrameworkCall, json_config, launch_setting
 from optimizations.program.repository import Site
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
+from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, walk
 from optimizations.program.values import assignments, dict_items, outcomes
 from optimizations.runtime import PRECISION_RUNTIME
 

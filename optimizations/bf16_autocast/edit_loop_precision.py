@@ -10,11 +10,12 @@ import weakref
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, keyword, literal_value, qualified_under, walk
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.components import instantiates_components, reads_config_key, top_level_settings
 from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext, SourceCache
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call
+from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, qualified_under, walk
+from optimizations.program.training_loops import is_method_call
 from optimizations.program.values import outcomes
 from optimizations.program.yaml_settings import YamlSetting
 

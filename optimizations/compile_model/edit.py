@@ -6,9 +6,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, qualified_under, walk
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.frameworks import LIGHTNING
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, argument_for, is_method_call
+from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
+from optimizations.program.training_loops import argument_for, is_method_call
 from optimizations.runtime import COMPILE_RUNTIME
 
 COMPILE = "compile_model"

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from optimizations.program.components import (
-    instantiates_components,
-    reads_config_key,
-    switch_on,
-    top_level_settings,
-)
+from optimizations.edits.component_configs import switch_on
+from optimizations.program.components import instantiates_components, reads_config_key, top_level_settings
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import BACKWARD

@@ -10,22 +10,22 @@ from dataclasses import replace
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
-from optimizations.program.codemod import (
-    add_keywords,
+from optimizations.edits.expressions import add_keywords, replace_keyword
+from optimizations.edits.imports import insert_after_imports
+from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.program.config_use import not_a_run_config
+from optimizations.program.hf import ARGUMENT_PARSERS, is_training_config
+from optimizations.program.recipes import parser_types
+from optimizations.program.repository import RepoContext
+from optimizations.program.requirements import admits_older
+from optimizations.program.syntax import (
     code_of,
     defines,
-    insert_after_imports,
     is_data_loader,
     keyword,
     literal_value,
     qualified_under,
-    replace_keyword,
 )
-from optimizations.program.config_use import not_a_run_config
-from optimizations.program.hf import ARGUMENT_PARSERS, is_training_config
-from optimizations.program.recipes import RecipeSetting, parser_types, switch
-from optimizations.program.repository import RepoContext
-from optimizations.program.requirements import admits_older
 from optimizations.registry import Optimization
 
 from .edit_refusals import LoaderRefusals

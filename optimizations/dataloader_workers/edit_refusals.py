@@ -6,23 +6,16 @@ from __future__ import annotations
 
 import libcst as cst
 
+from optimizations.edits.codemod import Identified, OptimizationCodemod
+from optimizations.edits.settings_placement import SettingsPlacement
 from optimizations.program.classes import repository_classes
-from optimizations.program.codemod import (
-    Identified,
-    OptimizationCodemod,
-    code_of,
-    keyword,
-    literal_value,
-    qualified_under,
-    walk,
-)
 from optimizations.program.hf import HF_PACKAGES
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, walk
 from optimizations.program.training_loops import BACKWARD, is_method_call
-from optimizations.program.values import SettingsPlacement
 
 # torch's iterable-style dataset, as the repository's classes may name their base.
 TORCH_ITERABLE_DATASETS = frozenset(

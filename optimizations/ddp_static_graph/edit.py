@@ -6,16 +6,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import (
-    OptimizationCodemod,
-    code_of,
-    keyword,
-    literal_value,
-    qualified_under,
-)
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import is_training_config
-from optimizations.program.repository import RepoContext, RuntimeHelper
+from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
 from optimizations.registry import Optimization
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, keyword, literal_value
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import is_argument_parser, trainer_class
 from optimizations.program.recipes import set_by_every_launch
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.runtime import COMPILE_REPEATED_LAYERS, FIXED_BUDGET
 
 KEYWORD = "cuda_graphs"

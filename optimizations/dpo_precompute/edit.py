@@ -6,19 +6,13 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import parse_template_expression
 
-from optimizations.program.codemod import (
-    OptimizationCodemod,
-    call_expr,
-    code_of,
-    keyword,
-    literal_value,
-    parenthesized,
-    qualified_under,
-    replace_keyword,
-)
-from optimizations.program.config_switch import SettingSwitch
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.config_switch import SettingSwitch
+from optimizations.edits.expressions import call_expr, parenthesized, replace_keyword
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import DEFAULT_TRAIN_BATCH_SIZE
-from optimizations.program.repository import RepoContext, RuntimeHelper
+from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under
 from optimizations.registry import Optimization
 
 RUNTIME = RuntimeHelper("dpo_cache", "optimizations.dpo_precompute")

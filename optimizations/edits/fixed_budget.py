@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, keyword, literal_value, star_kwargs
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import is_training_config, trainer_class
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword, literal_value, star_kwargs
 from optimizations.runtime import COMPILE_REPEATED_LAYERS, FIXED_BUDGET
 
 
@@ -52,7 +52,8 @@ class FixBudget(TrainerFollowUp):
         if self.never_applies(config):
             return updated_node  # the config has nothing the budget fixes: not a site
         if follows:  # the built trainer is given: its config, and the collator it built from it
-            config = self.links.assigned_line(original_node)[0]
+            assigned = self.links.assigned_line(original_node)  # a follow-up call needs an assigned trainer
+            config = assigned[0] if assigned is not None else config
             message += f" ({self.GIVEN_THE_TRAINER})"
         self.changed(original_node, message)
         return self.add_helper_keywords(

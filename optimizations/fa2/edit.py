@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import add_keywords, code_of, expr, keyword, literal_value, replace_keyword
+from optimizations.edits.expressions import add_keywords, expr, replace_keyword
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import MODEL_CLASS, MODEL_LOADERS
 from optimizations.program.model_use import READS, kept_as_data
-from optimizations.program.repository import RuntimeHelper
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.trainer_calls import is_plain_reference
 
 from .edit_decisions import PICKER, AttentionDecisions

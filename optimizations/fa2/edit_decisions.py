@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import call_expr, code_of, expr, literal_value
+from optimizations.edits.expressions import call_expr, expr
+from optimizations.program.syntax import code_of, literal_value
 
 from .edit_sites import AttentionSites
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import OptimizationCodemod, code_of, keyword, literal_value
+from optimizations.edits.codemod import OptimizationCodemod
 from optimizations.program.hf import is_training_config
 from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
 from optimizations.registry import Optimization
 

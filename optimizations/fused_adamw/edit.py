@@ -8,19 +8,21 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from optimizations.program.codemod import (
-    add_keywords,
-    call_expr,
+from optimizations.edits.expressions import add_keywords, call_expr
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.components import Component
+from optimizations.program.placement import caller_owners, later_move, parameter_owners
+from optimizations.program.positions import start_line
+from optimizations.program.syntax import (
+    NESTED_SCOPES,
     code_of,
     keyword,
     literal_value,
     qualified_under,
     star_kwargs,
+    walk,
 )
-from optimizations.program.components import Component
-from optimizations.program.placement import caller_owners, later_move, parameter_owners
-from optimizations.program.positions import start_line
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
+from optimizations.program.training_loops import is_method_call
 from optimizations.program.values import dict_items, outcomes
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 

@@ -4,13 +4,8 @@ why."""
 
 from __future__ import annotations
 
-from optimizations.program.components import (
-    add_keyword,
-    components,
-    config_files,
-    instantiates_components,
-    read_text,
-)
+from optimizations.edits.component_configs import add_keyword
+from optimizations.program.components import components, config_files, instantiates_components, read_text
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization

@@ -7,21 +7,16 @@ from dataclasses import replace
 
 import libcst as cst
 
-from optimizations.program.codemod import (
-    OptimizationCodemod,
-    add_keywords,
-    call_expr,
-    code_of,
-    keyword,
-    literal_value,
-    qualified_under,
-    replace_keyword,
-)
+from optimizations.edits.codemod import OptimizationCodemod
+from optimizations.edits.expressions import add_keywords, call_expr, replace_keyword
+from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import PEFT_FROM_FLAGS, is_argument_parser, is_training_config, trainer_class
-from optimizations.program.recipes import RecipeSetting, parser_types, switch
-from optimizations.program.repository import RepoContext, RuntimeHelper
+from optimizations.program.recipes import parser_types
+from optimizations.program.repository import RepoContext
 from optimizations.program.requirements import declares_dependency
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
 from optimizations.registry import Optimization
 

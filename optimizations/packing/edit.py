@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, expr, keyword, literal_value
-from optimizations.program.components import (
-    components,
-    config_files,
-    instantiates_components,
-    read_text,
-    switch_on,
-)
-from optimizations.program.config_switch import SettingSwitch
+from optimizations.edits.component_configs import switch_on
+from optimizations.edits.config_switch import SettingSwitch
+from optimizations.edits.expressions import expr
+from optimizations.program.components import components, config_files, instantiates_components, read_text
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.yaml_settings import settings
 
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")

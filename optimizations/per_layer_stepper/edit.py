@@ -7,18 +7,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import RemoveImportsVisitor
 
-from optimizations.program.codemod import (
-    add_keywords,
-    code_of,
-    keyword,
-    literal_value,
-    qualified_under,
-    star_kwargs,
-)
+from optimizations.edits.expressions import add_keywords
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import TRAINER_OPTIMIZER_KEYWORDS, TRAINER_POSITIONAL_LIMIT, trainer_class
-from optimizations.program.repository import RuntimeHelper
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, star_kwargs
 from optimizations.program.trainer_calls import is_plain_reference
-from optimizations.program.training_loops import PlannedCodemod
 
 RUNTIME = RuntimeHelper("per_layer_stepper", "optimizations.per_layer_stepper")
 LOOP_FACTORY = "per_layer_adamw"

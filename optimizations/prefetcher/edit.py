@@ -8,21 +8,22 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import (
-    add_keywords,
-    call_expr,
+from optimizations.edits.expressions import add_keywords, call_expr, expr
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.edits.vendoring import RuntimeHelper
+from optimizations.program.config_use import not_a_run_config
+from optimizations.program.hf import is_training_config
+from optimizations.program.syntax import (
+    NESTED_SCOPES,
     code_of,
-    expr,
     is_data_loader,
     keyword,
     literal_value,
     qualified_under,
     star_kwargs,
+    walk,
 )
-from optimizations.program.config_use import not_a_run_config
-from optimizations.program.hf import is_training_config
-from optimizations.program.repository import RuntimeHelper
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod, is_method_call, walk
+from optimizations.program.training_loops import is_method_call
 
 # What a Trainer config gets: its batches copied without blocking the host.
 NON_BLOCKING = 'accelerator_config={"non_blocking": True}'

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
@@ -162,7 +163,7 @@ class RepositoryClasses:
             for alias in small.names:
                 target = _dotted(alias.name)
                 if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    names.imports.setdefault(alias.asname.name.value, target)
+                    names.imports.setdefault(alias.asname.name.value, cast(str, target))  # names are dotted
                 elif target is not None:
                     top = target.split(".")[0]
                     names.imports.setdefault(top, top)
@@ -185,12 +186,12 @@ class RepositoryClasses:
         elif isinstance(small, cst.Assign | cst.AnnAssign):
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             value = _dotted(small.value) if small.value is not None else None
-            for target in targets:
-                if isinstance(target, cst.Name):
+            for assigned in targets:
+                if isinstance(assigned, cst.Name):
                     if value is not None and len(targets) == 1:
-                        names.imports.setdefault(target.value, self._qualify(value, names))
+                        names.imports.setdefault(assigned.value, self._qualify(value, names))
                     else:
-                        names.others.add(target.value)
+                        names.others.add(assigned.value)
 
     def qualify(self, dotted: str, path: str) -> str:
         """A dotted name as written in the repository file ``path``, qualified through its top-level names."""
@@ -214,7 +215,9 @@ class RepositoryClasses:
         """The repository class a qualified ``name`` (as seen from the file ``importer``) is, and the file that
         defines it; ``None`` when it is not one of the repository's classes."""
         found = self._resolve(name, importer, functions=False)
-        return found if isinstance(found, tuple) and isinstance(found[0], ClassDefinition) else None
+        if found is None or not isinstance(found[0], ClassDefinition):
+            return None
+        return found[0], found[1]
 
     def function_definition(self, name: str, importer: str) -> tuple[cst.FunctionDef, str] | None:
         """The top-level function of the repository a qualified ``name`` (as seen from the file ``importer``)
@@ -234,7 +237,7 @@ class RepositoryClasses:
         )
 
     def _resolve(self, name: str, importer: str, functions: bool) -> tuple[ClassDefinition | str, str] | None:
-        pending, seen = [(name, importer)], set()
+        pending, seen = [(name, importer)], set[tuple[str, str]]()
         while pending and len(seen) < MAX_HOPS:
             step = pending.pop(0)
             if step in seen:

@@ -3,28 +3,23 @@
 A recipe such as torchtune's ``optimizer: {_component_: torch.optim.AdamW, lr: 3e-4}`` is read by
 ``config.instantiate(cfg.optimizer, params)``, which calls the class with the mapping's other keys as keyword
 arguments: the mapping is the call, written in the config. This module finds those mappings with PyYAML's
-composed nodes (which know where each starts in the text) and adds a keyword to one without disturbing the rest
-of the file, as :mod:`optimizations.program.yaml_settings` does for single settings; it switches on a boolean
-setting of such a config (:func:`switch_on`); and it tells whether the program instantiates components or reads
-a setting at all.
+composed nodes (which know where each starts in the text, so :mod:`optimizations.edits.component_configs`
+can edit one without disturbing the rest of the file), and tells whether the program instantiates components or
+reads a setting at all.
 """
 
 from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import yaml
 
-from optimizations.program.repository import RepoContext, Site, same_file
-from optimizations.program.yaml_settings import (
-    YamlSetting,
-    composed_documents,
-    scalar_value,
-    settings,
-    turn_on,
-)
+from optimizations.program.repository import RepoContext, same_file
+from optimizations.program.yaml_settings import YamlSetting, composed_documents, scalar_value, settings
 
 # The keys that name the class a mapping builds: torchtune's, then Hydra's.
 CLASS_KEYS = ("_component_", "_target_")
@@ -32,6 +27,7 @@ CLASS_KEYS = ("_component_", "_target_")
 INSTANTIATE = re.compile(r"\binstantiate\s*\(")
 # What one optimization's pass found in the repository's Python files and component configs, by question: asked
 # once per pass, whichever files' transforms ask (a pass edits configs only after its Python files).
+T = TypeVar("T")
 _FOUND: weakref.WeakKeyDictionary[RepoContext, dict[str, object]] = weakref.WeakKeyDictionary()
 
 
@@ -107,58 +103,6 @@ def _scalars(node: yaml.Node) -> dict[str, object]:
     return {k.value: scalar_value(v) for k, v in _scalar_pairs(node)}
 
 
-def switch_on(
-    text: str, setting: YamlSetting, optimization: str, why: str, blocked: str | None = None
-) -> tuple[str, Site]:
-    """The file with a false boolean ``setting`` turned true in its own spelling, and its site (``why``: what
-    turning it on does). Already done where it is true; refused where it is not a boolean, where ``blocked``
-    says why, or where a comment is on it (a commented choice is the author's, quoted for a human): on its line,
-    or in the comment lines right above it that name its key."""
-    message = f"{setting.key}: {setting.text} -> true ({why})"
-    comment = _comment_on(text, setting)
-    if setting.value is True:
-        return text, Site(
-            setting.path, setting.line, optimization, f"{setting.key}: {setting.text}", False, already=True
-        )
-    reasons = []
-    if setting.value is not False:
-        reasons.append(f"{setting.key} is not a boolean here")
-    if comment.startswith("#"):
-        reasons.append(
-            f"the config comments on {setting.key}: {setting.text} ({comment}); a commented choice is a human's"
-        )
-    if blocked is not None:
-        reasons.append(blocked)
-    if reasons:
-        return text, Site(setting.path, setting.line, optimization, message, False, "; ".join(reasons))
-    return turn_on(text, setting) or text, Site(setting.path, setting.line, optimization, message)
-
-
-def _comment_on(text: str, setting: YamlSetting) -> str:
-    """The comment on ``setting``: the one ending its line, else the first of the comment lines right above it
-    that names its key (``# compile True means ...`` above ``compile: False``; a section title such as
-    ``# Memory management`` is not one); ``""`` for none."""
-    inline = text[setting.end :].split("\n", 1)[0].strip()
-    if inline.startswith("#"):
-        return inline
-    above = text[: text.rfind("\n", 0, setting.start) + 1].splitlines()
-    block = []
-    while above and above[-1].strip().startswith("#"):
-        block.insert(0, above.pop().strip())
-    return next((line for line in block if setting.key.lower() in line.lower()), "")
-
-
-def add_keyword(text: str, component: Component, key: str, value: str) -> str | None:
-    """The file with ``key: value`` added to ``component``'s mapping on the line after its class key, at the
-    mapping's indentation; ``None`` for a flow mapping, which has no line of its own for a key."""
-    if component.flow:
-        return None
-    head = text[: component.after_class]
-    if not head.endswith("\n"):
-        head += "\n"
-    return f"{head}{' ' * component.indent}{key}: {value}\n{text[component.after_class :]}"
-
-
 def instantiates_components(ctx: RepoContext) -> bool:
     """Whether any Python file of the repository calls an ``instantiate`` function: the program builds what its
     configs name (torchtune's ``config.instantiate``, Hydra's ``hydra.utils.instantiate``). A plan's focus does
@@ -209,12 +153,12 @@ def top_level_settings(ctx: RepoContext, key: str) -> list[YamlSetting]:
     return _once(ctx, f"top:{key}", find)
 
 
-def _once(ctx: RepoContext, question: str, answer):
+def _once(ctx: RepoContext, question: str, answer: Callable[[], T]) -> T:
     """``answer()`` for ``question`` about ``ctx``'s repository, computed once per pass over it."""
     found = _FOUND.setdefault(ctx, {})
     if question not in found:
         found[question] = answer()
-    return found[question]
+    return cast(T, found[question])
 
 
 def _builds_components(text: str) -> bool:

@@ -27,10 +27,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.classes import repository_classes
-from optimizations.program.codemod import OptimizationCodemod, code_of
 from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
+from optimizations.program.queries import FileQuery
 from optimizations.program.repository import ParsedFile, RepoContext
+from optimizations.program.syntax import code_of
 from optimizations.program.values import parameters
 
 # How many calls deep a config is followed into the repository's functions (LLaMA-Factory's dataset loader hands
@@ -61,14 +62,14 @@ def run_benchmark_jobs(training_args):
 Resolver = Callable[[cst.BaseExpression], "tuple[cst.FunctionDef, str] | None"]
 
 
-def not_a_run_config(codemod: OptimizationCodemod, call: cst.Call) -> bool:
+def not_a_run_config(codemod: FileQuery, call: cst.Call) -> bool:
     """Whether the config ``call`` builds is no run's: no trainer reads it (:func:`feeds_no_trainer`), or it is a
     library's default for callers without one (:func:`fills_in_for_a_parameter`). Every optimization that sets a
     trainer's config leaves such a config without a site."""
     return feeds_no_trainer(codemod, call) or fills_in_for_a_parameter(codemod, call)
 
 
-def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
+def feeds_no_trainer(codemod: FileQuery, call: cst.Call) -> bool:
     """Whether the config ``call`` builds can reach no trainer (see the module).
 
     False where it may reach one, and where that cannot be told.
@@ -81,7 +82,7 @@ def feeds_no_trainer(codemod: OptimizationCodemod, call: cst.Call) -> bool:
     return _stays(codemod.parsed, scope, name, codemod.repository_function, depth=0, repo=codemod.repo)
 
 
-def fills_in_for_a_parameter(codemod: OptimizationCodemod, call: cst.Call) -> bool:
+def fills_in_for_a_parameter(codemod: FileQuery, call: cst.Call) -> bool:
     """Whether ``call`` builds the value of a parameter of its function under ``if <parameter> is None:``."""
     parents = codemod.parsed.parents()
     name = bound_name(parents, call)

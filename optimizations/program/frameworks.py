@@ -21,11 +21,12 @@ import posixpath
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 import libcst as cst
 
-from optimizations.program.codemod import keyword, qualified_under
 from optimizations.program.repository import RepoContext
+from optimizations.program.syntax import keyword, qualified_under
 
 # Words a file holding one of these calls contains (an optimization's ``needs``).
 FRAMEWORK_WORDS = ("Accelerator", "lightning", "deepspeed")
@@ -138,7 +139,7 @@ def launch_setting(repo: RepoContext, setting: str, script: str) -> str | None:
     return None
 
 
-def json_config(repo: RepoContext, script: str, name: str) -> tuple[str, dict] | None:
+def json_config(repo: RepoContext, script: str, name: str) -> tuple[str, dict[str, Any]] | None:
     """``(path, contents)`` of the JSON config file ``name`` that ``script`` opens: beside the script, or from
     the repository root; ``None`` when neither holds a JSON object by that name."""
     for candidate in (PurePosixPath(script).parent / name, PurePosixPath(name)):

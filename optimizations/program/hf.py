@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from optimizations.program.codemod import qualified_under
+from optimizations.program.syntax import qualified_under
 
 # Packages whose trainers and configs the optimizations edit.
 HF_PACKAGES = ("transformers", "trl")

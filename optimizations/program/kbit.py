@@ -5,17 +5,26 @@ their commit would change nothing."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import libcst as cst
 
-from optimizations.program.codemod import OptimizationCodemod, code_of
+from optimizations.program.queries import FileQuery
+from optimizations.program.syntax import code_of
+from optimizations.program.trainer_calls import TrainerLinks
+
+
+class LinkedFile(FileQuery, Protocol):
+    """A file whose trainer calls are linked to their models (a :class:`TrainerLinks` as ``links``)."""
+
+    links: TrainerLinks
+
 
 # PEFT's preparations of a k-bit model (the second is the name it had before PEFT 0.4).
 KBIT_PREPARATIONS = frozenset({"prepare_model_for_kbit_training", "prepare_model_for_int8_training"})
 
 
-def kbit_preparation(
-    codemod: OptimizationCodemod, model: cst.BaseExpression | None, at: cst.Call
-) -> cst.Call | None:
+def kbit_preparation(codemod: LinkedFile, model: cst.BaseExpression | None, at: cst.Call) -> cst.Call | None:
     """Return the PEFT k-bit preparation in ``at``'s function that ``model`` (an argument of ``at``) comes from.
 
     Only one that runs under every condition ``at`` runs under: a preparation in a quantized branch alone
@@ -35,7 +44,7 @@ def kbit_preparation(
     return None
 
 
-def conditions(codemod: OptimizationCodemod, node: cst.CSTNode) -> frozenset[str]:
+def conditions(codemod: FileQuery, node: cst.CSTNode) -> frozenset[str]:
     """Return the ``if`` tests ``node`` runs under within its function (``not (test)`` in an ``else``)."""
     parents = codemod.parsed.parents()
     found = set()

@@ -1,21 +1,18 @@
 """libcst helpers for the transforms that rewrite model code (``nn.Module`` classes written by hand): what a
 class sets ``self.<name>`` to, constant arithmetic (``math.sqrt(2 / math.pi)``), products and sums read as
-lists of factors and terms, the name ``torch.nn.functional`` goes by, and the imports that code a transform
-removed was the last to use."""
+lists of factors and terms."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod.visitors import AddImportsVisitor
 
-from optimizations.program.codemod import OptimizationCodemod, code_of, defines, literal_value
-from optimizations.program.tree import children
+from optimizations.program.syntax import code_of, literal_value
 
-FUNCTIONAL = "torch.nn.functional"
 # Bindings of `self.<name>` other than plain assignment: `self.register_buffer("name", value)`.
 REGISTERING = ("register_buffer", "register_parameter", "register_module", "add_module")
 LIBRARIES = ("torch", "math", "numpy")
@@ -37,7 +34,7 @@ def _normal(node: cst.CSTNode) -> str:
     return "".join(code_of(node).split()).replace("(", "").replace(")", "")
 
 
-def is_method(node: cst.CSTNode, *methods: str) -> bool:
+def is_method(node: cst.CSTNode, *methods: str) -> TypeGuard[cst.Call]:
     """``<receiver>.<method>(...)`` for one of ``methods``."""
     return (
         isinstance(node, cst.Call)
@@ -55,7 +52,7 @@ def argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | N
     return positional[position].value if len(positional) > position else None
 
 
-def tensor_method(node: cst.CSTNode, names, *methods: str) -> bool:
+def tensor_method(node: cst.CSTNode, names: Callable[[cst.CSTNode], Iterable[str]], *methods: str) -> bool:
     """``<tensor>.<method>(...)``: a method call whose receiver is not a module (``torch``, ``math``).
 
     ``names(node)`` gives the qualified names a node may refer to (the codemod's ``names``).
@@ -63,7 +60,7 @@ def tensor_method(node: cst.CSTNode, names, *methods: str) -> bool:
     return is_method(node, *methods) and not any(n.split(".")[0] in LIBRARIES for n in names(node.func))
 
 
-def is_self_attribute(node: cst.CSTNode) -> bool:
+def is_self_attribute(node: cst.CSTNode) -> TypeGuard[cst.Attribute]:
     """``self.<name>``."""
     return (
         isinstance(node, cst.Attribute)
@@ -92,7 +89,7 @@ def self_bindings(cls: cst.ClassDef, attribute: str) -> list[tuple[str, cst.Base
             elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
                 if _names_attribute(node.target, attribute):
                     found.append((name, node.value if isinstance(node, cst.AnnAssign) else None))
-            elif _registers(node, attribute):
+            elif isinstance(node, cst.Call) and _registers(node, attribute):
                 found.append((name, node.args[1].value if len(node.args) > 1 else None))
     return found
 
@@ -113,7 +110,7 @@ def init_value(cls: cst.ClassDef | None, attribute: str) -> cst.BaseExpression |
         local = [
             a.value
             for a in m.findall(init, m.Assign())
-            if any(m.matches(t.target, m.Name(value.value)) for t in a.targets)
+            if isinstance(a, cst.Assign) and any(m.matches(t.target, m.Name(value.value)) for t in a.targets)
         ]
         bound_otherwise = m.findall(
             init, m.AugAssign(target=m.Name(value.value)) | m.Param(name=m.Name(value.value))
@@ -159,7 +156,7 @@ def terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [node]
 
 
-def constant(node: cst.BaseExpression, names) -> float | None:
+def constant(node: cst.BaseExpression, names: Callable[[cst.CSTNode], Iterable[str]]) -> float | None:
     """The value of constant arithmetic: number literals, ``math.pi``, ``math.sqrt(...)``, ``+ - * / **``.
 
     ``names(node)`` gives the qualified names a node may refer to (the codemod's ``names``).
@@ -198,108 +195,8 @@ def constant(node: cst.BaseExpression, names) -> float | None:
             if operator is cst.Divide:
                 return left / right
             if operator is cst.Power:
-                return left**right
+                power: float = left**right
+                return power
         except (ZeroDivisionError, OverflowError, ValueError):
             return None
     return None
-
-
-def functional(codemod: OptimizationCodemod, module: cst.Module) -> str:
-    """What to write before ``.layer_norm(...)`` to reach ``torch.nn.functional``: the file's own name for it,
-    else ``F`` (imported) when ``F`` is free, else the full path."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    if code_of(alias.name) == FUNCTIONAL and alias.asname is not None:
-                        return code_of(alias.asname.name)
-            elif (
-                isinstance(small, cst.ImportFrom)
-                and small.module is not None
-                and not small.relative
-                and code_of(small.module) == "torch.nn"
-                and not isinstance(small.names, cst.ImportStar)
-            ):
-                for alias in small.names:
-                    if code_of(alias.name) == "functional":
-                        return code_of(alias.asname.name) if alias.asname else "functional"
-    if not defines(module, "F") and not m.findall(module, m.Name("F")):
-        AddImportsVisitor.add_needed_import(codemod.context, FUNCTIONAL, asname="F")
-        return "F"
-    codemod.need_module("torch")
-    return FUNCTIONAL
-
-
-def drop_unused_imports(
-    codemod, module: cst.Module, removed: Iterable[cst.CSTNode], keep: Iterable[str] = ()
-) -> None:
-    """Drop the module-level imports that only the ``removed`` code used (a name-based count, so a local of
-    the same name keeps the import), except those binding a name in ``keep`` (what the new code uses).
-    ``codemod`` is a ``PlannedCodemod``: the edits go into its plan."""
-    imports = [
-        s
-        for s in module.body
-        if isinstance(s, cst.SimpleStatementLine) and m.matches(s.body[0], m.Import() | m.ImportFrom())
-    ]
-    gone = {id(node) for top in [*removed, *imports] for node in _subtree(top)}
-    used_after = {n.value for n in m.findall(module, m.Name()) if id(n) not in gone}
-    used_before = {n.value for top in removed for n in m.findall(top, m.Name())} - set(keep)
-    body = list(module.body)
-    for index, statement in enumerate(body):
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-            continue
-        small = statement.body[0]
-        if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
-            continue
-        if isinstance(small, cst.ImportFrom) and (small.relative or small.module is None):
-            continue
-        bound = [_bound(alias, isinstance(small, cst.Import)) for alias in small.names]
-        unused = [
-            b in used_before and sum(_binds(s, b) for s in body) == 1 and b not in used_after for b in bound
-        ]
-        if not any(unused):
-            continue
-        if all(unused):
-            codemod.dropped.add(statement)
-            if index + 1 < len(body):
-                following = body[index + 1]
-                lines = (
-                    statement.leading_lines
-                    if index == 0
-                    else max(statement.leading_lines, following.leading_lines, key=len)
-                )
-                codemod.replacements[following] = lambda updated, lines=lines: updated.with_changes(
-                    leading_lines=lines
-                )
-        else:
-            kept = [alias for alias, drop in zip(small.names, unused, strict=True) if not drop]
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            codemod.replacements[small] = lambda updated, kept=kept: updated.with_changes(names=kept)
-
-
-def _subtree(node: cst.CSTNode):
-    yield node
-    for child in children(node):
-        yield from _subtree(child)
-
-
-def _bound(alias: cst.ImportAlias, plain: bool) -> str:
-    """The name an import alias binds: ``import a.b`` binds ``a``."""
-    if alias.asname is not None:
-        return code_of(alias.asname.name)
-    return code_of(alias.name).split(".")[0] if plain else code_of(alias.name)
-
-
-def _binds(statement: cst.BaseStatement, name: str) -> int:
-    """How many top-level imports of ``statement`` bind ``name`` (``import torch`` and ``import torch.nn``
-    both bind ``torch``: dropping one of two would keep it bound)."""
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return 0
-    return sum(
-        _bound(alias, isinstance(small, cst.Import)) == name
-        for small in statement.body
-        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar)
-        for alias in small.names
-    )

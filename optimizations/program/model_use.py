@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import libcst as cst
 
-from optimizations.program.codemod import assigned_target, code_of, walk
 from optimizations.program.names import scoped_names
 from optimizations.program.repository import ParsedFile
+from optimizations.program.syntax import assigned_target, code_of, walk
 
 # Attributes whose use reads a model without running it.
 READS = frozenset(

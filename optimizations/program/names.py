@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
@@ -137,9 +138,12 @@ class ScopedNames:
             self._reads = defaultdict(list)
             for node in self.parsed.nodes(cst.Name):
                 if node not in self._targets and self._is_reference(node):
-                    binder = self.scope_of(node)
-                    if not self._binders.get(binder, {}).get(node.value):
-                        binder = self.enclosing_binder(node.value, binder)
+                    here = self.scope_of(node)
+                    binder = (
+                        here
+                        if self._binders.get(here, {}).get(node.value)
+                        else self.enclosing_binder(node.value, here)
+                    )
                     if binder is not None:
                         self._reads[(binder, node.value)].append(node)
         return list(self._reads.get((scope, name), ()))
@@ -209,6 +213,7 @@ class ScopedNames:
         """``global x`` binds ``x`` in the module; ``nonlocal x`` in the nearest function around that binds it."""
         scope = self.scope_of(statement)
         for item in statement.names:
+            target: cst.CSTNode
             if isinstance(statement, cst.Global):
                 target = self.parsed.module
             else:
@@ -289,7 +294,9 @@ def _dotted(node: cst.BaseExpression) -> str:
 
 
 def _as_name(alias: cst.ImportAlias) -> str:
-    return alias.asname.name.value if isinstance(alias.asname.name, cst.Name) else ""
+    """The name ``import x as <name>`` binds (``alias`` has an ``as``)."""
+    asname = cast(cst.AsName, alias.asname)
+    return asname.name.value if isinstance(asname.name, cst.Name) else ""
 
 
 def is_reference(name: cst.Name, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:

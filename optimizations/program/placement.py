@@ -14,13 +14,14 @@ the model already moved before it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, qualified_under, walk
-from optimizations.program.names import scoped_names
+from optimizations.program.names import ScopedNames, scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile
+from optimizations.program.syntax import code_of, qualified_under, walk
 from optimizations.program.training_loops import CallSite, argument_for, is_method_call
 
 # ``<model>.to(...)`` and ``<model>.cuda()``; ``.to(torch.bfloat16)`` casts and is no move.
@@ -37,7 +38,7 @@ def parameter_owners(params: cst.BaseExpression, bindings: Iterable[cst.BaseExpr
     for source in (params, *bindings):
         for node in (source, *walk(source, ())):
             if is_method_call(node, "parameters", "named_parameters"):
-                owners.add(code_of(node.func.value))
+                owners.add(code_of(cast(cst.Attribute, node.func).value))
     return owners
 
 
@@ -49,12 +50,12 @@ def _is_cast(call: cst.Call, names: set[str]) -> bool:
     return any(name.startswith("torch.") and name != "torch.device" for name in names)
 
 
-def _device_move(names, call: cst.CSTNode) -> bool:
+def _device_move(names: ScopedNames, call: cst.CSTNode) -> bool:
     """``<x>.cuda()``, or ``<x>.to(...)`` with a device rather than a dtype."""
     if not is_method_call(call, *MOVE_METHODS):
         return False
     first = call.args[0].value if call.args else None
-    return call.func.attr.value == "cuda" or not _is_cast(
+    return cast(cst.Attribute, call.func).attr.value == "cuda" or not _is_cast(
         call, {q.name for q in names.of(first)} if first else set()
     )
 
@@ -74,7 +75,7 @@ def moves(parsed: ParsedFile, node: cst.CSTNode, owners: set[str]) -> bool:
     if not isinstance(node, cst.Call):
         return False
     if is_method_call(node, *MOVE_METHODS):
-        return _device_move(names, node) and covers(node.func.value)
+        return _device_move(names, node) and covers(cast(cst.Attribute, node.func).value)
     framework = is_method_call(node, *FRAMEWORK_METHODS) or qualified_under(
         {q.name for q in names.of(node.func)}, ("deepspeed",), ("initialize",)
     )

@@ -58,7 +58,8 @@ class _LineCountingState(CodegenState):
         start = self._stack.pop()
         self.starts.setdefault(node, start)
 
-    def record_syntactic_position(
+    # A context manager, as libcst's is, without its generator.
+    def record_syntactic_position(  # type: ignore[override]
         self,
         node: cst.CSTNode,
         *,
@@ -121,7 +122,8 @@ class StartLines:
             body = self._parsed.module.body
             syntax = self._parsed.syntax()
             parsed = syntax.body if syntax is not None else []
-            lines, index = {}, 0
+            lines: dict[cst.CSTNode, int] = {}
+            index = 0
             for statement in body:
                 if index >= len(parsed):
                     break

@@ -115,10 +115,11 @@ class Walk:
         self.by_type: dict[type, list[int]] = {}
         stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [module]
         while stack:
-            node = stack.pop()
-            if type(node) is tuple:  # the subtree of node[0] is done
-                self.ends[node[0]] = len(self.nodes)
+            item = stack.pop()
+            if isinstance(item, tuple):  # the subtree of item[0] is done
+                self.ends[item[0]] = len(self.nodes)
                 continue
+            node = item
             self.by_type.setdefault(type(node), []).append(len(self.nodes))
             self.nodes.append(node)
             below = children(node)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from optimizations.program.codemod import code_of, keyword, literal_value, qualified_under
 from optimizations.program.hf import is_vision_class
 from optimizations.program.repository import ParsedFile
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under
 
 
 @dataclass(frozen=True)

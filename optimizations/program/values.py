@@ -27,13 +27,15 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
-from optimizations.program.codemod import NESTED_SCOPES, OptimizationCodemod, code_of, literal_value, walk
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
+from optimizations.program.queries import FileQuery
 from optimizations.program.repository import TransformError, import_roots, module_paths
+from optimizations.program.syntax import NESTED_SCOPES, code_of, literal_value, walk
 from optimizations.program.tree import children
 
 MAX_DEPTH = 4  # helper calls followed into helpers, at most
@@ -53,10 +55,6 @@ class Keys:
     names: frozenset[str] | None
     where: str
     why: str = ""
-
-    @property
-    def known(self) -> bool:
-        return self.names is not None
 
 
 @dataclass(frozen=True)
@@ -113,10 +111,11 @@ def parameters(function: cst.FunctionDef) -> set[str]:
     return {p.name.value for p in (*named, *stars)}
 
 
-class ProgramValues:
-    """Value queries over the module a codemod transforms, following helpers into the repository's modules."""
+class RepositoryFunctions:
+    """The module a codemod transforms and the repository's modules its helper calls lead into, each parsed once:
+    the function that holds a node, the repository function a call calls, what a function returns."""
 
-    def __init__(self, codemod: OptimizationCodemod):
+    def __init__(self, codemod: FileQuery):
         self.codemod = codemod
         self.here = _Source(codemod.path, codemod.parsed.module, codemod.line, codemod.names)
         self._sources: dict[str, _Source | None] = {codemod.path: self.here}
@@ -129,6 +128,75 @@ class ProgramValues:
         while holder is not None and not isinstance(holder, cst.FunctionDef):
             holder = parents.get(holder)
         return holder
+
+    # -- functions of the repository --------------------------------------------------------------------
+    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
+        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
+        of the repository."""
+        if not isinstance(call.func, cst.Name):
+            return None
+        name = call.func.value
+        if name in source.functions:
+            return source.functions[name], source
+        for statement in source.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                for alias in small.names:
+                    bound = cast(cst.Name, alias.asname.name).value if alias.asname else code_of(alias.name)
+                    if bound != name:
+                        continue
+                    imported = self._module_source(small, source)
+                    original = code_of(alias.name)
+                    if imported is not None and original in imported.functions:
+                        return imported.functions[original], imported
+        return None
+
+    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
+        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
+        module = code_of(statement.module) if statement.module is not None else ""
+        dots = len(statement.relative)
+        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
+        for path in module_paths(module, roots):
+            if (self.codemod.repo.root / path).is_file():
+                return self._parsed(path)
+        return None
+
+    def _parsed(self, path: str) -> _Source | None:
+        if path not in self._sources:
+            try:
+                parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
+            except (TransformError, OSError, UnicodeDecodeError):
+                self._sources[path] = None
+                return None
+            names = scoped_names(parsed)
+            self._sources[path] = _Source(
+                path,
+                parsed.module,
+                lambda node: start_line(parsed, node),
+                lambda node: {q.name for q in names.of(node)},
+            )
+        return self._sources[path]
+
+    @staticmethod
+    def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What ``function`` returns (an empty list when it yields, or returns nothing)."""
+        returned = []
+        for node, _ in _children(function.body, None):
+            if isinstance(node, (cst.Yield, cst.Await)):
+                return []
+            if isinstance(node, cst.Return) and node.value is not None:
+                returned.append(node.value)
+        nested = [
+            n for n, _ in _children(function.body, None) if isinstance(n, (cst.FunctionDef, cst.Lambda))
+        ]
+        return [] if nested else returned
+
+
+class ProgramValues(RepositoryFunctions):
+    """Value queries over the module a codemod transforms, following helpers into the repository's modules."""
 
     # -- splats ----------------------------------------------------------------------------------------
     def hidden(self, call: cst.Call, wanted: Iterable[str]) -> str | None:
@@ -145,7 +213,7 @@ class ProgramValues:
                 continue
             keys = self.keys(arg.value, function, self.here)
             splat = f"`**{code_of(arg.value)}`"
-            if not keys.known:
+            if keys.names is None:
                 return (
                     f"settings are passed through {splat} ({keys.where}), whose keys are unknown: {keys.why}"
                 )
@@ -166,7 +234,7 @@ class ProgramValues:
         bindings, _ = self._uses(name, function.body, self.here)
         if len(bindings) != 1 or not isinstance(bindings[0], cst.Dict) or dict_items(bindings[0]) is None:
             return None
-        if not self.keys(call.args[0].value, function, self.here).known:
+        if self.keys(call.args[0].value, function, self.here).names is None:
             return None
         return SettingsDict(name, bindings[0], function)
 
@@ -180,19 +248,21 @@ class ProgramValues:
             for element in value.elements:
                 if isinstance(element, cst.StarredDictElement):
                     inner = self.keys(element.value, function, source, depth)
-                    if not inner.known:
+                    if inner.names is None:
                         return inner
                     keys |= inner.names
-                elif isinstance(literal_value(element.key), str):
-                    keys.add(literal_value(element.key))
                 else:
-                    return Keys(None, where, f"the key `{code_of(element.key)}` is computed")
+                    key = cast(cst.DictElement, element).key
+                    named = literal_value(key)
+                    if not isinstance(named, str):
+                        return Keys(None, where, f"the key `{code_of(key)}` is computed")
+                    keys.add(named)
             return Keys(frozenset(keys), where)
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.BitOr):
             left = self.keys(value.left, function, source, depth)
             right = self.keys(value.right, function, source, depth)
-            if not (left.known and right.known):
-                return left if not left.known else right
+            if left.names is None or right.names is None:
+                return left if left.names is None else right
             return Keys(left.names | right.names, where)
         if isinstance(value, cst.Name):
             return self._name_keys(value.value, function, source, depth)
@@ -217,7 +287,7 @@ class ProgramValues:
             if isinstance(item, Keys):
                 return item
             found = self.keys(item, function, source, depth)
-            if not found.known:
+            if found.names is None:
                 return found
             keys |= found.names
         return Keys(frozenset(keys), source.where(bindings[0]))
@@ -241,12 +311,12 @@ class ProgramValues:
 
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
-            if isinstance(parent, (cst.Arg, cst.Param)) and parent.keyword is node:
+            if isinstance(parent, cst.Arg) and parent.keyword is node:
                 continue
             if isinstance(parent, cst.Param):
                 continue  # a nested function's own parameter
             if isinstance(parent, cst.AssignTarget) and parent.target is node:
-                bindings.append(grand.value)
+                bindings.append(cast(cst.Assign, grand).value)
             elif isinstance(parent, cst.AnnAssign) and parent.target is node:
                 if parent.value is not None:
                     bindings.append(parent.value)
@@ -279,7 +349,9 @@ class ProgramValues:
                 call = parents.get(parent)
                 if not (isinstance(call, cst.Call) and self._reads_only(call)):
                     additions.append(
-                        unknown(f"it is passed to `{code_of(call.func)}(...)`, which may add keys")
+                        unknown(
+                            f"it is passed to `{code_of(cast(cst.Call, call).func)}(...)`, which may add keys"
+                        )
                     )
             elif isinstance(parent, (cst.AssignTarget, cst.Element, cst.StarredElement)) or (
                 isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node
@@ -329,7 +401,7 @@ class ProgramValues:
                     keys.add(arg.keyword.value)
                     continue
                 inner = self.keys(arg.value, None, source, depth) if arg.star != "*" else None
-                if inner is None or not inner.known:
+                if inner is None or inner.names is None:
                     return inner or Keys(None, where, f"`{code_of(call)}` unpacks pairs")
                 keys |= inner.names
             return Keys(frozenset(keys), where)
@@ -345,75 +417,10 @@ class ProgramValues:
         keys = set()
         for returned in returns:
             inner = self.keys(returned, helper, helper_source, depth + 1)
-            if not inner.known:
+            if inner.names is None:
                 return inner
             keys |= inner.names
         return Keys(frozenset(keys), helper_source.where(helper))
-
-    @staticmethod
-    def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
-        """What ``function`` returns (an empty list when it yields, or returns nothing)."""
-        returned = []
-        for node, _ in _children(function.body, None):
-            if isinstance(node, (cst.Yield, cst.Await)):
-                return []
-            if isinstance(node, cst.Return) and node.value is not None:
-                returned.append(node.value)
-        nested = [
-            n for n, _ in _children(function.body, None) if isinstance(n, (cst.FunctionDef, cst.Lambda))
-        ]
-        return [] if nested else returned
-
-    # -- functions of the repository --------------------------------------------------------------------
-    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
-        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
-        of the repository."""
-        if not isinstance(call.func, cst.Name):
-            return None
-        name = call.func.value
-        if name in source.functions:
-            return source.functions[name], source
-        for statement in source.module.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
-                    continue
-                for alias in small.names:
-                    bound = alias.asname.name.value if alias.asname else code_of(alias.name)
-                    if bound != name:
-                        continue
-                    imported = self._module_source(small, source)
-                    original = code_of(alias.name)
-                    if imported is not None and original in imported.functions:
-                        return imported.functions[original], imported
-        return None
-
-    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
-        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
-        module = code_of(statement.module) if statement.module is not None else ""
-        dots = len(statement.relative)
-        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
-        for path in module_paths(module, roots):
-            if (self.codemod.repo.root / path).is_file():
-                return self._parsed(path)
-        return None
-
-    def _parsed(self, path: str) -> _Source | None:
-        if path not in self._sources:
-            try:
-                parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
-            except (TransformError, OSError, UnicodeDecodeError):
-                self._sources[path] = None
-                return None
-            names = scoped_names(parsed)
-            self._sources[path] = _Source(
-                path,
-                parsed.module,
-                lambda node: start_line(parsed, node),
-                lambda node: {q.name for q in names.of(node)},
-            )
-        return self._sources[path]
 
     # -- where a value comes from --------------------------------------------------------------------
     def origins(self, value: cst.BaseExpression, at: cst.CSTNode) -> list[Origin]:
@@ -483,109 +490,6 @@ def _position_of(name: str, target: cst.BaseExpression) -> tuple[int, ...] | Non
     return None
 
 
-# -- edits: settings that go into the dict literal a call takes them all from ------------------------------
-def _separator(
-    commas: list[cst.Comma | cst.MaybeSentinel], opening: cst.BaseParenthesizableWhitespace
-) -> cst.Comma:
-    """The comma that separates items in a layout: the one before the last item's, or one after the opening."""
-    if len(commas) >= 2 and isinstance(commas[-2], cst.Comma):
-        return commas[-2]
-    return cst.Comma(whitespace_after=opening)
-
-
-def with_entries(literal: cst.Dict, items: list[tuple[str, cst.BaseExpression]]) -> cst.Dict:
-    """``literal`` with ``"key": value`` entries appended, in its own layout (one per line when it is)."""
-    if not items:
-        return literal
-    new = [cst.DictElement(cst.SimpleString(f'"{key}"'), value) for key, value in items]
-    elements = list(literal.elements)
-    if not elements:
-        return literal.with_changes(elements=new)
-    separator = _separator([e.comma for e in elements], literal.lbrace.whitespace_after)
-    trailing = elements[-1].comma
-    elements[-1] = elements[-1].with_changes(comma=separator)
-    elements += [e.with_changes(comma=separator) for e in new[:-1]]
-    elements.append(new[-1].with_changes(comma=trailing))
-    return literal.with_changes(elements=elements)
-
-
-def with_keyword_parameter(
-    function: cst.FunctionDef, name: str, annotation: str, default: str
-) -> cst.FunctionDef:
-    """``function`` with a ``name: annotation = default`` parameter after its last one (keyword-only when it
-    has keyword-only parameters), in its own layout."""
-    parameter = cst.ensure_type(
-        cst.parse_statement(f"def f(*, {name}: {annotation} = {default}): pass"), cst.FunctionDef
-    ).params.kwonly_params[0]
-    params = function.params
-    kwonly = bool(params.kwonly_params) or params.star_arg is not cst.MaybeSentinel.DEFAULT
-    group = list(params.kwonly_params if kwonly else params.params)
-    if group and isinstance(group[-1].comma, cst.Comma):
-        separator = _separator([p.comma for p in group], cst.SimpleWhitespace(" "))
-        parameter = parameter.with_changes(comma=group[-1].comma)
-        group[-1] = group[-1].with_changes(comma=separator)
-    group.append(parameter)
-    changed = params.with_changes(**{"kwonly_params" if kwonly else "params": group})
-    return function.with_changes(params=changed)
-
-
-class _DictEntries(cst.CSTTransformer):
-    """Appends entries to the dict literal ``name`` is assigned."""
-
-    def __init__(self, name: str, items: list[tuple[str, cst.BaseExpression]]):
-        super().__init__()
-        self.name = name
-        self.items = items
-
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
-        targets = [t.target for t in original_node.targets]
-        if isinstance(updated_node.value, cst.Dict) and any(
-            isinstance(t, cst.Name) and t.value == self.name for t in targets
-        ):
-            return updated_node.with_changes(value=with_entries(updated_node.value, self.items))
-        return updated_node
-
-
-class SettingsPlacement:
-    """Mixin for an :class:`OptimizationCodemod`: keywords it adds to a call that takes all its settings from a
-    dict literal of the same function (``SFTConfig(**sft_kwargs)``) go into that literal instead, as a
-    maintainer would write them; parameters it adds to a function are added as that function is left.
-
-    Call :meth:`start_placement` in ``visit_Module``; a subclass that defines ``leave_FunctionDef`` calls this
-    one's."""
-
-    def start_placement(self) -> None:
-        self.values = ProgramValues(self)
-        self._entries: dict[cst.FunctionDef, tuple[str, list[tuple[str, cst.BaseExpression]]]] = {}
-        self._parameters: dict[cst.FunctionDef, list[tuple[str, str, str]]] = {}
-
-    def placed(self, original: cst.Call, updated: cst.Call, edited: cst.Call) -> cst.Call:
-        """``edited`` (``updated`` with keywords appended), or ``updated`` with those keywords queued for the dict
-        literal the call takes its settings from."""
-        target = self.values.settings_dict(original)
-        if target is None:
-            return edited
-        added = [(a.keyword.value, a.value) for a in edited.args[len(updated.args) :]]
-        self._entries.setdefault(target.function, (target.name, []))[1].extend(added)
-        return updated
-
-    def add_parameter(self, function: cst.FunctionDef, name: str, annotation: str, default: str) -> None:
-        """Add ``name: annotation = default`` to ``function`` (unless queued already)."""
-        queued = self._parameters.setdefault(function, [])
-        if all(p[0] != name for p in queued):
-            queued.append((name, annotation, default))
-
-    def leave_FunctionDef(
-        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
-    ) -> cst.FunctionDef:
-        for name, annotation, default in self._parameters.pop(original_node, []):
-            updated_node = with_keyword_parameter(updated_node, name, annotation, default)
-        if original_node in self._entries:
-            name, items = self._entries.pop(original_node)
-            updated_node = updated_node.with_changes(body=updated_node.body.visit(_DictEntries(name, items)))
-        return updated_node
-
-
 # -- what an expression may evaluate to ---------------------------------------------------------------
 def assignments(scope: cst.CSTNode, name: str) -> list[cst.Assign]:
     """The plain ``name = value`` statements of a function body or module (nested scopes skipped)."""
@@ -614,8 +518,7 @@ def outcomes(
                 return None
             found = assignments(scope, node.value)
             if found:
-                values = [outcomes(a.value, scopes, depth - 1) for a in found]
-                return None if any(v is None for v in values) else [e for v in values for e in v]
+                return _joined([outcomes(a.value, scopes, depth - 1) for a in found])
         return None
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         index = node.slice[0].slice
@@ -626,29 +529,39 @@ def outcomes(
             picked = [
                 element.value
                 for t in table
-                for element in t.elements
+                for element in cast(cst.Dict, t).elements
                 if isinstance(element, cst.DictElement)
                 and (wanted is None or literal_value(element.key) in wanted)
             ]
-            values = [outcomes(v, scopes, depth - 1) for v in picked]
-            return None if not picked or any(v is None for v in values) else [e for v in values for e in v]
+            return _joined([outcomes(v, scopes, depth - 1) for v in picked]) if picked else None
     return [node]
+
+
+def _joined(values: list[list[cst.BaseExpression] | None]) -> list[cst.BaseExpression] | None:
+    """The outcomes of every one of ``values``, in order; ``None`` when one of them is unknown."""
+    joined: list[cst.BaseExpression] = []
+    for value in values:
+        if value is None:
+            return None
+        joined += value
+    return joined
 
 
 def dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
     """The ``key: value`` pairs of a dict literal with string keys, or of ``dict(key=value, ...)``; ``None``
     when the expression builds no dict or some keys cannot be read (a ``**`` inside, a computed key)."""
     if isinstance(node, cst.Dict):
-        items = {}
+        items: dict[str, cst.BaseExpression] = {}
         for element in node.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(literal_value(element.key), str):
+            key = literal_value(element.key) if isinstance(element, cst.DictElement) else None
+            if not isinstance(key, str):
                 return None
-            items[literal_value(element.key)] = element.value
+            items[key] = element.value
         return items
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "dict":
         if any(arg.keyword is None for arg in node.args):
             return None
-        return {arg.keyword.value: arg.value for arg in node.args}
+        return {arg.keyword.value: arg.value for arg in node.args if arg.keyword is not None}
     return None
 
 

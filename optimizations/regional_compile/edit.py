@@ -6,10 +6,11 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import call_expr, code_of, keyword, literal_value, replace_keyword
+from optimizations.edits.expressions import call_expr, replace_keyword
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import is_training_config, trainer_class
 from optimizations.program.kbit import kbit_preparation
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.runtime import COMPILE_REPEATED_LAYERS, COMPILE_RUNTIME
 
 STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)

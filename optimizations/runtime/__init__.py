@@ -1,7 +1,7 @@
 """Run-time helpers that several optimizations vendor into target repositories, and the names the edits call
 in them. An optimization's own helper lives in its folder (``optimizations/<id>/helper.py``)."""
 
-from optimizations.program.repository import RuntimeHelper
+from optimizations.edits.vendoring import RuntimeHelper
 
 COMPILE_RUNTIME = RuntimeHelper("compile", __name__, "compile.py")
 GPU_FLAGS_RUNTIME = RuntimeHelper("gpu_flags", __name__, "gpu_flags.py")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import call_expr, code_of, walk
-from optimizations.program.model_code import bare, drop_unused_imports, functional
-from optimizations.program.training_loops import NESTED_SCOPES
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.model_code import drop_unused_imports, functional
+from optimizations.program.model_code import bare
+from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
 from .edit_chain import Chain, NotAttention, Refused, matrix_product
 from .edit_mask import CausalMaskRefusals

@@ -10,7 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_expression
 
-from optimizations.program.codemod import code_of, literal_value, walk
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.model_code import (
     argument,
     bare,
@@ -20,7 +20,7 @@ from optimizations.program.model_code import (
     is_self_attribute,
     terms,
 )
-from optimizations.program.training_loops import NESTED_SCOPES, PlannedCodemod
+from optimizations.program.syntax import NESTED_SCOPES, code_of, literal_value, walk
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax")
 DROPOUT_FUNCTIONS = ("torch.nn.functional.dropout", "torch.dropout")

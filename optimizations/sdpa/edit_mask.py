@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, literal_value
 from optimizations.program.model_code import (
     argument,
     bare,
@@ -15,6 +14,7 @@ from optimizations.program.model_code import (
     same,
     tensor_method,
 )
+from optimizations.program.syntax import code_of, literal_value
 
 from .edit_chain import AttentionChain, Chain, Refused, normal_code, value_of
 

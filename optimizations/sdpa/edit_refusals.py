@@ -6,8 +6,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, literal_value
 from optimizations.program.model_code import bare, factors, init_value, is_method, is_self_attribute, same
+from optimizations.program.syntax import code_of, literal_value
 
 from .edit_chain import AttentionChain, Chain, Refused, normal_code, value_of
 

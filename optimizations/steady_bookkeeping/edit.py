@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from optimizations.program.codemod import call_expr, code_of, keyword
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.trainer_follow_up import TrainerFollowUp
+from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import trainer_class
-from optimizations.program.repository import RuntimeHelper
-from optimizations.program.trainer_calls import TrainerFollowUp
+from optimizations.program.syntax import code_of, keyword
 
 RUNTIME = RuntimeHelper("trainer_steps", "optimizations.steady_bookkeeping")
 HELPER = "steady_bookkeeping"

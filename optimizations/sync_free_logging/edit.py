@@ -8,16 +8,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
 
-from optimizations.program.codemod import code_of, literal_value
-from optimizations.program.training_loops import (
-    LOOPS,
-    NESTED_SCOPES,
-    PlannedCodemod,
-    float_of,
-    is_method_call,
-    loss_names,
-    walk,
-)
+from optimizations.edits.expressions import float_of
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.syntax import NESTED_SCOPES, code_of, literal_value, walk
+from optimizations.program.training_loops import LOOPS, is_method_call, loss_names
 
 # Methods that keep a tensor's value (on the host or the device) and may sit between the loss and `.item()`.
 PASS_THROUGH = ("detach", "cpu", "float")

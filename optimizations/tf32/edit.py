@@ -7,18 +7,12 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import parse_template_expression
 
-from optimizations.program.codemod import (
-    add_keywords,
-    call_expr,
-    code_of,
-    import_end,
-    keyword,
-    literal_value,
-    star_kwargs,
-)
+from optimizations.edits.expressions import add_keywords, call_expr
+from optimizations.edits.imports import import_end
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import TF32_CHECK, is_training_config
-from optimizations.program.training_loops import PlannedCodemod
+from optimizations.program.syntax import code_of, keyword, literal_value, star_kwargs
 from optimizations.program.values import outcomes
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import call_expr, code_of
-from optimizations.program.model_code import drop_unused_imports, functional
-from optimizations.program.training_loops import PlannedCodemod
+from optimizations.edits.expressions import call_expr
+from optimizations.edits.model_code import drop_unused_imports, functional
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.syntax import code_of
 
 from .gelu_formula import gelu_kind
 from .layer_norm_formula import LayerNormForward, Refused, parameter_size

@@ -7,7 +7,6 @@ import math
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import literal_value
 from optimizations.program.model_code import (
     argument,
     bare,
@@ -17,6 +16,7 @@ from optimizations.program.model_code import (
     tensor_method,
     terms,
 )
+from optimizations.program.syntax import literal_value
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 GELU_CUBIC = 0.044715

@@ -6,7 +6,6 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, literal_value
 from optimizations.program.model_code import (
     argument,
     bare,
@@ -19,6 +18,7 @@ from optimizations.program.model_code import (
     tensor_method,
     terms,
 )
+from optimizations.program.syntax import code_of, literal_value
 
 PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 FILLS = ("torch.ones", "torch.zeros", "torch.empty", "torch.randn", "torch.rand")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.program.codemod import code_of, keyword, qualified_under, walk
+from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.positions import start_line
 from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext, SourceCache
-from optimizations.program.training_loops import PlannedCodemod
+from optimizations.program.syntax import code_of, keyword, qualified_under, walk
 
 FIELD = "vocab_size"
 MULTIPLE = 64
