@@ -94,7 +94,9 @@ def numerics_line(optimization: Optimization) -> str:
     return f"Numerics: {numerics.value} ({numerics.meaning})" + (f" — {reason}" if reason else "")
 
 
-def _commit_body(plan: Plan, row: Row, optimization: Optimization, sites, missed: str = "") -> str:
+def _commit_body(
+    plan: Plan, row: Row, optimization: Optimization, sites: list[Site], missed: str = ""
+) -> str:
     items = {i.key: i for i in plan.items}
     lines = [f"Plan item {k}: {items[k].change}" for k in row.keys if k in items]
     lines += ["", numerics_line(optimization)]

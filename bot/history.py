@@ -138,7 +138,7 @@ def parent_of(commit: git.Commit) -> str:
 
 def _diff(repo: git.Repo, *args: str) -> str:
     """``git diff`` output, paths unquoted, decoded with undecodable bytes replaced."""
-    output = repo.git(c="core.quotePath=false").diff(*args, stdout_as_string=False)
+    output: bytes = repo.git(c="core.quotePath=false").diff(*args, stdout_as_string=False)
     return output.decode("utf-8", "replace")
 
 

@@ -18,7 +18,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -129,7 +129,7 @@ class Plan:
     def loss_tolerance(self) -> float | None:
         return next((c.threshold for c in self.criteria if c.kind == LOSS), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "title": self.title,
             "source": self.source,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from markdown_it import MarkdownIt
 
@@ -46,7 +47,7 @@ class Progress:
     rows: list[Row] = field(default_factory=list)
     behavioural: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # files left out: they do not parse, and why
-    bench: dict = field(default_factory=dict)
+    bench: dict[str, Any] = field(default_factory=dict)
 
     @property
     def issue_label(self) -> str:

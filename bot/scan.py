@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def scan(
     return findings
 
 
-def _keys():
+def _keys() -> Iterator[str]:
+    """Row keys in order: A to Z, then AA, AB, ..."""
     yield from string.ascii_uppercase
     for first in string.ascii_uppercase:
         for second in string.ascii_uppercase:
@@ -112,7 +114,7 @@ def render_plan(
                 numerics_changes.append(finding)
     keys = _keys()
 
-    def row(finding: Finding) -> dict:
+    def row(finding: Finding) -> dict[str, str]:
         opt = finding.optimization
         return {
             "key": next(keys),

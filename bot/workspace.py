@@ -116,7 +116,8 @@ class Workspace:
     def committed_text(self, path: str) -> str | None:
         """A file's text at HEAD; ``None`` when HEAD does not have it."""
         try:
-            return self.repo.git.show(f"HEAD:{path}", strip_newline_in_stdout=False)
+            text: str = self.repo.git.show(f"HEAD:{path}", strip_newline_in_stdout=False)
+            return text
         except git.GitCommandError:
             return None
 
