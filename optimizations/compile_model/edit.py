@@ -3,6 +3,8 @@ hand-written training loop trains, or at the top of the function it is passed to
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -138,6 +140,7 @@ class CompileLoopModel(PlannedCodemod):
                 call
                 for call in calls
                 if is_method_call(call, "setup", "setup_module")
+                and isinstance(call.func, cst.Attribute)
                 and isinstance(call.func.value, cst.Name)
                 and call.func.value.value in fabrics
                 and call.args
@@ -154,8 +157,10 @@ class CompileLoopModel(PlannedCodemod):
                 operand = call.args[0].value if call.args else None
                 if any(isinstance(n, cst.Name) and n.value in models for n in (operand, *targets)):
                     return call
-            elif is_method_call(call, "compile") and m.matches(
-                call.func.value, m.Name(m.MatchIfTrue(lambda name: name in models))
+            elif (
+                is_method_call(call, "compile")
+                and isinstance(call.func, cst.Attribute)
+                and m.matches(call.func.value, m.Name(m.MatchIfTrue(lambda name: name in models)))
             ):
                 return call
         return None
@@ -169,6 +174,7 @@ class CompileLoopModel(PlannedCodemod):
             call.func.value.value
             for call in walk(function.body, NESTED_SCOPES)
             if is_method_call(call, "parameters", "named_parameters")
+            and isinstance(call.func, cst.Attribute)
             and isinstance(call.func.value, cst.Name)
         }
         called = {
@@ -193,7 +199,9 @@ class CompileLoopModel(PlannedCodemod):
         stepped = {
             call.func.value.value
             for call in walk(loop.body, NESTED_SCOPES)
-            if is_method_call(call, "step") and isinstance(call.func.value, cst.Name)
+            if is_method_call(call, "step")
+            and isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Name)
         } & reached
         passed = self._passed_modules(function, stepped, reached - stepped)
         if len(passed) > 1:
@@ -209,7 +217,9 @@ class CompileLoopModel(PlannedCodemod):
         used = {
             call.func.value.value
             for call in walk(function.body, NESTED_SCOPES)
-            if is_method_call(call, *MODULE_METHODS) and isinstance(call.func.value, cst.Name)
+            if is_method_call(call, *MODULE_METHODS)
+            and isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Name)
         } & (reached - stepped)
         if len(used) == 1:
             return used.pop(), set()
@@ -218,17 +228,20 @@ class CompileLoopModel(PlannedCodemod):
             f"module its optimizer steps, and it uses {', '.join(sorted(used)) or 'no parameter'} as a module"
         )
 
-    def _passed_modules(self, function: cst.FunctionDef, optimizers: set[str], candidates: set[str]):
+    def _passed_modules(
+        self, function: cst.FunctionDef, optimizers: set[str], candidates: set[str]
+    ) -> dict[str, dict[str, str]]:
         """``{parameter: {module: where}}``: for each call of ``function``, the parameter it passes the module
         whose ``.parameters()`` built the optimizer it passes for one of ``optimizers``."""
         found: dict[str, dict[str, str]] = {}
         for site in self.call_sites(function):
             for optimizer in optimizers:
                 module = self._optimised_module(site.scope, argument_for(function, site.call, optimizer))
+                if module is None:
+                    continue
                 for candidate in candidates:
-                    if module is not None and m.matches(
-                        argument_for(function, site.call, candidate), m.Name(module)
-                    ):
+                    argument = argument_for(function, site.call, candidate)
+                    if argument is not None and m.matches(argument, m.Name(module)):
                         scope = (
                             f"{site.scope.name.value}()"
                             if isinstance(site.scope, cst.FunctionDef)
@@ -241,7 +254,8 @@ class CompileLoopModel(PlannedCodemod):
         """The one name whose ``.parameters()`` build ``optimizer``: in the call itself, or in the assignment
         of the name in ``scope``."""
         if isinstance(optimizer, cst.Name):
-            body = scope if isinstance(scope, cst.Module) else scope.body
+            # a call site's scope is its module or a function
+            body = scope.body if isinstance(scope, cst.FunctionDef) else scope
             values = [
                 node.value
                 for node in walk(body, NESTED_SCOPES)
@@ -255,6 +269,7 @@ class CompileLoopModel(PlannedCodemod):
             call.func.value.value
             for call in m.findall(optimizer, m.Call())
             if is_method_call(call, "parameters", "named_parameters")
+            and isinstance(call.func, cst.Attribute)
             and isinstance(call.func.value, cst.Name)
         }
         return modules.pop() if len(modules) == 1 else None
@@ -265,7 +280,8 @@ class CompileLoopModel(PlannedCodemod):
         top = loop
         while self.parent(top) is not function.body:
             top = self.parent(top)
-        body = list(function.body.body)
+        # the function holds the loop, a compound statement, so its body is an indented block
+        body = list(cast(cst.IndentedBlock, function.body).body)
         index = next(i for i, s in enumerate(body) if s is top)
         for statement in reversed(body[:index]):
             if self._builds_or_moves(statement, model):
@@ -286,6 +302,7 @@ class CompileLoopModel(PlannedCodemod):
             if (
                 isinstance(node, cst.Call)
                 and is_method_call(node, *MOVES)
+                and isinstance(node.func, cst.Attribute)
                 and m.matches(node.func.value, m.Name(model))
             ):
                 return True

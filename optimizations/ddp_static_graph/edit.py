@@ -49,7 +49,6 @@ class GuardStaticGraph(OptimizationCodemod):
 
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
-        self.links: TrainerLinks | None = None
         self.classes: dict[str, cst.ClassDef] = {}
         self.helpers: set[str] = set()
         self.trainers: list[cst.Call] = []
@@ -57,7 +56,7 @@ class GuardStaticGraph(OptimizationCodemod):
         self.handled: list[cst.Call] = []
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.links = TrainerLinks(self, node)
+        self.links = TrainerLinks(self, node)  # the module's scopes and bindings, for every visit after this
         self.classes = {s.name.value: s for s in node.body if isinstance(s, cst.ClassDef)}
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -219,7 +218,8 @@ class GuardStaticGraph(OptimizationCodemod):
         if forward is None:
             return None
         submodules = _constructed_attributes(class_def)
-        for branch in m.findall(forward.body, m.If()):
+        branches = [b for b in m.findall(forward.body, m.If()) if isinstance(b, cst.If)]
+        for branch in branches:
             for call in _calls(branch.body, branch.orelse):
                 attribute = _self_attribute(call.func)
                 if attribute in submodules:
@@ -280,6 +280,7 @@ def _constructed_attributes(class_def: cst.ClassDef) -> set[str]:
         for statement in class_def.body.body
         if m.matches(statement, m.FunctionDef(name=m.Name("__init__")))
         for assignment in m.findall(statement, m.Assign(value=m.Call()))
+        if isinstance(assignment, cst.Assign)
         for target in assignment.targets
         if (attribute := _self_attribute(target.target)) is not None
     }
@@ -287,4 +288,10 @@ def _constructed_attributes(class_def: cst.ClassDef) -> set[str]:
 
 def _calls(*blocks: cst.CSTNode | None) -> list[cst.Call]:
     """Every call in the blocks (an ``if``'s body and ``else``), in order."""
-    return [call for block in blocks if block is not None for call in m.findall(block, m.Call())]
+    return [
+        call
+        for block in blocks
+        if block is not None
+        for call in m.findall(block, m.Call())
+        if isinstance(call, cst.Call)
+    ]

@@ -61,7 +61,8 @@ def guard_static_graph(ddp_model: Any) -> Any:
             _check_and_switch(ddp_model, args, kwargs)
         return original(*args, **kwargs)
 
-    ddp_model.forward = forward
+    # the instance's own forward shadows DDP's until the first synchronising batch deletes it
+    ddp_model.forward = forward  # type: ignore[method-assign]
     setattr(ddp_model, _ORIGINAL_FORWARD, original)
     return ddp_model
 

@@ -41,7 +41,7 @@ class ReplayGraphs(TrainerFollowUp):
             return updated_node
         compiled = self.helper_call(original_node, COMPILE_REPEATED_LAYERS)
         budget = None if compiled is None else keyword(compiled, FIXED_BUDGET)
-        if budget is None:
+        if compiled is None or budget is None:
             return updated_node
         if keyword(compiled, KEYWORD) is not None:
             self.already(original_node, f"{COMPILE_REPEATED_LAYERS}(..., {KEYWORD}=...)")
@@ -89,10 +89,12 @@ class ReplayGraphs(TrainerFollowUp):
     def _checkpointing_arguments(self, config: cst.BaseExpression | None) -> list[cst.Arg]:
         """The arguments of the config ``config`` builds (or of the bindings of the name it is) that may set
         activation checkpointing: its keyword (either name), or ``**settings``."""
-        values = [] if config is None else [config] if isinstance(config, cst.Call) else None
+        if config is None:
+            return []
+        values = [config] if isinstance(config, cst.Call) else self.links.bound_values(config)
         return [
             argument
-            for value in (self.links.bound_values(config) if values is None else values)
+            for value in values
             if isinstance(value, cst.Call)
             for argument in value.args
             if argument.star == "**"

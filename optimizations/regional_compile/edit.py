@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -73,7 +75,9 @@ class CompileLayers(TrainerFollowUp):
             return updated_node
         self.import_runtime(COMPILE_RUNTIME, COMPILE_REPEATED_LAYERS)
         self.changed(original_node, message)
-        wrapped = call_expr(COMPILE_REPEATED_LAYERS, self.links.model_argument(updated_node))
+        # the updated call has the original's arguments, and so its model
+        updated_model = cast(cst.BaseExpression, self.links.model_argument(updated_node))
+        wrapped = call_expr(COMPILE_REPEATED_LAYERS, updated_model)
         if keyword(updated_node, "model") is not None:
             return replace_keyword(updated_node, "model", wrapped)
         first, *rest = updated_node.args
@@ -119,7 +123,7 @@ class CompileLayers(TrainerFollowUp):
             if isinstance(enclosing, (cst.For, cst.While)):
                 return False
             enclosing = parents.get(enclosing)
-        names = {t.target.value for t in statement.targets}
+        names = {t.target.value for t in statement.targets if isinstance(t.target, cst.Name)}
         return not any(
             isinstance(assign.value, cst.Name)
             and assign.value.value in names

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -24,7 +25,10 @@ SWITCH = "PERFBOT_COMPILE"
 GRAPHS_SWITCH = "PERFBOT_CUDA_GRAPHS"
 # Inductor's CUDA graphs without cudagraph trees: each compiled graph records once into a memory pool of its own
 # and replays with static inputs and outputs (no tree liveness checks: pytorch/pytorch#194124).
-FLAT_GRAPHS = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+FLAT_GRAPHS: dict[str, str | int | bool | Callable[..., Any]] = {
+    "triton.cudagraphs": True,
+    "triton.cudagraph_trees": False,
+}
 # The forward functions whose graphs belong to a module already (see TrainingGraphs).
 GRAPHED_FORWARDS: set[Any] = set()
 # The graphed backward must not reuse the saved activations' memory (see TrainingGraphs); older torch never does.
@@ -59,8 +63,9 @@ def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """
     longest: list[torch.nn.Module] = []
     for module in model.modules():
-        longer = isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(longest))
-        if longer and len({type(block) for block in module}) == 1:
+        if not isinstance(module, torch.nn.ModuleList) or len(module) <= max(1, len(longest)):
+            continue
+        if len({type(block) for block in module}) == 1:
             longest = list(module)
     return longest
 
@@ -117,7 +122,7 @@ def compile_repeated_layers(model: Model, fixed_budget: Any = None, cuda_graphs:
             decoder.compile()
         return model
     budget = pair_budget(config) if decoder is not None and feeds_token_ids(model) else None
-    if budget is not None:
+    if budget is not None and decoder is not None:  # a budget is read for a decoder only
         eager = decoder.forward
         packed = TrainingGraphs(eager) if graphs else torch.compile(eager, dynamic=False)
         decoder.forward = PackedPairs(packed, eager, budget)
@@ -194,7 +199,7 @@ def feeds_token_ids(model: torch.nn.Module) -> bool:
     given embeddings with the image's in them), nor for one under a prompt-learning PEFT adapter (virtual
     tokens prepended as embeddings).
     """
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     adapter = getattr(model, "active_peft_config", None)
     return text is config and not getattr(adapter, "is_prompt_learning", False)
@@ -232,7 +237,12 @@ class PackedPairs:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the decoder on the batch packed into one row, in the batch's layout."""
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-        if args or not self._packable(ids, mask, kwargs):
+        if (
+            args
+            or not isinstance(ids, torch.Tensor)
+            or not isinstance(mask, torch.Tensor)
+            or not self._packable(ids, mask, kwargs)
+        ):
             return self.eager(*args, **kwargs)
         real = mask.reshape(-1).bool()
         tokens = int(real.sum())
@@ -277,9 +287,8 @@ class PackedPairs:
         self.steps = self.over_budget = 0
         return True
 
-    def _packable(self, ids: Any, mask: Any, kwargs: dict[str, Any]) -> bool:
-        tensors = isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor)
-        if not tensors or ids.dim() != 2 or mask.shape != ids.shape or kwargs.get("use_cache"):
+    def _packable(self, ids: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any]) -> bool:
+        if ids.dim() != 2 or mask.shape != ids.shape or kwargs.get("use_cache"):
             return False
         if kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
             return False
@@ -296,7 +305,8 @@ def checkpoints_activations(model: torch.nn.Module, config: Any) -> bool:
     ``activation_checkpointing``; earlier versions and TRL scripts, ``gradient_checkpointing``.
     """
     names = ("activation_checkpointing", "gradient_checkpointing")
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a PEFT wrapper
+    # under a PEFT wrapper; torch types a Module's unknown attribute as a tensor or module, not a method
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     on_model = next((f"is_{name}" for name in names if hasattr(type(base), f"is_{name}")), None)
     return any(getattr(config, name, False) is True for name in names) or (
         on_model is not None and getattr(base, on_model) is True

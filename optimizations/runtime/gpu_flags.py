@@ -28,8 +28,9 @@ def enable_tf32(cudnn_benchmark: bool = True) -> None:
     """
     if has_fp32_precision_api():
         torch.backends.cuda.matmul.fp32_precision = "tf32"
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-        torch.backends.cudnn.rnn.fp32_precision = "tf32"
+        # torch declares these on the objects that replace its cudnn modules, where type checkers do not look
+        torch.backends.cudnn.conv.fp32_precision = "tf32"  # type: ignore[attr-defined]
+        torch.backends.cudnn.rnn.fp32_precision = "tf32"  # type: ignore[attr-defined]
     else:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import torch
 
@@ -68,8 +68,10 @@ def _vanilla_lora_linears(layer: torch.nn.Module) -> list[torch.nn.Linear] | Non
         return None
     if getattr(layer, "lora_variant", None) or not hasattr(layer, "cast_input_dtype_enabled"):
         return None
-    linears = [*lora_a.values(), *lora_b.values()]
-    return linears if all(type(m) in (torch.nn.Linear, Bf16ComputeLinear) for m in linears) else None
+    modules = [*lora_a.values(), *lora_b.values()]
+    if not all(type(m) in (torch.nn.Linear, Bf16ComputeLinear) for m in modules):
+        return None
+    return cast("list[torch.nn.Linear]", modules)  # each one's type was just checked
 
 
 def compute_adapters_in_bf16(model: Model) -> Model:
@@ -94,7 +96,8 @@ def compute_adapters_in_bf16(model: Model) -> Model:
         linears = _vanilla_lora_linears(layer)
         if linears is None:
             continue
-        layer.cast_input_dtype_enabled = False
+        # torch types a Module's attribute values as tensors or modules; it takes any value
+        layer.cast_input_dtype_enabled = False  # type: ignore[assignment]
         for linear in linears:
             for parameter in linear.parameters():
                 if parameter.dtype != torch.float32:

@@ -3,6 +3,8 @@ default, a keyword of a call of the class) is rounded up, unless the size reache
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -39,7 +41,9 @@ def _holds_field(cls: cst.ClassDef) -> bool:
                 if any(m.matches(t, m.Name(FIELD)) for t in targets):
                     return True
         elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
-            if any(p.name.value == FIELD for p in statement.params.params + statement.params.kwonly_params):
+            if any(
+                p.name.value == FIELD for p in [*statement.params.params, *statement.params.kwonly_params]
+            ):
                 return True
     return False
 
@@ -66,8 +70,9 @@ def _reads_field(node: cst.BaseExpression) -> bool:
     return m.matches(node, m.Name(FIELD) | m.Attribute(attr=m.Name(FIELD)))
 
 
-def _int_literal(node: cst.BaseExpression | None) -> int | None:
-    return int(node.evaluated_value) if isinstance(node, cst.Integer) else None
+def _with_value(value: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A planned replacement: the updated literal with ``value``."""
+    return lambda updated: updated.with_changes(value=value)
 
 
 class _Repository:
@@ -100,14 +105,15 @@ class _Repository:
         for function in parsed.nodes(cst.FunctionDef):
             name = function.name.value
             if name.startswith(("generate", "sample")):
-                calls = [c for c in m.findall(function, m.Call()) if _callee(c) in SAMPLERS]
+                found = m.findall(function, m.Call())
+                calls = [c for c in found if isinstance(c, cst.Call) and _callee(c) in SAMPLERS]
                 if calls:
                     where = f"{path}:{start_line(parsed, calls[0])}"
                     self.problems.append(
                         (path, f"{name}() samples from the logits at {where}: a padded id could come out")
                     )
 
-    def _sizes_a_layer(self, node: cst.Attribute, parents) -> bool:
+    def _sizes_a_layer(self, node: cst.Attribute, parents: dict[cst.CSTNode, cst.CSTNode]) -> bool:
         """A write (``self.vocab_size = ...``), or an argument of ``nn.Embedding``/``nn.Linear``/``.view``."""
         up = parents[node]
         if isinstance(up, cst.AssignTarget):
@@ -149,9 +155,9 @@ class PadVocabulary(PlannedCodemod):
             for owner, literal in self._class_literals(cls):
                 if pads is not None:
                     self.already(
-                        owner, f"vocab_size {_int_literal(literal)}, padded by the class itself: `{pads}`"
+                        owner, f"vocab_size {literal.evaluated_value}, padded by the class itself: `{pads}`"
                     )
-                elif _int_literal(literal) % MULTIPLE == 0:
+                elif literal.evaluated_value % MULTIPLE == 0:
                     if not tokenizer:
                         padded_already.append((owner, literal))
                 elif tokenizer:
@@ -160,9 +166,10 @@ class PadVocabulary(PlannedCodemod):
                     candidates.append((owner, literal))
         for call in self.nodes(cst.Call):
             given = keyword(call, FIELD)
-            size = _int_literal(given.value) if given is not None else None
-            if size is None:
+            if given is None or not isinstance(given.value, cst.Integer):
                 continue
+            literal = given.value
+            size = literal.evaluated_value
             names = self.names(call.func)
             callee = _callee(call)
             pads = self._padded_by(callee)
@@ -170,12 +177,12 @@ class PadVocabulary(PlannedCodemod):
                 self.already(given, f"vocab_size {size}, padded by {callee} itself: `{pads}`")
             elif size % MULTIPLE == 0:
                 if callee in self._repository().config_classes:
-                    padded_already.append((given, given.value))
+                    padded_already.append((given, literal))
             elif qualified_under(names, ("transformers",), (callee,)):
                 refusals.append(
                     (
                         call,
-                        given.value,
+                        literal,
                         "a Hugging Face config: use model.resize_token_embeddings("
                         "len(tokenizer), pad_to_multiple_of=64) there",
                     )
@@ -183,16 +190,14 @@ class PadVocabulary(PlannedCodemod):
             elif qualified_under(names, TOKENIZER_PACKAGES, (callee,)) or any(
                 w in callee.lower() for w in TOKENIZER_WORDS
             ):
-                refusals.append(
-                    (call, given.value, f"`{callee}(...)` builds a tokenizer with this vocabulary")
-                )
+                refusals.append((call, literal, f"`{callee}(...)` builds a tokenizer with this vocabulary"))
             elif callee in self._repository().config_classes:
-                candidates.append((given, given.value))
+                candidates.append((given, literal))
         for owner, literal in padded_already:
-            self.already(owner, f"vocab_size {_int_literal(literal)} (a multiple of {MULTIPLE})")
+            self.already(owner, f"vocab_size {literal.evaluated_value} (a multiple of {MULTIPLE})")
         message = "vocab_size {} → {} (a multiple of 64; the extra ids never occur in the data)"
         for owner, literal, reason in refusals:
-            size = _int_literal(literal)
+            size = literal.evaluated_value
             self.refused(owner, message.format(size, padded(size)), reason)
         if not candidates:
             return
@@ -201,13 +206,11 @@ class PadVocabulary(PlannedCodemod):
             problem for path, problem in self._repository().problems if program.shares_code(self.path, path)
         ]
         for owner, literal in candidates:
-            size = _int_literal(literal)
+            size = literal.evaluated_value
             if problems:
                 self.refused(owner, message.format(size, padded(size)), "; ".join(problems))
                 continue
-            self.replacements[literal] = lambda updated, size=size: updated.with_changes(
-                value=str(padded(size))
-            )
+            self.replacements[literal] = _with_value(str(padded(size)))
             self.changed(owner, message.format(size, padded(size)))
 
     def _padded_by(self, callee: str) -> str | None:
@@ -224,7 +227,7 @@ class PadVocabulary(PlannedCodemod):
             self.repository = _Repository(self.repo)
         return self.repository
 
-    def _class_literals(self, cls: cst.ClassDef):
+    def _class_literals(self, cls: cst.ClassDef) -> Iterator[tuple[cst.CSTNode, cst.Integer]]:
         """``(node, literal)`` for each integer ``vocab_size`` literal the class sets: fields and ``__init__``
         defaults."""
         for statement in cls.body.body:
@@ -238,9 +241,9 @@ class PadVocabulary(PlannedCodemod):
                         value = small.value
                     else:
                         continue
-                    if _int_literal(value) is not None:
+                    if isinstance(value, cst.Integer):
                         yield statement, value
             elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
-                for param in statement.params.params + statement.params.kwonly_params:
-                    if param.name.value == FIELD and _int_literal(param.default) is not None:
+                for param in [*statement.params.params, *statement.params.kwonly_params]:
+                    if param.name.value == FIELD and isinstance(param.default, cst.Integer):
                         yield param, param.default
