@@ -72,12 +72,14 @@ def test_pure_python_between_gil_releases_is_charged_to_itself(sources):
     with sampler.recording():
         end = time.perf_counter() + 0.4
         while time.perf_counter() < end:
-            forward(spin, 0.0005)  # half a millisecond of Python in the layer, then a GIL release
+            forward(spin, 0.002)  # two milliseconds of Python in the layer, then a GIL release
             release()
     host = sampler.report()
     assert host.steps == 1 and host.samples > 50
-    # most of it, where a reading waiting for the GIL would charge nearly all of it to the call that releases it
-    assert host.sources_ms[PEFT] > 0.6 * host.sampled_ms
+    # Most of it, where a reading waiting for the GIL would charge nearly all of it to the call that releases it.
+    # On an idle machine the share is about 90%; on a loaded one the release (a hash, charged by wall time)
+    # stretches while the deadline-bound spin does not, so the bound leaves room for that.
+    assert host.sources_ms[PEFT] > 0.5 * host.sampled_ms
     assert host.top_lines[0].source == PEFT and "spin(seconds)" in host.top_lines[0].line
 
 
