@@ -145,6 +145,8 @@ class LayerNormForward:
             raise Refused(f"`{code_of(node)}` is not the square root of variance + eps")
         if sign != wanted:
             raise Refused(f"`{code_of(node)}` multiplies where it should divide")
+        if inner is None:  # `torch.sqrt(*args)`: no argument to read
+            raise Refused(f"`{code_of(node)}` is not the square root of variance + eps")
         summands = terms(self._resolve(inner))
         if len(summands) != 2:
             raise Refused(f"`{code_of(inner)}` is not variance + eps")
