@@ -220,7 +220,10 @@ class AttentionChain(PlannedCodemod):
             raise Refused(f"the softmax is not over the last dimension (`{code_of(softmax)}`)")
         if argument(softmax, 1 if method else 2, "dtype") is not None:
             raise Refused("the softmax casts (`dtype=`): SDPA keeps the input dtype")
-        node = self._follow(softmax.func.value if method else argument(softmax, 0, "input"), chain)
+        softmax_input = softmax.func.value if method else argument(softmax, 0, "input")
+        if softmax_input is None:  # `F.softmax(*args, dim=-1)`: no input to read, so no q @ k seen
+            raise NotAttention
+        node = self._follow(softmax_input, chain)
         while True:
             scores = matrix_product(node, self.names)
             if scores is not None:
