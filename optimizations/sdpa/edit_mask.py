@@ -138,6 +138,8 @@ class CausalMaskRefusals(AttentionChain):
             raise Refused(
                 f"a {kind} mask with diagonal={code_of(diagonal) if diagonal else 0} used {usage} is not causal"
             )
+        if ones is None:  # `torch.tril(*args)`: no input to read
+            raise Refused(f"the mask is not a tril/triu of ones (`{code_of(value)}`)")
         sizes = self._additive_sizes(ones) if additive else self._ones_sizes(ones)
         if len(sizes) != 2:
             raise Refused(f"the mask is not square over two sizes (`{code_of(ones)}`)")
