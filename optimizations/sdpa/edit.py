@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from optimizations.edits.expressions import call_expr
@@ -10,7 +12,7 @@ from optimizations.edits.model_code import drop_unused_imports, functional
 from optimizations.program.model_code import bare
 from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
-from .edit_chain import Chain, NotAttention, Refused, matrix_product
+from .edit_chain import Chain, NotAttention, Product, Refused, bound_name, matrix_product
 from .edit_mask import CausalMaskRefusals
 from .edit_refusals import AttentionRefusals
 
@@ -38,10 +40,16 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
                         if product is not None and product.form in ("matmul", "weights"):
                             removed += self._plan_site(function, statement, node, product)
         if removed:
-            drop_unused_imports(self, module, removed, keep=[self.prefix.split(".")[0]])
+            drop_unused_imports(self, module, removed, keep=[self._functional().split(".")[0]])
 
     # -- one `weights @ v` ----------------------------------------------------------------------------------
-    def _plan_site(self, function, statement, output, operands) -> list[cst.CSTNode]:
+    def _plan_site(
+        self,
+        function: cst.FunctionDef,
+        statement: cst.SimpleStatementLine,
+        output: cst.CSTNode,
+        operands: Product,
+    ) -> list[cst.CSTNode]:
         """Plan one site; the code it removes or replaces."""
         chain = Chain(output, statement)
         node = self._follow(operands.left, chain)
@@ -74,22 +82,32 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
         """The chain's first statement."""
         return min([chain.statement, *chain.consumed], key=self.line)
 
-    def _only_read_in(self, function, statement, chain: Chain) -> bool:
-        name = statement.body[0].targets[0].target.value
+    def _only_read_in(
+        self, function: cst.FunctionDef, statement: cst.SimpleStatementLine, chain: Chain
+    ) -> bool:
+        name = bound_name(statement)
         reads, _writes, nested = self.reads_and_writes(function, name)
         return not nested and all(any(self.within(r, s) for s in chain.consumed) for r in reads)
 
     # -- the edit -----------------------------------------------------------------------------------------------
-    def _rewrite(self, chain: Chain, q: str, k: str, dropped: list[cst.SimpleStatementLine]) -> None:
+    def _functional(self) -> str:
         if self.prefix is None:
             self.prefix = functional(self, self.tree)
-        keywords = {"is_causal": cst.Name("True")}
+        return self.prefix
+
+    def _rewrite(self, chain: Chain, q: str, k: str, dropped: list[cst.SimpleStatementLine]) -> None:
+        keywords: dict[str, cst.BaseExpression] = {"is_causal": cst.Name("True")}
         if chain.dropout is not None:
             keywords["dropout_p"] = chain.dropout
-        prefix = self.prefix
+        prefix = self._functional()
 
         def attend(updated: cst.CSTNode) -> cst.CSTNode:
-            values = updated.right if isinstance(updated, cst.BinaryOperation) else updated.args[-1].value
+            # `w @ v`, else `torch.matmul(w, v)` or an einsum: v is the last argument
+            values = (
+                updated.right
+                if isinstance(updated, cst.BinaryOperation)
+                else cast(cst.Call, updated).args[-1].value
+            )
             return call_expr(
                 f"{prefix}.scaled_dot_product_attention", cst.Name(q), cst.Name(k), bare(values), **keywords
             )
@@ -100,6 +118,9 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
         top = min((s for s in dropped if s in chain.consumed), key=lambda s: body.index(s), default=None)
         if top is not None:
             lines = list(top.leading_lines)
-            self.replacements[chain.statement] = lambda updated: updated.with_changes(
-                leading_lines=lines + list(updated.leading_lines)
-            )
+
+            def keep_leading_lines(updated: cst.CSTNode) -> cst.CSTNode:
+                line = cast(cst.SimpleStatementLine, updated)  # the replacement of chain.statement, updated
+                return line.with_changes(leading_lines=lines + list(line.leading_lines))
+
+            self.replacements[chain.statement] = keep_leading_lines

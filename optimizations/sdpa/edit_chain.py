@@ -3,8 +3,9 @@ expression or over consecutive statements, and what each step of it is."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -64,7 +65,7 @@ class Product(NamedTuple):
     form: str
 
 
-def matrix_product(node: cst.CSTNode, names) -> Product | None:
+def matrix_product(node: cst.CSTNode, names: Callable[[cst.CSTNode], set[str]]) -> Product | None:
     """The product ``node`` computes: ``a @ b``, ``torch.matmul(a, b)`` or ``torch.einsum(equation, a, b)``."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return Product(node.left, node.right, "matmul")
@@ -100,7 +101,7 @@ def _einsum_form(equation: str) -> str:
     return "einsum"
 
 
-def _masks_in_place(statement: cst.BaseStatement, name: str) -> bool:
+def _masks_in_place(statement: cst.BaseStatement, name: str) -> TypeGuard[cst.SimpleStatementLine]:
     """``name.masked_fill_(mask, fill)`` alone on its line."""
     return m.matches(
         statement,
@@ -114,7 +115,11 @@ def _only_reads(statement: cst.BaseStatement, name: str) -> bool:
     """``statement`` reads ``name`` but neither binds it nor calls an in-place method (``name.resize_()``) on it."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
-    targets = m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+    targets = [
+        t
+        for t in m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+        if isinstance(t, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign))  # what the matcher finds
+    ]
     if any(m.findall(t.target, m.Name(name)) for t in targets):
         return False
     in_place = m.Call(
@@ -125,10 +130,21 @@ def _only_reads(statement: cst.BaseStatement, name: str) -> bool:
 
 def value_of(statement: cst.SimpleStatementLine) -> cst.BaseExpression:
     """What a statement of the chain computes: an assignment's value, or the in-place ``masked_fill_`` call."""
-    return statement.body[0].value
+    # the chain's statements are what `_definition` finds: `name = value` or `name.masked_fill_(...)`
+    return cast(cst.Assign | cst.Expr, statement.body[0]).value
 
 
-def normal_code(node: cst.CSTNode) -> str:
+def bound_name(statement: cst.SimpleStatementLine) -> str:
+    """The name a statement of the chain sets: an assignment's target, or the tensor masked in place."""
+    # the chain's statements are what `_definition` finds: `name = value` or `name.masked_fill_(...)`
+    small = statement.body[0]
+    if isinstance(small, cst.Assign):
+        return cast(cst.Name, small.targets[0].target).value
+    masked = cast(cst.Attribute, cast(cst.Call, cast(cst.Expr, small).value).func)
+    return cast(cst.Name, masked.value).value
+
+
+def normal_code(node: cst.BaseExpression) -> str:
     """``node``'s code without its parentheses and whitespace: sizes written differently compare equal."""
     return "".join(code_of(bare(node)).split())
 
@@ -150,10 +166,16 @@ class AttentionChain(PlannedCodemod):
         return node
 
     def _block(self, statement: cst.BaseStatement) -> list[cst.BaseStatement]:
-        return list(self.parent(statement).body)
+        block = cast(cst.IndentedBlock | cst.Module, self.parent(statement))  # a statement line's holder
+        return list(block.body)
 
     def _definition(
-        self, name: str, before: cst.BaseStatement, skip=(), in_place: bool = False, reads: bool = False
+        self,
+        name: str,
+        before: cst.BaseStatement,
+        skip: Sequence[cst.BaseStatement] = (),
+        in_place: bool = False,
+        reads: bool = False,
     ) -> cst.SimpleStatementLine | None:
         """The statement ``name = value`` that last sets ``name`` before ``before``, in the same block (with
         ``in_place``, also ``name.masked_fill_(mask, fill)``); ``None`` when a statement in between (other than
@@ -220,13 +242,20 @@ class AttentionChain(PlannedCodemod):
             raise Refused(f"the softmax is not over the last dimension (`{code_of(softmax)}`)")
         if argument(softmax, 1 if method else 2, "dtype") is not None:
             raise Refused("the softmax casts (`dtype=`): SDPA keeps the input dtype")
-        node = self._follow(softmax.func.value if method else argument(softmax, 0, "input"), chain)
+        softmax_input = (
+            softmax.func.value
+            if method and isinstance(softmax.func, cst.Attribute)
+            else argument(softmax, 0, "input")
+        )
+        if softmax_input is None:  # `F.softmax(*args, dim=-1)`: no input to read, so no q @ k seen
+            raise NotAttention
+        node = self._follow(softmax_input, chain)
         while True:
             scores = matrix_product(node, self.names)
             if scores is not None:
                 chain.scores = scores
                 return
-            if is_method(node, *MASKED_FILL) and len(node.args) == 2:
+            if is_method(node, *MASKED_FILL) and isinstance(node.func, cst.Attribute) and len(node.args) == 2:
                 chain.masks.append((node.args[0].value, node.args[1].value))
                 node = self._follow(node.func.value, chain)
                 continue
@@ -274,10 +303,12 @@ class AttentionChain(PlannedCodemod):
         parts = parts if len(parts) > 1 else terms(node)
         return len(parts) > 1 and any(self._reaches_scores(p, cursor, depth - 1) for p in parts)
 
-    def _check_bound_before(self, function, part: cst.BaseExpression, statement) -> None:
+    def _check_bound_before(
+        self, function: cst.FunctionDef, part: cst.BaseExpression, statement: cst.BaseStatement
+    ) -> None:
         """The local names in a size must not be set again after the view that used it."""
         line = self.line(statement)
-        for name in {n.value for n in m.findall(part, m.Name())}:
+        for name in {n.value for n in m.findall(part, m.Name()) if isinstance(n, cst.Name)}:
             _reads, writes, _nested = self.reads_and_writes(function, name)
             later = [w for w in writes if self.line(w) >= line]
             if later:

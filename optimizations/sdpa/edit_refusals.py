@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 
 from optimizations.program.model_code import bare, factors, init_value, is_method, is_self_attribute, same
 from optimizations.program.syntax import code_of, literal_value
 
-from .edit_chain import AttentionChain, Chain, Refused, normal_code, value_of
+from .edit_chain import AttentionChain, Chain, Product, Refused, bound_name, normal_code, value_of
 
 SQRT = ("math.sqrt", "numpy.sqrt")
 VIEWS = ("view", "reshape")
-
-
-def _bound_name(statement: cst.SimpleStatementLine) -> str:
-    """The name a statement of the chain sets: an assignment's target, or the tensor masked in place."""
-    small = statement.body[0]
-    if isinstance(small, cst.Assign):
-        return small.targets[0].target.value
-    return small.value.func.value.value
 
 
 class AttentionRefusals(AttentionChain):
@@ -28,40 +23,43 @@ class AttentionRefusals(AttentionChain):
     with the reason where not."""
 
     def _check_scores(self, chain: Chain) -> tuple[str, str]:
-        query, keys = bare(chain.scores.left), bare(chain.scores.right)
-        if chain.scores.form == "scores" and isinstance(query, cst.Name) and isinstance(keys, cst.Name):
+        scores = cast(Product, chain.scores)  # `_walk_scores` found them, or raised
+        query, keys = bare(scores.left), bare(scores.right)
+        if scores.form == "scores" and isinstance(query, cst.Name) and isinstance(keys, cst.Name):
             return query.value, keys.value
-        if chain.scores.form != "matmul":
-            raise Refused(f"the scores einsum `{code_of(self._scores_node(chain))}` is not q @ kᵀ")
-        swapped = (
-            {literal_value(a.value) for a in keys.args}
-            if is_method(keys, "transpose") and len(keys.args) == 2
-            else set()
-        )
+        if scores.form != "matmul":
+            raise Refused(f"the scores einsum `{code_of(self._scores_node(scores))}` is not q @ kᵀ")
+        swapped: set[object] = set()
+        transposed: cst.BaseExpression | None = None
+        if is_method(keys, "transpose") and isinstance(keys.func, cst.Attribute) and len(keys.args) == 2:
+            swapped = {literal_value(a.value) for a in keys.args}
+            transposed = bare(keys.func.value)
         if not (
-            swapped in ({-2, -1}, {2, 3})
-            and isinstance(bare(keys.func.value), cst.Name)
-            and isinstance(query, cst.Name)
+            swapped in ({-2, -1}, {2, 3}) and isinstance(transposed, cst.Name) and isinstance(query, cst.Name)
         ):
             raise Refused(
                 f"the scores are not `q @ k.transpose(-2, -1)` (`{code_of(query)} @ {code_of(keys)}`)"
             )
         chain.four_dimensional = swapped == {2, 3}
-        return query.value, bare(keys.func.value).value
+        return query.value, transposed.value
 
-    def _scores_node(self, chain: Chain) -> cst.CSTNode:
+    def _scores_node(self, scores: Product) -> cst.Call:
         """The einsum call whose operands are the scores'."""
-        return self.parent(self.parent(chain.scores.left))
+        return next(a for a in self.ancestors(scores.left) if isinstance(a, cst.Call))
 
-    def _views(self, function, chain: Chain, q: str, k: str) -> tuple[cst.BaseExpression | None, set[str]]:
+    def _views(
+        self, function: cst.FunctionDef, chain: Chain, q: str, k: str
+    ) -> tuple[cst.BaseExpression | None, set[str]]:
         """The sequence size both q and k were viewed with (``None`` if not shown), and q's last size, as code."""
         start = chain.consumed[-1] if chain.consumed else chain.statement
         head = {f"{x}.size(-1)" for x in (q, k)} | {f"{x}.shape[-1]" for x in (q, k)}
-        shapes = []
+        shapes: list[list[cst.BaseExpression] | None] = []
         for name in (q, k):
             found = self._definition(name, start, reads=True)
-            shape, view = self._view_shape(found) if found is not None else (None, None)
-            if shape is not None:
+            viewed = self._view_shape(found) if found is not None else None
+            shape = None
+            if viewed is not None:
+                shape, view = viewed
                 for part in (shape[1], shape[3]):
                     self._check_bound_before(function, part, view)
                 head.add(normal_code(shape[3]))
@@ -72,16 +70,19 @@ class AttentionRefusals(AttentionChain):
                 f"`.view(B, T, H, D).transpose(1, 2)` shows that it is"
             )
         seq = None
-        if all(shapes) and same(shapes[0][1], shapes[1][1]) and same(shapes[0][3], shapes[1][3]):
-            seq = shapes[0][1]
+        q_shape, k_shape = shapes
+        if q_shape and k_shape and same(q_shape[1], k_shape[1]) and same(q_shape[3], k_shape[3]):
+            seq = q_shape[1]
         return seq, head
 
-    def _view_shape(self, statement: cst.SimpleStatementLine):
+    def _view_shape(
+        self, statement: cst.SimpleStatementLine
+    ) -> tuple[list[cst.BaseExpression], cst.SimpleStatementLine] | None:
         """``([B, T, H, D], view statement)`` for ``x = y.view(B, T, H, D).transpose(1, 2)`` (or ``reshape``,
         ``permute(0, 2, 1, 3)``, with ``.contiguous()`` after), or for ``x = y.transpose(1, 2)`` after
-        ``y = z.view(B, T, H, D)``; ``(None, None)`` when the statement is neither."""
+        ``y = z.view(B, T, H, D)``; ``None`` when the statement is neither."""
         node = bare(value_of(statement))
-        while is_method(node, "contiguous") and not node.args:
+        while is_method(node, "contiguous") and isinstance(node.func, cst.Attribute) and not node.args:
             node = bare(node.func.value)
         swapped = (
             is_method(node, "transpose")
@@ -89,19 +90,21 @@ class AttentionRefusals(AttentionChain):
             or is_method(node, "permute")
             and [literal_value(a.value) for a in node.args] == [0, 2, 1, 3]
         )
-        if not swapped:
-            return None, None
+        if not (swapped and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            return None
         view = bare(node.func.value)
         if isinstance(view, cst.Name):
-            statement = self._definition(view.value, statement)
-            view = bare(value_of(statement)) if statement is not None else view
+            found = self._definition(view.value, statement)
+            if found is None:
+                return None
+            statement, view = found, bare(value_of(found))
         if (
             is_method(view, *VIEWS)
             and len(view.args) == 4
             and not any(a.keyword or a.star for a in view.args)
         ):
             return [a.value for a in view.args], statement
-        return None, None
+        return None
 
     def _check_scale(self, chain: Chain, head: set[str]) -> None:
         written = (
@@ -114,21 +117,24 @@ class AttentionRefusals(AttentionChain):
                 f"{' or '.join(sorted(head))}"
             )
 
-    def _expand(self, parts, chain: Chain, depth: int = 4) -> list[tuple[cst.BaseExpression, int]]:
+    def _expand(
+        self, parts: Iterable[tuple[cst.BaseExpression, int]], chain: Chain, depth: int = 4
+    ) -> list[tuple[cst.BaseExpression, int]]:
         """The scale's factors with literal ones dropped, and ``self.<name>`` (set once in ``__init__``) and
         local names (set earlier in the block) replaced by their values."""
-        expanded = []
+        expanded: list[tuple[cst.BaseExpression, int]] = []
         for node, sign in parts:
             node = bare(node)
             value = literal_value(node)
             if value in (1, 1.0) and not isinstance(value, bool):
                 continue
+            found: cst.BaseExpression | None
             if depth and is_self_attribute(node):
                 found = init_value(self._class_of(chain.output), node.attr.value)
             elif depth and isinstance(node, cst.Name):
                 start = chain.consumed[-1] if chain.consumed else chain.statement
                 definition = self._definition(node.value, start)
-                found = definition.body[0].value if definition is not None else None
+                found = value_of(definition) if definition is not None else None
             else:
                 found = None
             if found is None:
@@ -161,34 +167,38 @@ class AttentionRefusals(AttentionChain):
         found = self._definition(node.value, start)
         return found is not None and normal_code(value_of(found)) in head
 
-    def _check_contiguous(self, chain: Chain, values: cst.BaseExpression, local_masks) -> None:
+    def _check_contiguous(
+        self, chain: Chain, values: cst.BaseExpression, local_masks: list[cst.SimpleStatementLine]
+    ) -> None:
         """Only statements that leave q, k and v alone may sit between the steps: SDPA reads them later."""
         if not chain.consumed:
             return
         body = self._block(chain.statement)
         first = next(i for i, s in enumerate(body) if s is chain.consumed[-1])
         last = next(i for i, s in enumerate(body) if s is chain.statement)
+        scores = cast(Product, chain.scores)  # `_walk_scores` found them, or raised
         read = {
             n.value
-            for node in (values, chain.scores.left, chain.scores.right, chain.dropout)
+            for node in (values, scores.left, scores.right, chain.dropout)
             if node is not None
             for n in m.findall(node, m.Name())
+            if isinstance(n, cst.Name)  # what m.Name() finds
         }
         ours = {id(s) for s in chain.consumed + local_masks}
         for statement in body[first:last]:
             if id(statement) in ours:
                 continue
-            touched = read & {n.value for n in m.findall(statement, m.Name())}
+            touched = read & {n.value for n in m.findall(statement, m.Name()) if isinstance(n, cst.Name)}
             if touched:
                 raise Refused(
                     f"line {self.line(statement)}, between the steps, uses `{sorted(touched)[0]}`, which SDPA "
                     "would read after it"
                 )
 
-    def _check_weights_unread(self, function, chain: Chain) -> None:
+    def _check_weights_unread(self, function: cst.FunctionDef, chain: Chain) -> None:
         """The intermediate names are read only by the chain: nothing else needs the attention weights."""
         for statement in chain.consumed:
-            name = _bound_name(statement)
+            name = bound_name(statement)
             reads, _writes, nested = self.reads_and_writes(function, name)
             for read in reads + nested:
                 if not (self.within(read, chain.output) or any(self.within(read, s) for s in chain.consumed)):

@@ -4,6 +4,8 @@ torch's kernel (``F.gelu``/``F.layer_norm``); the formulas are read in ``gelu_fo
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -20,7 +22,9 @@ FUNCTIONAL_KERNELS = ("layer_norm", "gelu")
 
 
 def _body(function: cst.FunctionDef) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
-    """``(docstring statements, the rest)`` of a function's body."""
+    """``(docstring statements, the rest)`` of a function's body; none for a body on the ``def`` line."""
+    if not isinstance(function.body, cst.IndentedBlock):
+        return [], []
     statements = list(function.body.body)
     if (
         statements
@@ -30,6 +34,26 @@ def _body(function: cst.FunctionDef) -> tuple[list[cst.BaseStatement], list[cst.
     ):
         return statements[:1], statements[1:]
     return [], statements
+
+
+def _returned(statement: cst.BaseStatement) -> cst.BaseExpression | None:
+    """The value of a line that is one ``return <value>``; ``None`` for any other statement."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Return):
+            return small.value
+    return None
+
+
+def _named(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
+    """``(name, value)`` of a line that is one ``name = value``; ``None`` for any other statement."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, cst.Name):
+                return target.value, small.value
+    return None
 
 
 def _input(function: cst.FunctionDef, method: bool) -> str | None:
@@ -53,27 +77,26 @@ class NormGelu(PlannedCodemod):
         self.tree = module
         removed: list[cst.CSTNode] = []
         for function in self.nodes(cst.FunctionDef):
-            cls = self.parent(self.parent(function))
-            in_class = isinstance(cls, cst.ClassDef)
-            if in_class and function.name.value != "forward":
+            cls = self._owning_class(function)
+            if cls is not None and function.name.value != "forward":
                 continue
-            x = _input(function, in_class)
+            x = _input(function, cls is not None)
             if x is None:
                 continue
             docstring, rest = _body(function)
             if self._already_functional(function, rest):
                 continue
             removed += self._plan_gelu(function, x, docstring, rest)
-            if in_class:
+            if cls is not None:
                 removed += self._plan_layer_norm(function, cls, x, docstring, rest)
         if removed:
-            drop_unused_imports(self, module, removed, keep=[self.prefix.split(".")[0]])
+            drop_unused_imports(self, module, removed, keep=[self._functional().split(".")[0]])
 
     def _already_functional(self, function: cst.FunctionDef, rest: list[cst.BaseStatement]) -> bool:
         """The body is already one ``return`` of torch's own kernel (``F.layer_norm``/``F.gelu``): say so."""
-        if len(rest) != 1 or not m.matches(rest[0], m.SimpleStatementLine([m.Return(value=m.Call())])):
+        call = _returned(rest[0]) if len(rest) == 1 else None
+        if not isinstance(call, cst.Call):
             return False
-        call = rest[0].body[0].value
         kernel = next(
             (k for k in FUNCTIONAL_KERNELS if f"torch.nn.functional.{k}" in self.names(call.func)), None
         )
@@ -83,27 +106,42 @@ class NormGelu(PlannedCodemod):
             )
         return kernel is not None
 
+    def _owning_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class whose body defines ``function``; ``None`` for a function outside a class body."""
+        block = self.parent(function)
+        owner = self.parent(block) if block is not None else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
     def _qualified(self, function: cst.FunctionDef) -> str:
         """``Class.method`` or ``function``."""
-        owner = self.parent(self.parent(function))
-        prefix = f"{owner.name.value}." if isinstance(owner, cst.ClassDef) else ""
+        owner = self._owning_class(function)
+        prefix = f"{owner.name.value}." if owner is not None else ""
         return prefix + function.name.value
 
-    def _replace_body(self, function, docstring, call: cst.BaseExpression) -> None:
+    def _replace_body(
+        self, function: cst.FunctionDef, docstring: list[cst.BaseStatement], call: cst.BaseExpression
+    ) -> None:
         statement = cst.SimpleStatementLine([cst.Return(call)])
-        self.replacements[function] = lambda updated: updated.with_changes(
-            body=updated.body.with_changes(body=[*docstring, statement])
-        )
+
+        def with_body(updated: cst.CSTNode) -> cst.CSTNode:
+            definition = cast(cst.FunctionDef, updated)  # the replacement of a def gets that def, updated
+            return definition.with_changes(body=definition.body.with_changes(body=[*docstring, statement]))
+
+        self.replacements[function] = with_body
 
     def _functional(self) -> str:
         if self.prefix is None:
             self.prefix = functional(self, self.tree)
         return self.prefix
 
-    def _plan_gelu(self, function, x: str, docstring, rest) -> list[cst.CSTNode]:
-        if len(rest) != 1 or not m.matches(rest[0], m.SimpleStatementLine([m.Return()])):
-            return []
-        value = rest[0].body[0].value
+    def _plan_gelu(
+        self,
+        function: cst.FunctionDef,
+        x: str,
+        docstring: list[cst.BaseStatement],
+        rest: list[cst.BaseStatement],
+    ) -> list[cst.BaseStatement]:
+        value = _returned(rest[0]) if len(rest) == 1 else None
         if value is None:
             return []
         kind = gelu_kind(value, x, self.names)
@@ -125,31 +163,40 @@ class NormGelu(PlannedCodemod):
         self.changed(function, f"{self._qualified(function)}(): hand-written {kind} GELU → {formula}")
         return rest
 
-    def _plan_layer_norm(self, function, cls: cst.ClassDef, x: str, docstring, rest) -> list[cst.CSTNode]:
-        if (
-            not rest
-            or not m.matches(rest[-1], m.SimpleStatementLine([m.Return()]))
-            or rest[-1].body[0].value is None
-        ):
+    def _plan_layer_norm(
+        self,
+        function: cst.FunctionDef,
+        cls: cst.ClassDef,
+        x: str,
+        docstring: list[cst.BaseStatement],
+        rest: list[cst.BaseStatement],
+    ) -> list[cst.BaseStatement]:
+        result = _returned(rest[-1]) if rest else None
+        if result is None:
             return []
         intermediates: dict[str, cst.BaseExpression] = {}
         simple = True
         for statement in rest[:-1]:
-            if m.matches(statement, m.SimpleStatementLine([m.Assign(targets=[m.AssignTarget(m.Name())])])):
-                name = statement.body[0].targets[0].target.value
+            named = _named(statement)
+            if named is not None:
+                name, value = named
                 simple = simple and name not in intermediates and name != x
-                intermediates[name] = statement.body[0].value
+                intermediates[name] = value
             else:
                 simple = False
         forward = LayerNormForward(self.names, intermediates)
-        result = rest[-1].body[0].value
         if not forward.centres(result, x):
             return []  # not a normalisation
         message = f"{cls.name.value}.forward(): hand-written layer norm → F.layer_norm (parameters unchanged)"
         try:
             if not simple:
                 raise Refused("the forward does more than name intermediate values and return the result")
-            read = {n.value for node in [result, *intermediates.values()] for n in m.findall(node, m.Name())}
+            read = {
+                n.value
+                for node in [result, *intermediates.values()]
+                for n in m.findall(node, m.Name())
+                if isinstance(n, cst.Name)  # what m.Name() finds
+            }
             unused = sorted(set(intermediates) - read)
             if unused:
                 raise Refused(f"`{unused[0]}` is set but the result does not use it")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -27,7 +28,7 @@ def _close(value: float | None, wanted: float) -> bool:
     return value is not None and math.isclose(value, wanted, rel_tol=RELATIVE_TOLERANCE)
 
 
-def gelu_kind(node: cst.BaseExpression, x: str, names) -> str | None:
+def gelu_kind(node: cst.BaseExpression, x: str, names: Callable[[cst.CSTNode], set[str]]) -> str | None:
     """``"tanh"`` or ``"erf"`` when ``node`` is that GELU of ``x``."""
     parts = factors(node)
     if any(sign != 1 for _, sign in parts):
@@ -50,7 +51,11 @@ def gelu_kind(node: cst.BaseExpression, x: str, names) -> str | None:
         kind = "erf"
     else:
         return None
-    inner = call.func.value if tensor_method(call, names, kind) else argument(call, 0, "input")
+    inner = (
+        call.func.value
+        if tensor_method(call, names, kind) and isinstance(call.func, cst.Attribute)
+        else argument(call, 0, "input")
+    )
     if inner is None:
         return None
     scale, rest = _split_constant(inner, names)
@@ -71,9 +76,12 @@ def gelu_kind(node: cst.BaseExpression, x: str, names) -> str | None:
     return kind if _close(coefficient, GELU_CUBIC) and degree == 3 else None
 
 
-def _split_constant(node: cst.BaseExpression, names) -> tuple[float | None, list[cst.BaseExpression]]:
+def _split_constant(
+    node: cst.BaseExpression, names: Callable[[cst.CSTNode], set[str]]
+) -> tuple[float | None, list[cst.BaseExpression]]:
     """``(product of the constant factors, the other factors)``; ``None`` when a non-constant divides."""
-    value, rest = 1.0, []
+    value = 1.0
+    rest: list[cst.BaseExpression] = []
     for part, sign in factors(node):
         number = constant(part, names)
         if number is not None and number != 0:
@@ -85,7 +93,7 @@ def _split_constant(node: cst.BaseExpression, names) -> tuple[float | None, list
     return value, rest
 
 
-def _power_of(node: cst.BaseExpression, x: str, names) -> int | None:
+def _power_of(node: cst.BaseExpression, x: str, names: Callable[[cst.CSTNode], set[str]]) -> int | None:
     """``n`` for ``x``, ``x ** n``, ``torch.pow(x, n)``, ``x.pow(n)``."""
     node = bare(node)
     if m.matches(node, m.Name(x)):
@@ -94,7 +102,7 @@ def _power_of(node: cst.BaseExpression, x: str, names) -> int | None:
         base, exponent = node.left, node.right
     elif isinstance(node, cst.Call) and "torch.pow" in names(node.func) and len(node.args) == 2:
         base, exponent = node.args[0].value, node.args[1].value
-    elif is_method(node, "pow") and len(node.args) == 1:
+    elif is_method(node, "pow") and isinstance(node.func, cst.Attribute) and len(node.args) == 1:
         base, exponent = node.func.value, node.args[0].value
     else:
         return None

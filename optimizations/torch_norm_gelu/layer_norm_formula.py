@@ -3,6 +3,8 @@ the mean and the biased variance over the last dimension, and ``w``/``b`` one-di
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -32,7 +34,9 @@ class LayerNormForward:
     """One ``forward``'s returned expression, read through its intermediate names (``intermediates``: name → value)
     as torch's layer norm of ``x``, or refused with the first difference."""
 
-    def __init__(self, names, intermediates: dict[str, cst.BaseExpression]):
+    def __init__(
+        self, names: Callable[[cst.CSTNode], set[str]], intermediates: dict[str, cst.BaseExpression]
+    ) -> None:
         self.names = names
         self.intermediates = intermediates
 
@@ -40,14 +44,18 @@ class LayerNormForward:
         """Whether a term of ``node`` has a factor ``x - <mean of x>``."""
         return any(self._is_centred(p, x) for t in terms(self._resolve(node)) for p, _ in self._flat(t))
 
-    def layer_norm(self, node: cst.BaseExpression, x: str):
+    def layer_norm(
+        self, node: cst.BaseExpression, x: str
+    ) -> tuple[cst.Attribute | None, cst.Attribute | None, cst.BaseExpression]:
         """``(weight, bias, eps)`` of a hand-written layer norm; refuses what differs from torch's."""
         summands = terms(self._resolve(node))
         biases = [t for t in summands if is_self_attribute(t)]
         main = [t for t in summands if not is_self_attribute(t)]
         if len(main) != 1 or len(biases) > 1:
             raise Refused(f"`{code_of(node)}` is not normalised·weight + bias")
-        weight, centred, root = None, 0, None
+        weight: cst.Attribute | None = None
+        centred = 0
+        root: tuple[cst.BaseExpression, int] | None = None
         for part, sign in self._flat(main[0]):
             if is_self_attribute(part) and sign == 1 and weight is None:
                 weight = part
@@ -71,7 +79,7 @@ class LayerNormForward:
 
     def _flat(self, node: cst.BaseExpression) -> list[tuple[cst.BaseExpression, int]]:
         """:func:`factors`, through the forward's intermediate names."""
-        out = []
+        out: list[tuple[cst.BaseExpression, int]] = []
         for part, sign in factors(self._resolve(node)):
             part = self._resolve(part)
             inner = factors(part)
@@ -95,7 +103,8 @@ class LayerNormForward:
         node = self._resolve(node)
         if not isinstance(node, cst.Call):
             return None
-        if tensor_method(node, self.names, "mean"):
+        source: cst.BaseExpression | None
+        if tensor_method(node, self.names, "mean") and isinstance(node.func, cst.Attribute):
             source, dim, keep = node.func.value, argument(node, 0, "dim"), argument(node, 1, "keepdim")
         elif "torch.mean" in self.names(node.func):
             source, dim, keep = (
@@ -121,14 +130,22 @@ class LayerNormForward:
             "torch.rsqrt" in self.names(node.func) or (tensor_method(node, self.names, "rsqrt"))
         ):
             inner, wanted = (
-                (node.func.value if tensor_method(node, self.names, "rsqrt") else argument(node, 0, "input")),
+                (
+                    node.func.value
+                    if tensor_method(node, self.names, "rsqrt") and isinstance(node.func, cst.Attribute)
+                    else argument(node, 0, "input")
+                ),
                 1,
             )
         elif isinstance(node, cst.Call) and (
             "torch.sqrt" in self.names(node.func) or (tensor_method(node, self.names, "sqrt"))
         ):
             inner, wanted = (
-                (node.func.value if tensor_method(node, self.names, "sqrt") else argument(node, 0, "input")),
+                (
+                    node.func.value
+                    if tensor_method(node, self.names, "sqrt") and isinstance(node.func, cst.Attribute)
+                    else argument(node, 0, "input")
+                ),
                 -1,
             )
         elif (
@@ -145,6 +162,8 @@ class LayerNormForward:
             raise Refused(f"`{code_of(node)}` is not the square root of variance + eps")
         if sign != wanted:
             raise Refused(f"`{code_of(node)}` multiplies where it should divide")
+        if inner is None:  # `torch.sqrt(*args)`: no argument to read
+            raise Refused(f"`{code_of(node)}` is not the square root of variance + eps")
         summands = terms(self._resolve(inner))
         if len(summands) != 2:
             raise Refused(f"`{code_of(inner)}` is not variance + eps")
@@ -163,7 +182,8 @@ class LayerNormForward:
         node = self._resolve(node)
         if not isinstance(node, cst.Call):
             return False
-        if tensor_method(node, self.names, "var"):
+        source: cst.BaseExpression | None
+        if tensor_method(node, self.names, "var") and isinstance(node.func, cst.Attribute):
             source, dim, offset = node.func.value, argument(node, 0, "dim"), 0
         elif "torch.var" in self.names(node.func):
             source, dim, offset = argument(node, 0, "input"), argument(node, 1, "dim"), 1
@@ -193,7 +213,7 @@ class LayerNormForward:
         node = self._resolve(node)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
             return literal_value(bare(node.right)) == 2 and self._is_centred(node.left, x)
-        if is_method(node, "pow") and len(node.args) == 1:
+        if is_method(node, "pow") and isinstance(node.func, cst.Attribute) and len(node.args) == 1:
             return literal_value(node.args[0].value) == 2 and self._is_centred(node.func.value, x)
         if isinstance(node, cst.Call) and "torch.square" in self.names(node.func) and node.args:
             return self._is_centred(node.args[0].value, x)
@@ -205,7 +225,12 @@ class LayerNormForward:
         )
 
 
-def parameter_size(cls, attribute, size, names):
+def parameter_size(
+    cls: cst.ClassDef,
+    attribute: cst.Attribute | None,
+    size: cst.BaseExpression | None,
+    names: Callable[[cst.CSTNode], set[str]],
+) -> cst.BaseExpression | None:
     """The size of a one-dimensional ``nn.Parameter(torch.ones(n))`` set once in ``__init__``."""
     if attribute is None:
         return size
