@@ -3,6 +3,8 @@ forward pass and loss of each hand-written training loop."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
@@ -41,7 +43,11 @@ def _assigned(statement: cst.BaseStatement) -> set[str]:
         elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
             targets = [small.target]
         for target in targets:
-            names |= {n.value for n in m.findall(target, m.Name()) if not _attribute_part(target, n)}
+            names |= {
+                n.value
+                for n in m.findall(target, m.Name())
+                if isinstance(n, cst.Name) and not _attribute_part(target, n)
+            }
             names |= {code_of(a) for a in _unpacked(target) if _dotted(a)}
     return names
 
@@ -77,7 +83,7 @@ def _attribute_part(target: cst.CSTNode, name: cst.Name) -> bool:
 
 
 def _read(statement: cst.BaseStatement) -> set[str]:
-    return {n.value for n in m.findall(statement, m.Name())}
+    return {n.value for n in m.findall(statement, m.Name()) if isinstance(n, cst.Name)}
 
 
 class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
@@ -187,7 +193,9 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
         self.need_module("torch")
         self.changed(span[0], message)
 
-    def _span(self, loop: cst.For | cst.While) -> tuple[cst.IndentedBlock, list[cst.BaseStatement]]:
+    def _span(
+        self, loop: cst.For | cst.While
+    ) -> tuple[cst.IndentedBlock | cst.Module, list[cst.BaseStatement]]:
         """The block holding ``.backward()`` and the statements in it to wrap: from the first one of the
         forward pass to the last assignment of the loss."""
         backwards = backward_calls(loop)
@@ -196,26 +204,29 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
                 f"the loop calls .backward() {len(backwards)} times: wrap each forward pass by hand"
             )
         backward = backwards[0]
-        statement = self.statement_of(backward)
-        block = self.parent(statement)
+        # Every node of the module is in a statement directly in a block or in the module itself.
+        statement = cast(cst.BaseStatement, self.statement_of(backward))
+        block = cast(cst.IndentedBlock | cst.Module, self.parent(statement))
         body = list(block.body)
         index = next(i for i, s in enumerate(body) if s is statement)
         losses = _losses(loop)
         last = next((i for i in range(index - 1, -1, -1) if _assigned(body[i]) & losses), None)
         if last is None:
+            receiver = cast(cst.Attribute, backward.func).value  # ``<receiver>.backward()``
             raise _Refused(
-                f"the loss ({', '.join(sorted(losses)) or code_of(backward.func.value)}) is not computed in the "
+                f"the loss ({', '.join(sorted(losses)) or code_of(receiver)}) is not computed in the "
                 "block that calls .backward(): wrap its forward pass by hand"
             )
         first, needed = last, _read(body[last])
         for i in range(last - 1, -1, -1):
-            written = _assigned(body[i]) if isinstance(body[i], cst.SimpleStatementLine) else _read(body[i])
+            earlier = body[i]
+            written = _assigned(earlier) if isinstance(earlier, cst.SimpleStatementLine) else _read(earlier)
             if not written & needed:
                 continue
-            if not isinstance(body[i], cst.SimpleStatementLine):
+            if not isinstance(earlier, cst.SimpleStatementLine):
                 break
-            if not self._moves_data(body[i]):
-                first, needed = i, needed | _read(body[i])
+            if not self._moves_data(earlier):
+                first, needed = i, needed | _read(earlier)
         span = body[first : last + 1]
         for node in span:
             for call in m.findall(node, m.Call()):
@@ -230,22 +241,29 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
         for call in m.findall(statement, m.Call()):
             if is_method_call(call, *DATA_METHODS):
                 continue
-            if isinstance(call.func, cst.Name) and call.func.value in DATA_FUNCTIONS:
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Name)
+                and call.func.value in DATA_FUNCTIONS
+            ):
                 continue
             return False
         return True
 
-    def _wrap(self, block: cst.IndentedBlock, span: list[cst.BaseStatement]) -> None:
+    def _wrap(self, block: cst.IndentedBlock | cst.Module, span: list[cst.BaseStatement]) -> None:
         body = list(block.body)
         start = next(i for i, s in enumerate(body) if s is span[0])
         count = len(span)
 
-        def wrap(updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        def wrap(node: cst.CSTNode) -> cst.CSTNode:
+            updated = cast(cst.IndentedBlock | cst.Module, node)  # the block, as the pass leaves it
             statements = list(updated.body)
             inner = statements[start : start + count]
-            leading = inner[0].leading_lines
-            inner[0] = inner[0].with_changes(leading_lines=[])
-            template = parse_template_statement(AUTOCAST)
+            # _span starts the span at a simple statement line, and the pass keeps it one.
+            first = cast(cst.SimpleStatementLine, inner[0])
+            leading = first.leading_lines
+            inner[0] = first.with_changes(leading_lines=[])
+            template = cast(cst.With, parse_template_statement(AUTOCAST))
             with_statement = template.with_changes(
                 body=template.body.with_changes(body=inner), leading_lines=leading
             )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -33,7 +35,7 @@ def _picks_bf16(function: cst.FunctionDef, bf16: tuple[object, ...]) -> bool:
     return asks and any(v in bf16 for v in returned)
 
 
-def _with_element(config: cst.Dict, element: cst.DictElement) -> cst.Dict:
+def _with_element(config: cst.Dict, element: cst.BaseDictElement) -> cst.Dict:
     """The dict literal with one more ``key: value`` at its end, after the same separator as the others."""
     elements = list(config.elements)
     if not elements:
@@ -67,10 +69,12 @@ class FrameworkPrecision(PlannedCodemod):
             f"{code_of(call.func)}(...): {framework.precision}={bf16!r} where the GPU has bf16 tensor cores"
         )
         parent = self.parent(call)
-        read = isinstance(parent, cst.Attribute) and parent.value is call
-        if isinstance(parent, cst.Expr) or read:
+        read = parent if isinstance(parent, cst.Attribute) and parent.value is call else None
+        if isinstance(parent, cst.Expr) or read is not None:
             how = (
-                f"only `{code_of(parent)}` is read from it" if read else "the call is a statement of its own"
+                f"only `{code_of(read)}` is read from it"
+                if read is not None
+                else "the call is a statement of its own"
             )
             self.refused(
                 call,
@@ -119,7 +123,10 @@ class FrameworkPrecision(PlannedCodemod):
             value, helper = expr(f"{LAUNCH_AWARE}()"), LAUNCH_AWARE
         else:
             value, helper = expr(f'("{bf16}" if {CHECK}() else "32-true")'), CHECK
-        self.replacements[call] = lambda updated: add_keywords(updated, [(framework.precision, value)])
+        # The call's updated node is a call: the pass changes its arguments only.
+        self.replacements[call] = lambda updated: add_keywords(
+            cast(cst.Call, updated), [(framework.precision, value)]
+        )
         self.runtime_imports.add((PRECISION_RUNTIME, helper))
         self.changed(call, message)
 
@@ -202,11 +209,15 @@ class FrameworkPrecision(PlannedCodemod):
         if isinstance(value, cst.Name):
             for assign in assignments(self.enclosing_body(at), value.value):
                 default = assign.value
-                if m.matches(default, m.BooleanOperation(left=m.Name(value.value), operator=m.Or())):
+                if isinstance(default, cst.BooleanOperation) and m.matches(
+                    default, m.BooleanOperation(left=m.Name(value.value), operator=m.Or())
+                ):
                     default = default.right
                 candidates.append(default)
         for candidate in candidates:
-            found = self.repository_function(candidate.func) if isinstance(candidate, cst.Call) else None
+            if not isinstance(candidate, cst.Call):
+                continue
+            found = self.repository_function(candidate.func)
             if found is not None and _picks_bf16(found[0], bf16):
                 return candidate
         return None
@@ -227,15 +238,17 @@ class FrameworkPrecision(PlannedCodemod):
             return
         if all(isinstance(literal_value(v), str) for v in values):
             for value in values:
-                self._judge_json(call, message, literal_value(value))
+                self._judge_json(call, message, cast(str, literal_value(value)))  # all strings: checked above
             return
         if any(items is None for items in configs):
             self.refused(call, message, f"the config `{code_of(setting.value)}` is not a dict literal here")
             return
-        for value, items in zip(values, configs, strict=True):
+        readable = cast(list[dict[str, cst.BaseExpression]], configs)  # none is None: checked above
+        for value, items in zip(values, readable, strict=True):
             section = {name: dict_items(items[name]) for name in ("bf16", "fp16") if name in items}
             enabled = {
-                name: literal_value(part.get("enabled")) if part else ... for name, part in section.items()
+                name: literal_value(part["enabled"]) if part and "enabled" in part else ...
+                for name, part in section.items()
             }
             if enabled.get("bf16") is True:
                 self.already(value, 'DeepSpeed bf16 (`"bf16": {"enabled": True}`)')
@@ -246,7 +259,8 @@ class FrameworkPrecision(PlannedCodemod):
                     value, message, f"the config sets precision at line {self.line(value)}: decide there"
                 )
             else:
-                element = expr(f'{{"bf16": {{"enabled": {CHECK}()}}}}').elements[0]
+                # The section as a dict display, to take its one element from.
+                element = cast(cst.Dict, expr(f'{{"bf16": {{"enabled": {CHECK}()}}}}')).elements[0]
                 self.replacements[value] = lambda updated, element=element: _with_element(updated, element)
                 self.runtime_imports.add((PRECISION_RUNTIME, CHECK))
                 self.changed(value, message)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import weakref
+from typing import cast
 
 import libcst as cst
 
@@ -99,7 +100,7 @@ def _built_cast(value: cst.BaseExpression) -> bool:
     """``Layer(...).bfloat16()`` or ``Layer(...).to(...)``, through ``.cuda()``s: an object built (a class, by
     its capitalised name) and cast."""
     while is_method_call(value, "bfloat16", "to", "cuda"):
-        value = value.func.value
+        value = cast(cst.Attribute, value.func).value  # a method call's callee is an attribute
         if isinstance(value, cst.Call):
             callee = value.func.attr if isinstance(value.func, cst.Attribute) else value.func
             if isinstance(callee, cst.Name) and callee.value[:1].isupper():
@@ -126,7 +127,7 @@ class LoopPrecision(PlannedCodemod):
         ``torch.autocast(...)``, ``torch.cuda.amp.autocast(...)``, ``accelerator.autocast()``, or a name bound
         to one (``ctx = nullcontext() if cpu else torch.amp.autocast(...)``; ``with ctx:``)."""
         found = []
-        scopes = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
+        scopes: list[cst.CSTNode] = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
         for node in walk(owner.body if isinstance(owner, cst.FunctionDef) else owner, NESTED_SCOPES):
             if not isinstance(node, cst.WithItem):
                 continue
@@ -152,7 +153,7 @@ class LoopPrecision(PlannedCodemod):
             return ["a dtype set elsewhere"]
         dtypes = []
         for value in values:
-            names = {n.rpartition(".")[2] for n in self.names(value) if n.startswith("torch.")}
+            names: set[object] = {n.rpartition(".")[2] for n in self.names(value) if n.startswith("torch.")}
             if isinstance(value, cst.Call) and code_of(value.func) == "getattr" and len(value.args) == 2:
                 names = {literal_value(v) for v in outcomes(value.args[1].value, scopes) or []}
             named = {DTYPE_NAMES.get(n, n) for n in names if isinstance(n, str)}

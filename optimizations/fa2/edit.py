@@ -3,6 +3,8 @@ TRL ``model_init_kwargs`` dict becomes a call of the vendored ``pick_attention_i
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from optimizations.edits.expressions import add_keywords, expr, replace_keyword
@@ -27,7 +29,7 @@ def _entries(node: cst.Dict | cst.Call) -> dict[str, cst.BaseExpression] | None:
         return {a.keyword.value: a.value for a in node.args if a.keyword is not None}
     entries = {}
     for element in node.elements:
-        if isinstance(element, cst.StarredDictElement):
+        if not isinstance(element, cst.DictElement):  # a `**` unpacking (StarredDictElement)
             return None
         key = literal_value(element.key)
         if isinstance(key, str):
@@ -47,7 +49,12 @@ def _append_element(node: cst.Dict, key: cst.BaseExpression, value: cst.BaseExpr
     if not elements:
         return node.with_changes(elements=[new])
     last = elements[-1]
-    indent = node.lbrace.whitespace_after if len(elements) == 1 else elements[-2].comma.whitespace_after
+    # Every element but the last is followed by a comma.
+    indent = (
+        node.lbrace.whitespace_after
+        if len(elements) == 1
+        else cast(cst.Comma, elements[-2].comma).whitespace_after
+    )
     had_comma = isinstance(last.comma, cst.Comma)
     if not isinstance(indent, cst.ParenthesizedWhitespace):
         elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
@@ -93,7 +100,7 @@ class PickAttention(AttentionDecisions):
         # Decide on the original node (its metadata resolves names); edit the updated one, argument by index.
         current = keyword(original_node, "attn_implementation")
         fallback, reason = self._fallback(current.value if current else None)
-        if reason is None and fallback is None:
+        if reason is None and fallback is None and current is not None:  # no setting falls back to "None"
             self._already_chosen(original_node, code_of(func), current.value)
             return updated_node
         message = site_message(code_of(func), fallback)
@@ -164,7 +171,8 @@ class PickAttention(AttentionDecisions):
                 edited_args[index] = edited_args[index].with_changes(value=bound)
                 call = call.with_changes(args=edited_args)
                 positional.append(cst.Name(name))
-        picker = self._picker_call(positional, dtype, fallback)
+        # _fallback gives a fallback wherever it gives no reason and the site is not left as it is (above).
+        picker = self._picker_call(positional, dtype, cast(str, fallback))
         if current is not None:
             call = replace_keyword(call, "attn_implementation", picker)
         else:
@@ -179,17 +187,22 @@ class PickAttention(AttentionDecisions):
             return updated_node
         return self._edit_init_kwargs(original_node, updated_node)
 
-    def _edit_init_kwargs(self, original: cst.CSTNode, updated: cst.Dict | cst.Call) -> cst.BaseExpression:
+    def _edit_init_kwargs(
+        self, original: cst.Dict | cst.Call, updated: cst.Dict | cst.Call
+    ) -> cst.BaseExpression:
         config = self.init_kwargs[original]
         callee = init_kwargs_site(config)
         entries = _entries(original)
         if entries is None:
-            reason = "the dict unpacks `**` other settings that may set attn_implementation"
-            self.refused(original, site_message(callee, None), reason)
+            self.refused(
+                original,
+                site_message(callee, None),
+                "the dict unpacks `**` other settings that may set attn_implementation",
+            )
             return updated
         current = entries.get("attn_implementation")
         fallback, reason = self._fallback(current)
-        if reason is None and fallback is None:
+        if reason is None and fallback is None and current is not None:  # no setting falls back to "None"
             self._already_chosen(original, callee, current)
             return updated
         message = site_message(callee, fallback)
@@ -199,7 +212,7 @@ class PickAttention(AttentionDecisions):
                 f"{TRL_DTYPE_DEFAULT}, and FlashAttention and FlexAttention need bf16/fp16: "
                 'add "dtype": "bfloat16"'
             )
-        if reason is None and self._is_float32(dtype):
+        if reason is None and dtype is not None and self._is_float32(dtype):  # no dtype: refused above
             reason = (
                 f"the model is loaded in float32 (`{code_of(dtype)}`): "
                 "FlashAttention and FlexAttention need bf16/fp16"
@@ -210,8 +223,9 @@ class PickAttention(AttentionDecisions):
         if reason is not None:
             self.refused(original, message, reason)
             return updated
-        picker = self._picker_call([], dtype, fallback, source=source)
+        picker = self._picker_call([], dtype, cast(str, fallback), source=source)  # as in leave_Call
         message += self._live_when(dtype)
+        edited: cst.BaseExpression
         if isinstance(updated, cst.Call):
             edited = (
                 replace_keyword(updated, "attn_implementation", picker)
@@ -219,7 +233,8 @@ class PickAttention(AttentionDecisions):
                 else add_keywords(updated, [("attn_implementation", picker)])
             )
         elif current is not None:
-            position = [e.value for e in original.elements].index(current)
+            # The original of a dict display is one.
+            position = [e.value for e in cast(cst.Dict, original).elements].index(current)
             elements = list(updated.elements)
             elements[position] = elements[position].with_changes(value=picker)
             edited = updated.with_changes(elements=elements)

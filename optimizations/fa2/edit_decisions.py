@@ -3,6 +3,8 @@ already chosen; when the commit is live; which model a ``model_init_kwargs`` dic
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from optimizations.edits.expressions import call_expr, expr
@@ -56,7 +58,9 @@ class AttentionDecisions(AttentionSites):
         picker keeps SDPA for float32 weights (transformers' default kernel already), so the commit is live
         only with half-precision weights."""
         literal = literal_value(dtype) if dtype is not None else None
-        if literal in HALF_PRECISION or self.names(dtype) & {f"torch.{name}" for name in HALF_PRECISION}:
+        if literal in HALF_PRECISION or (
+            dtype is not None and self.names(dtype) & {f"torch.{name}" for name in HALF_PRECISION}
+        ):
             return ""
         if dtype is None:
             return (
@@ -85,8 +89,9 @@ class AttentionDecisions(AttentionSites):
         self, node: cst.CSTNode, config: cst.Call | cst.Attribute
     ) -> tuple[cst.BaseExpression | None, str | None]:
         """The model a config's trainer loads, readable where ``node`` runs; or why not."""
+        # An attribute is noted only as `<name>.model_init_kwargs = ...` (AttentionSites.visit_Module).
         trainers = self.links.trainers_receiving(
-            config.value if isinstance(config, cst.Attribute) else config
+            cast(cst.Name, config.value) if isinstance(config, cst.Attribute) else config
         )
         models = {
             code_of(model): model for t in trainers if (model := self.links.model_argument(t)) is not None
@@ -97,7 +102,7 @@ class AttentionDecisions(AttentionSites):
                 "model it loads (to check it supports FlashAttention); set attn_implementation by hand"
             )
         model = next(iter(models.values()))
-        scope = self.links.scope(node)
+        scope = cast(cst.CSTNode, self.links.scope(node))  # the dict is of this module: it has a scope
         problem = self.links.unbound_at(model, self.line(node), self.line(trainers[0]), scope)
         if problem is not None:
             return (

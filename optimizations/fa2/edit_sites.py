@@ -3,6 +3,9 @@ TRL configs (given to the config call or assigned to a parsed one); and how a me
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeGuard
+
 import libcst as cst
 
 from optimizations.edits.codemod import OptimizationCodemod
@@ -28,7 +31,9 @@ def site_message(callee: str, fallback: str | None) -> str:
     return f"{callee}: attn_implementation picked at run time ({picked}{otherwise})"
 
 
-def _is_dict(node: cst.BaseExpression, names) -> bool:
+def _is_dict(
+    node: cst.BaseExpression, names: Callable[[cst.CSTNode], set[str]]
+) -> TypeGuard[cst.Dict | cst.Call]:
     """A dict display, or a call of the builtin ``dict`` with keywords."""
     return isinstance(node, cst.Dict) or (
         isinstance(node, cst.Call)
@@ -42,14 +47,14 @@ class AttentionSites(OptimizationCodemod):
     where it is not visible)."""
 
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+    links: TrainerLinks  # the module's, set on entering it (visit_Module)
 
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.edited = False
-        self.links: TrainerLinks | None = None
         self.used_names: set[str] = set()
         # model_init_kwargs dict node -> its config: the config call, or the `config.model_init_kwargs` target
-        self.init_kwargs: dict[cst.CSTNode, cst.Call | cst.Attribute] = {}
+        self.init_kwargs: dict[cst.Dict | cst.Call, cst.Call | cst.Attribute] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
@@ -85,7 +90,7 @@ class AttentionSites(OptimizationCodemod):
                 "that dict is built",
             )
 
-    def _dict_behind(self, value: cst.BaseExpression, site: cst.CSTNode) -> cst.CSTNode | None:
+    def _dict_behind(self, value: cst.BaseExpression, site: cst.CSTNode) -> cst.Dict | cst.Call | None:
         """The dict literal (or ``dict(...)`` call) that ``model_init_kwargs`` is set to, if it is visible."""
         if _is_dict(value, self.names):
             return value

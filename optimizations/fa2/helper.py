@@ -16,7 +16,7 @@ import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ def pick_attention_implementation(
     cls = _model_class(model_class, config)
     dtype_name = _dtype_name(dtype, config)
     skipped = []
+    implementation: str | None
     for implementation in PREFERENCE:
         reason = _why_not(implementation, cls, config, dtype_name, capabilities)
         if reason is None:
@@ -123,7 +124,7 @@ def _why_not(
         return "this transformers does not offer it"
     if implementation in capabilities.unavailable:
         return capabilities.unavailable[implementation]
-    major = capabilities.gpu[0]
+    major = cast(tuple[int, int], capabilities.gpu)[0]  # asked only where there is a GPU
     if implementation in FLASH_ATTENTION:
         if capabilities.rocm and implementation != "flash_attention_2":
             return "not built for ROCm"
@@ -156,7 +157,11 @@ def machine_capabilities() -> Capabilities:
     import torch
 
     try:
-        gpu = tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+        gpu = (
+            cast(tuple[int, int], tuple(torch.cuda.get_device_capability()))  # (major, minor)
+            if torch.cuda.is_available()
+            else None
+        )
     except Exception:  # noqa: BLE001
         # a broken CUDA setup: no GPU to pick for
         gpu = None
@@ -253,7 +258,10 @@ def _probe_flex(
         )
         if backward:
             output.float().sum().backward()
-        if not torch.isfinite(output).all() or (backward and not torch.isfinite(query.grad).all()):
+        # The query's gradient is read only after backward() has filled it.
+        if not torch.isfinite(output).all() or (
+            backward and not torch.isfinite(cast(torch.Tensor, query.grad)).all()
+        ):
             return "it returned non-finite values"
     except Exception as error:  # noqa: BLE001
         # no triton, a kernel that does not fit in shared memory, a dtype ...

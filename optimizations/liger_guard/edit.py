@@ -4,6 +4,7 @@ configs, and ``use_liger_kernel: true`` in the recipes an argument-parser script
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import libcst as cst
 
@@ -78,11 +79,11 @@ class GuardLiger(OptimizationCodemod):
     recipes of an argument-parser script."""
 
     METADATA_DEPENDENCIES = OptimizationCodemod.METADATA_DEPENDENCIES + LINK_METADATA
+    links: TrainerLinks  # the module's, set on entering it (visit_Module)
 
     def __init__(self, context, optimization: Optimization, repo: RepoContext):
         super().__init__(context, optimization, repo)
         self.edited = False
-        self.links: TrainerLinks | None = None
 
     def visit_Module(self, node: cst.Module) -> None:
         self.links = TrainerLinks(self, node)
@@ -97,9 +98,9 @@ class GuardLiger(OptimizationCodemod):
             return updated_node
         current = keyword(original_node, "use_liger_kernel")
         if current is not None and self.calls(current.value, HELPER):
-            guard = f"use_liger_kernel={code_of(current.value)}"
+            written = f"use_liger_kernel={code_of(current.value)}"
             self.already(
-                original_node, f"{code_of(original_node.func)}(...): Liger guarded at run time ({guard})"
+                original_node, f"{code_of(original_node.func)}(...): Liger guarded at run time ({written})"
             )
             return updated_node
         message = (
@@ -109,10 +110,11 @@ class GuardLiger(OptimizationCodemod):
         if reason is not None:
             self.refused(original_node, message, reason)
             return updated_node
+        trained = cast(cst.BaseExpression, model)  # _guard_inputs gives the model whenever it gives no reason
         guard = (
-            call_expr(HELPER, model)
+            call_expr(HELPER, trained)
             if precompute is None
-            else call_expr(HELPER, model, precompute_ref_log_probs=precompute)
+            else call_expr(HELPER, trained, precompute_ref_log_probs=precompute)
         )
         if current is not None:
             call = replace_keyword(updated_node, "use_liger_kernel", guard)
@@ -176,7 +178,7 @@ class GuardLiger(OptimizationCodemod):
                 "the trainers that take this config train different models; set use_liger_kernel by hand",
             )
         model = next(iter(models.values()))
-        scope = self.links.scope(call)
+        scope = cast(cst.CSTNode, self.links.scope(call))  # the config call is of this module: it has a scope
         wrapped = self.links.peft_wrap(model)
         if wrapped is not None:
             return None, f"the model is a LoRA model ({wrapped}): {LORA_SLOWDOWN}"
