@@ -325,6 +325,14 @@ def test_deepspeed_dict_config_gets_a_bf16_section(tmp_path):
     assert "autocast" not in edited
 
 
+def test_deepspeed_dict_call_config_gets_a_bf16_keyword(tmp_path):
+    root = _repo(tmp_path, {"ds.py": DEEPSPEED.format(config="dict(train_batch_size=8)")})
+    change = get("bf16_autocast").dry_run(root)
+    (site,) = change.sites
+    assert site.applicable and site.line == 5
+    assert 'dict(train_batch_size=8, bf16={"enabled": bf16_supported()})' in change.files["ds.py"]
+
+
 def test_deepspeed_fp16_config_and_json_config(tmp_path):
     root = _repo(tmp_path, {"ds.py": DEEPSPEED.format(config='{"fp16": {"enabled": True}}')})
     (site,) = _sites("bf16_autocast", root)

@@ -35,6 +35,20 @@ def _picks_bf16(function: cst.FunctionDef, bf16: tuple[object, ...]) -> bool:
     return asks and any(v in bf16 for v in returned)
 
 
+def _with_bf16_section(config: cst.CSTNode) -> cst.CSTNode:
+    """A DeepSpeed config (a dict display or a ``dict(...)`` call) with the section
+    ``"bf16": {"enabled": bf16_supported()}`` at its end."""
+    if isinstance(config, cst.Call):
+        return add_keywords(config, [("bf16", expr(f'{{"enabled": {CHECK}()}}'))])
+    display = cast(cst.Dict, config)  # dict_items reads nothing else
+    return _with_element(display, _display_element(f'{{"bf16": {{"enabled": {CHECK}()}}}}'))
+
+
+def _display_element(code: str) -> cst.BaseDictElement:
+    """The one element of a dict display written as ``code``."""
+    return cast(cst.Dict, expr(code)).elements[0]
+
+
 def _with_element(config: cst.Dict, element: cst.BaseDictElement) -> cst.Dict:
     """The dict literal with one more ``key: value`` at its end, after the same separator as the others."""
     elements = list(config.elements)
@@ -259,9 +273,7 @@ class FrameworkPrecision(PlannedCodemod):
                     value, message, f"the config sets precision at line {self.line(value)}: decide there"
                 )
             else:
-                # The section as a dict display, to take its one element from.
-                element = cast(cst.Dict, expr(f'{{"bf16": {{"enabled": {CHECK}()}}}}')).elements[0]
-                self.replacements[value] = lambda updated, element=element: _with_element(updated, element)
+                self.replacements[value] = _with_bf16_section
                 self.runtime_imports.add((PRECISION_RUNTIME, CHECK))
                 self.changed(value, message)
 
