@@ -151,7 +151,7 @@ class Optimization:
     capabilities: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
-    needs: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[tuple[str | AllOf, ...]] = ()
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""

@@ -37,8 +37,7 @@ class TorchNormGelu(Optimization):
     needs = (
         Word("erf"),
         "0.044715",
-        # registry types `needs` as strings only, though it takes an AllOf too (its `_has` does)
-        *(AllOf((Word("forward"), root)) for root in (Word("sqrt"), Word("rsqrt"), ".std(")),  # type: ignore[arg-type]
+        *(AllOf((Word("forward"), root)) for root in (Word("sqrt"), Word("rsqrt"), ".std(")),
     )
 
     examples = EXAMPLES
