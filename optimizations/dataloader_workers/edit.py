@@ -161,7 +161,9 @@ class _AddWorkers(LoaderRefusals):
         pin = keyword(updated_node, pin_label)
         if current is not None and self._loads_with_workers(current.value):
             shown = ", ".join(
-                f"{a.keyword.value}={code_of(a.value)}" for a in (current, pin) if a is not None
+                f"{a.keyword.value}={code_of(a.value)}"
+                for a in (current, pin)
+                if a is not None and a.keyword is not None  # keyword arguments, as keyword() finds them
             )
             self.already(original_node, f"{callee}(...): {shown}")
             return updated_node

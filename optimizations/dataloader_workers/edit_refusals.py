@@ -74,6 +74,12 @@ EVALUATING = ("eval", "valid", "test", "predict", "generate", "sample")
 NO_GRADIENTS = frozenset({"no_grad", "inference_mode"})
 
 
+def _grandparent(parents: dict[cst.CSTNode, cst.CSTNode], node: cst.CSTNode) -> cst.CSTNode | None:
+    """The parent of ``node``'s parent; None above the module's statements."""
+    parent = parents.get(node)
+    return parents.get(parent) if parent is not None else None
+
+
 def _loop_iterating(name: cst.Name, parents: dict[cst.CSTNode, cst.CSTNode]) -> cst.For | None:
     """The ``for`` loop that iterates ``name``: ``for x in name``, or through a call such as
     ``enumerate(name)``; None for any other use of the name."""
@@ -170,7 +176,7 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
         cannot touch CUDA tensors, and perfbot cannot tell that the items stay on the host."""
         dataset = _dataset_of(call)
         builder = self._built_by(dataset)
-        if builder is None:
+        if builder is None or dataset is None:  # no dataset: no builder either
             return None
         found = repository_classes(self.repo).class_of(self.path, self.qualified(builder.func))
         if found is None:
@@ -199,9 +205,9 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
             if (
                 isinstance(node, cst.Name)
                 and node.value == name
-                and parents.get(parents.get(node)) is not binding
+                and _grandparent(parents, node) is not binding
             ):
-                argument, measure = parents.get(node), parents.get(parents.get(node))
+                argument, measure = parents.get(node), _grandparent(parents, node)
                 if not (isinstance(argument, cst.Arg) and isinstance(measure, cst.Call)):
                     return None
                 if code_of(measure.func) != "len":
@@ -224,7 +230,7 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
             if (
                 isinstance(node, cst.Name)
                 and node.value == name
-                and parents.get(parents.get(node)) is not binding
+                and _grandparent(parents, node) is not binding
             ):
                 loop = _loop_iterating(node, parents)
                 if loop is None:
@@ -286,13 +292,14 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
         """The name of the class ``node`` is in when it derives from a transformers or TRL trainer (a
         library's trainer, as huggingface/trl's experimental ``PPOTrainer``), else None."""
         parents = self.parsed.parents()
-        while (node := parents.get(node)) is not None and not isinstance(node, cst.ClassDef):
-            pass
-        if node is None:
+        owner = parents.get(node)
+        while owner is not None and not isinstance(owner, cst.ClassDef):
+            owner = parents.get(owner)
+        if owner is None:
             return None
-        bases = {name for base in node.bases for name in self.names(base.value)}
+        bases = {name for base in owner.bases for name in self.names(base.value)}
         derived = any(
             name.partition(".")[0] in HF_PACKAGES and name.rpartition(".")[2].endswith("Trainer")
             for name in bases
         )
-        return node.name.value if derived else None
+        return owner.name.value if derived else None

@@ -4,6 +4,8 @@ list hoisted before it, gradient clipping reusing it), and why a YAML config's o
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
@@ -63,11 +65,11 @@ class FuseAdamW(PlannedCodemod):
         if hidden is None:
             return [given]
         owner = self.enclosing_body(call)
-        scopes = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
+        scopes: list[cst.CSTNode] = [owner] if owner is self.parsed.module else [owner, self.parsed.module]
         built = [dict_items(value) for value in outcomes(hidden.value, scopes) or [hidden.value]]
         if any(items is None for items in built):
             return None
-        return [given | items for items in built]
+        return [given | items for items in built if items is not None]
 
     def _plan_optimizer(self, call: cst.Call, params_at: tuple[int, str] = (0, "params")) -> None:
         """Fuse the optimizer ``call`` builds; ``params_at``: the position and keyword of its parameters."""
@@ -78,14 +80,16 @@ class FuseAdamW(PlannedCodemod):
         )
         try:
             options = self._options(call)
-            if options is None:
-                raise _Refused(f"settings are passed through `**{code_of(star_kwargs(call).value)}`")
+            if options is None:  # only a `**` splat's keys can be unreadable
+                raise _Refused(
+                    f"settings are passed through `**{code_of(cast(cst.Arg, star_kwargs(call)).value)}`"
+                )
             fused = [o["fused"] for o in options if "fused" in o]
             if fused:
                 where = (
                     ""
                     if keyword(call, "fused") is not None
-                    else f" through `**{code_of(star_kwargs(call).value)}`"
+                    else f" through `**{code_of(cast(cst.Arg, star_kwargs(call)).value)}`"  # not a keyword: splatted
                 )
                 if any(literal_value(value) is not False for value in fused):
                     self.already(call, f"{callee} fused (`fused={code_of(fused[0])}`{where})")
@@ -113,15 +117,13 @@ class FuseAdamW(PlannedCodemod):
             else:
                 name = self._fresh_name(body, params.value)
                 self._hoist(statement, name, params.value)
-                self.replacements[params] = lambda updated, name=name: updated.with_changes(
-                    value=cst.Name(name)
-                )
+                self.replacements[params] = lambda updated: updated.with_changes(value=cst.Name(name))
                 self._reuse_in_clipping(body, call, params.value, name)
         except _Refused as refusal:
             self.refused(call, message, str(refusal))
             return
         check = call_expr(CHECK, cst.Name(name))
-        self.replacements[call] = lambda updated: add_keywords(updated, [("fused", check)])
+        self.replacements[call] = lambda updated: add_keywords(cast(cst.Call, updated), [("fused", check)])
         self.runtime_imports.add((GPU_FLAGS_RUNTIME, CHECK))
         moved = self._later_move(call, params.value, body)
         if moved is not None:
@@ -197,12 +199,16 @@ class FuseAdamW(PlannedCodemod):
 
     def _fresh_name(self, body: cst.CSTNode, params: cst.BaseExpression) -> str:
         base = "optimizer_params"
-        if is_method_call(params, "parameters") and not params.args:
+        if (
+            is_method_call(params, "parameters")
+            and isinstance(params.func, cst.Attribute)
+            and not params.args
+        ):
             owner = params.func.value
             if isinstance(owner, (cst.Name, cst.Attribute)):
                 last = owner.value if isinstance(owner, cst.Name) else owner.attr.value
                 base = f"{last}_parameters"
-        taken = {n.value for n in m.findall(body, m.Name())}
+        taken = {n.value for n in m.findall(body, m.Name()) if isinstance(n, cst.Name)}
         name, number = base, 2
         while name in taken:
             name, number = f"{base}_{number}", number + 1
@@ -220,7 +226,7 @@ class FuseAdamW(PlannedCodemod):
 
     def _reuse_in_clipping(
         self, body: cst.CSTNode, optimizer: cst.Call, params: cst.BaseExpression, name: str
-    ):
+    ) -> None:
         """``clip_grad_norm_(model.parameters(), ...)`` after the optimizer → ``clip_grad_norm_(<name>, ...)``."""
         if not (is_method_call(params, "parameters") and not params.args):
             return

@@ -4,6 +4,8 @@ why."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from optimizations.edits.component_configs import add_keyword
 from optimizations.program.components import components, config_files, instantiates_components, read_text
 from optimizations.program.repository import RepoContext, Site
@@ -40,9 +42,10 @@ class FusedAdamW(Optimization):
             return []
         sites: list[Site] = []
         for path in config_files(ctx):
-            text = original = read_text(ctx, path)
-            if text is None:
+            original = read_text(ctx, path)
+            if original is None:
                 continue
+            text = original
             for component in reversed(components(path, text, CONFIG_CLASSES)):
                 if component.keywords.get("fused") is True:
                     sites.append(
@@ -54,7 +57,8 @@ class FusedAdamW(Optimization):
                 if reason is not None:
                     sites.append(Site(path, component.line, self.id, message, False, reason))
                 else:
-                    text = add_keyword(text, component, "fused", "True")
+                    # add_keyword returns None only for a flow mapping, which config_refusal refused.
+                    text = cast(str, add_keyword(text, component, "fused", "True"))
                     sites.append(Site(path, component.line + 1, self.id, message))
             if text != original:
                 ctx.edit(path, text)

@@ -81,8 +81,11 @@ def packed_dataset_sites(ctx: RepoContext, optimization_id: str) -> list[Site]:
         return []
     sites: list[Site] = []
     for path in config_files(ctx):
-        text = original = read_text(ctx, path)
-        datasets = components(path, text, DATASET_BUILDERS) if text is not None else []
+        original = read_text(ctx, path)
+        if original is None:
+            continue
+        text = original
+        datasets = components(path, text, DATASET_BUILDERS)
         builders = {c.lines["packed"]: c.cls for c in datasets if "packed" in c.keywords}
         if not builders:
             continue

@@ -3,6 +3,8 @@ the vendored helper (``helper.py``, vendored as ``_perfbot_per_layer_stepper.py`
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import RemoveImportsVisitor
@@ -64,8 +66,9 @@ class StreamAdamW(PlannedCodemod):
                     raise _Refused(
                         f"{name}={wanted} is set, and the stepper runs torch's fused AdamW kernel only"
                     )
-            if star_kwargs(call) is not None:
-                raise _Refused(f"settings are passed through `**{code_of(star_kwargs(call).value)}`")
+            hidden = star_kwargs(call)
+            if hidden is not None:
+                raise _Refused(f"settings are passed through `**{code_of(hidden.value)}`")
             params = keyword(call, "params")
             if params is None and call.args and call.args[0].keyword is None and not call.args[0].star:
                 params = call.args[0]
@@ -76,8 +79,9 @@ class StreamAdamW(PlannedCodemod):
             return
         model = self._model_of(params.value, call)
         extra = [] if model is None else [("model", model)]
+        # The updated node of a call is a call.
         self.replacements[call] = lambda updated: add_keywords(
-            updated.with_changes(func=cst.Name(LOOP_FACTORY)), extra
+            cast(cst.Call, updated).with_changes(func=cst.Name(LOOP_FACTORY)), extra
         )
         if isinstance(call.func, cst.Name):  # `from torch.optim import AdamW [as W]` may now be unused
             for name in names:
@@ -102,7 +106,11 @@ class StreamAdamW(PlannedCodemod):
         listing = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
         for source in sources:
             for node in m.findall(source, listing):
-                if is_plain_reference(node.func.value):
+                if (
+                    isinstance(node, cst.Call)  # what `listing` matches
+                    and isinstance(node.func, cst.Attribute)
+                    and is_plain_reference(node.func.value)
+                ):
                     owners.setdefault(code_of(node.func.value), node.func.value)
         return next(iter(owners.values())) if len(owners) == 1 else None
 
@@ -119,8 +127,9 @@ class StreamAdamW(PlannedCodemod):
                     and not _is_none_pair(given.value)
                 ):
                     raise _Refused(f"the trainer is given `{name}=`: it already chooses its optimizer")
-            if star_kwargs(call) is not None:
-                raise _Refused(f"arguments are passed through `**{code_of(star_kwargs(call).value)}`")
+            hidden = star_kwargs(call)
+            if hidden is not None:
+                raise _Refused(f"arguments are passed through `**{code_of(hidden.value)}`")
             if sum(1 for a in call.args if a.keyword is None) >= TRAINER_POSITIONAL_LIMIT:
                 raise _Refused(
                     "too many positional arguments to tell whether optimizers/model_init is among them"
@@ -128,8 +137,9 @@ class StreamAdamW(PlannedCodemod):
         except _Refused as refusal:
             self.refused(call, message, str(refusal))
             return
+        # The updated node of a call is a call.
         self.replacements[call] = lambda updated: cst.Call(
-            func=cst.Name(TRAINER_WRAPPER), args=[cst.Arg(updated)]
+            func=cst.Name(TRAINER_WRAPPER), args=[cst.Arg(cast(cst.Call, updated))]
         )
         self.runtime_imports.add((RUNTIME, TRAINER_WRAPPER))
         self.changed(call, message)

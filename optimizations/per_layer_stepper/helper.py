@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -113,7 +113,7 @@ def plan_layer_groups(
         for module in model.modules():
             if isinstance(module, nn.Embedding):
                 embedding_ids.update(id(p) for p in module.parameters(recurse=False))
-    else:
+    elif names is not None:  # with neither, the groups were returned above
         name_of = {id(p): n for p, n in zip(params, names, strict=True)}
         list_prefix = _inferred_list_prefix(name_of.values(), (p.numel() for p in params))
         embedding_ids = {id(p) for p in params if _looks_like_embedding(name_of[id(p)])}
@@ -289,10 +289,11 @@ class _HostLayer:
         if self.buffer is None:
             self.buffer = torch.empty(2 * self.region_bytes, dtype=torch.uint8, pin_memory=True)
         start, nbytes = self.offsets[p], p.numel() * p.element_size()
-        return tuple(
+        exp_avg, exp_avg_sq = (
             self.buffer[base + start : base + start + nbytes].view(p.dtype).view(p.shape)
             for base in (0, self.region_bytes)
         )
+        return exp_avg, exp_avg_sq
 
 
 def _buckets_of(
@@ -404,13 +405,14 @@ class _DeviceSlots:
         slot_index = position % len(self.slots)
         bucket = self.buckets[bucket_index]
         host = self.hosts[bucket.layer]
+        buffer = cast(Tensor, host.buffer)  # allocated: the bucket's parameters have state
         slot = self.slots[slot_index]
         half, size = slot.numel() // 2, bucket.hi - bucket.lo
         with torch.cuda.stream(self.h2d):
             self.h2d.wait_event(self.copied_back[slot_index])
             for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
                 slot[base_slot : base_slot + size].copy_(
-                    host.buffer[base_host + bucket.lo : base_host + bucket.hi], non_blocking=True
+                    buffer[base_host + bucket.lo : base_host + bucket.hi], non_blocking=True
                 )
             self.loaded[slot_index].record(self.h2d)
 
@@ -418,12 +420,13 @@ class _DeviceSlots:
         """Queue the copy of an updated slot back into its host buffer."""
         bucket = self.buckets[bucket_index]
         host = self.hosts[bucket.layer]
+        buffer = cast(Tensor, host.buffer)  # allocated: the bucket's parameters have state
         slot = self.slots[slot_index]
         half, size = slot.numel() // 2, bucket.hi - bucket.lo
         with torch.cuda.stream(self.d2h):
             self.d2h.wait_event(self.computed[slot_index])
             for base_slot, base_host in ((0, 0), (half, host.region_bytes)):
-                host.buffer[base_host + bucket.lo : base_host + bucket.hi].copy_(
+                buffer[base_host + bucket.lo : base_host + bucket.hi].copy_(
                     slot[base_slot : base_slot + size], non_blocking=True
                 )
             self.copied_back[slot_index].record(self.d2h)
@@ -659,6 +662,7 @@ class PerLayerAdamW(torch.optim.Optimizer):
             if isinstance(lr, Tensor) and lr.device.type != "cpu" and lr.device != self._device:
                 lr = lr.to(device=self._device, non_blocking=True)
             beta1, beta2 = group["betas"]
+            # torch's stub types the betas as floats; the kernel takes a 0-dim tensor as well (_scalar).
             torch._fused_adamw_(
                 params,
                 grads,
@@ -668,8 +672,8 @@ class PerLayerAdamW(torch.optim.Optimizer):
                 steps,
                 amsgrad=False,
                 lr=lr,
-                beta1=_scalar(beta1),
-                beta2=_scalar(beta2),
+                beta1=_scalar(beta1),  # type: ignore[arg-type]
+                beta2=_scalar(beta2),  # type: ignore[arg-type]
                 weight_decay=group["weight_decay"],
                 eps=group["eps"],
                 maximize=group["maximize"],

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -71,6 +73,15 @@ BLOCK_MASK_SOURCES = (
 
 
 @dataclass(frozen=True)
+class _DictMove:
+    """``{k: v.to(device) for k, v in batch.items()}``: the comprehension, its ``v.to(device)`` and ``batch``."""
+
+    comprehension: cst.DictComp
+    move: cst.Call
+    batch: cst.Name
+
+
+@dataclass(frozen=True)
 class _InPlaceMove:
     """A call of an :class:`InPlaceMover` on the loop's batch, and its top-level statement in the loop."""
 
@@ -78,6 +89,7 @@ class _InPlaceMove:
     mover: InPlaceMover
     batch: cst.Name
     device: cst.BaseExpression
+    expression: cst.Expr  # the call as an expression statement
     statement: cst.CSTNode
 
 
@@ -103,7 +115,7 @@ class _Prefetch(PlannedCodemod):
         if isinstance(source, cst.Call) and any(n.endswith(PREFETCHER) for n in self.names(source.func)):
             self.already(loop, f"`for {code_of(loop.target)} in {code_of(loop.iter)}`: batches prefetched")
             return
-        batch_names = self._batch_names(loop.target, enumerated)
+        batch_names = _batch_names(loop.target, enumerated)
         moves, dict_moves = self._moves(loop, batch_names)
         helper_calls = self._helper_calls(loop, batch_names)
         if not moves and not dict_moves and not helper_calls:
@@ -119,13 +131,13 @@ class _Prefetch(PlannedCodemod):
         )
         try:
             in_place = [self._in_place_move(loop, call, batch_names) for call in helper_calls]
-            targets = [_device_of(move) for move in moves] + [_device_of(d.value) for d in dict_moves]
+            targets = [_device_of(move) for move in moves] + [_device_of(d.move) for d in dict_moves]
             targets += [move.device for move in in_place]
             devices = {code_of(device): device for device in targets}
             if len(devices) > 1:
                 raise _Refused(f"the batch goes to different devices ({', '.join(sorted(devices))})")
             device = next(iter(devices.values()))
-            self._check_device_fixed(loop, device)
+            _check_device_fixed(loop, device)
             self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves, in_place)
             movers = [f"`{code_of(move.call.func)}`" for move in in_place if move.mover.moves_block_masks]
             if dict_moves:
@@ -137,28 +149,35 @@ class _Prefetch(PlannedCodemod):
             self.refused(loop, message, str(refusal))
             return
 
-        self.replacements[source] = lambda updated: call_expr(PREFETCHER, updated, device)
+        self.replacements[source] = _prefetched(device)
         for move in moves:
-            self.replacements[move] = lambda updated: updated.func.value
+            self.replacements[move] = lambda updated: _receiver(cast(cst.Call, updated))  # a call stays one
             assignment = self.parent(move)
-            if isinstance(assignment, cst.Assign) and _assigns_only(assignment, code_of(move.func.value)):
-                self.dropped.add(self.statement_of(assignment))  # `x = x.to(device)` would become `x = x`
-        for comprehension in dict_moves:
-            batch = comprehension.for_in.iter.func.value.value
-            self.replacements[comprehension] = lambda _updated, batch=batch: cst.Name(batch)
-            assignment = self.parent(comprehension)
+            if isinstance(assignment, cst.Assign) and _assigns_only(assignment, code_of(_receiver(move))):
+                self._drop_statement_of(assignment)  # `x = x.to(device)` would become `x = x`
+        for dict_move in dict_moves:
+            batch = dict_move.batch.value
+            self.replacements[dict_move.comprehension] = _replaced_by_name(batch)
+            assignment = self.parent(dict_move.comprehension)
             if isinstance(assignment, cst.Assign) and _assigns_only(assignment, batch):
-                self.dropped.add(self.statement_of(assignment))
-        for move in in_place:
+                self._drop_statement_of(assignment)
+        for helper_move in in_place:
             # `helper(batch, device)` alone goes; the whole line if nothing else is on it.
-            expression = self.parent(move.call)
-            line = self.parent(expression)
-            alone = isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
-            self.dropped.add(line if alone else expression)
+            line = self.parent(helper_move.expression)
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+                self.dropped.add(line)
+            else:
+                self.dropped.add(helper_move.expression)
         self.runtime_imports.add((RUNTIME, PREFETCHER))
         if isinstance(source, cst.Name):
             self._plan_dataloader(loop, source.value)
         self.changed(loop, message)
+
+    def _drop_statement_of(self, node: cst.CSTNode) -> None:
+        """Drop the statement that holds ``node`` (every node of the module lies in one)."""
+        statement = self.statement_of(node)
+        if statement is not None:
+            self.dropped.add(statement)
 
     def _loaded_iterable(self, iterable: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
         """The expression that yields the batches, and whether ``enumerate`` pairs them with a count."""
@@ -171,20 +190,15 @@ class _Prefetch(PlannedCodemod):
             return iterable.args[0].value, "builtins.enumerate" in self.names(iterable.func)
         return iterable, False
 
-    def _batch_names(self, target: cst.BaseAssignTargetExpression, enumerated: bool) -> set[str]:
-        if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-            target = target.elements[1].value  # `for step, batch in enumerate(loader)`
-        return {name.value for name in m.findall(target, m.Name())}
-
-    def _moves(self, loop: cst.For, batch_names: set[str]) -> tuple[list[cst.Call], list[cst.DictComp]]:
+    def _moves(self, loop: cst.For, batch_names: set[str]) -> tuple[list[cst.Call], list[_DictMove]]:
         """``<batch...>.to(device)`` calls, and ``{k: v.to(device) for k, v in batch.items()}`` comprehensions."""
         moves: list[cst.Call] = []
-        dict_moves: list[cst.DictComp] = []
+        dict_moves: list[_DictMove] = []
         for node in walk(loop.body, NESTED_SCOPES):
-            if _is_device_move(node) and _root_name(node.func.value) in batch_names:
+            if _is_device_move(node) and _root_name(_receiver(node)) in batch_names:
                 moves.append(node)
-            elif isinstance(node, cst.DictComp) and _is_dict_move(node, batch_names):
-                dict_moves.append(node)
+            elif isinstance(node, cst.DictComp) and (dict_move := _dict_move(node, batch_names)) is not None:
+                dict_moves.append(dict_move)
         return moves, dict_moves
 
     def _helper_calls(self, loop: cst.For, batch_names: set[str]) -> list[cst.Call]:
@@ -194,7 +208,7 @@ class _Prefetch(PlannedCodemod):
             for node in walk(loop.body, NESTED_SCOPES)
             if isinstance(node, cst.Call)
             and self.names(node.func) & IN_PLACE_MOVERS.keys()
-            and any(name.value in batch_names for arg in node.args for name in m.findall(arg.value, m.Name()))
+            and any(name.value in batch_names for arg in node.args for name in _names_in(arg.value))
         ]
 
     def _in_place_move(self, loop: cst.For, call: cst.Call, batch_names: set[str]) -> _InPlaceMove:
@@ -209,16 +223,21 @@ class _Prefetch(PlannedCodemod):
                 f"{shown} moves `{code_of(batch)}`, not the whole batch `{code_of(loop.target)}`; "
                 "CudaPrefetcher would move all of it"
             )
-        if any(name.value in batch_names for name in m.findall(device, m.Name())):
+        if any(name.value in batch_names for name in _names_in(device)):
             raise _Refused(f"{shown}: the device is read from the batch")
+        not_a_statement = f"{shown} is not a statement of its own in the loop's body (a condition, a value)"
         expression = self.parent(call)
-        holder = self.parent(expression) if isinstance(expression, cst.Expr) else None
-        if holder is not loop.body and not (
-            isinstance(holder, cst.SimpleStatementLine) and self.parent(holder) is loop.body
-        ):
-            raise _Refused(f"{shown} is not a statement of its own in the loop's body (a condition, a value)")
-        statement = expression if holder is loop.body else holder
-        return _InPlaceMove(call, mover, batch, device, statement)
+        if not isinstance(expression, cst.Expr):
+            raise _Refused(not_a_statement)
+        holder = self.parent(expression)
+        statement: cst.CSTNode
+        if holder is loop.body:
+            statement = expression
+        elif isinstance(holder, cst.SimpleStatementLine) and self.parent(holder) is loop.body:
+            statement = holder
+        else:
+            raise _Refused(not_a_statement)
+        return _InPlaceMove(call, mover, batch, device, expression, statement)
 
     def _check_no_block_masks(self, mover: str) -> None:
         """Refused where the file uses library code that can put a BlockMask in the batch
@@ -252,23 +271,18 @@ class _Prefetch(PlannedCodemod):
                     "prefetching draws one batch ahead, so a run resumed from that state would skip a batch"
                 )
 
-    def _check_device_fixed(self, loop: cst.For, device: cst.BaseExpression) -> None:
-        device_names = {name.value for name in m.findall(device, m.Name())}
-        for name in m.findall(loop.target, m.Name()):
-            if name.value in device_names:
-                raise _Refused(f"`{name.value}` (in the device `{code_of(device)}`) changes with each batch")
-        for node in walk(loop.body, NESTED_SCOPES):
-            if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
-                if node.target.value in device_names:
-                    raise _Refused(f"`{node.target.value}` (the device) is assigned inside the loop")
-            elif isinstance(node, cst.AssignTarget) and code_of(node.target) == code_of(device):
-                raise _Refused(f"`{code_of(device)}` (the device) is assigned inside the loop")
-
-    def _check_batch_stays_on_device(self, loop, batch_names, moves, dict_moves, in_place=()) -> None:
+    def _check_batch_stays_on_device(
+        self,
+        loop: cst.For,
+        batch_names: set[str],
+        moves: list[cst.Call],
+        dict_moves: list[_DictMove],
+        in_place: list[_InPlaceMove],
+    ) -> None:
         """Every use of the batch before it is rebound (or moved in place) must be a move or
         device-independent metadata."""
-        inside_moves = {id(n) for move in moves for n in (move.func.value, *walk(move.func.value, ()))}
-        inside_moves |= {id(d.for_in.iter.func.value) for d in dict_moves}
+        inside_moves = {id(n) for move in moves for n in (_receiver(move), *walk(_receiver(move), ()))}
+        inside_moves |= {id(d.batch) for d in dict_moves}
         inside_moves |= {id(move.batch) for move in in_place}
         moved_by = {id(move.statement): move.batch.value for move in in_place}
         rebound: set[str] = set()
@@ -291,11 +305,12 @@ class _Prefetch(PlannedCodemod):
 
     def _use_of(self, node: cst.CSTNode) -> cst.CSTNode:
         """``node`` with the subscripts and attributes applied to it (the expression a reader would quote)."""
-        while isinstance(self.parent(node), (cst.Subscript, cst.Attribute, cst.Call)):
-            parent = self.parent(node)
+        parent = self.parent(node)
+        while isinstance(parent, (cst.Subscript, cst.Attribute, cst.Call)):
             if isinstance(parent, cst.Call) and parent.func is not node:
                 break
             node = parent
+            parent = self.parent(node)
         return node
 
     def _metadata_only(self, name: cst.Name) -> bool:
@@ -327,7 +342,7 @@ class _Prefetch(PlannedCodemod):
         if len(builders) != 1 or star_kwargs(builders[0]) is not None:
             return
         call = builders[0]
-        settings = []
+        settings: list[tuple[str, cst.BaseExpression]] = []
         if keyword(call, "pin_memory") is None:
             settings.append(("pin_memory", expr("torch.cuda.is_available()")))
             self.need_module("torch")
@@ -335,7 +350,7 @@ class _Prefetch(PlannedCodemod):
             settings.append(("collate_fn", call_expr(PINNED_COLLATE)))
             self.runtime_imports.add((RUNTIME, PINNED_COLLATE))
         if settings:
-            self.replacements[call] = lambda updated: add_keywords(updated, settings)
+            self.replacements[call] = lambda updated: add_keywords(cast(cst.Call, updated), settings)
 
     # -- Trainer configs ----------------------------------------------------------------------------------
     def _plan_trainer_config(self, call: cst.Call) -> None:
@@ -358,8 +373,9 @@ class _Prefetch(PlannedCodemod):
                     reason = f"accelerator_config sets non_blocking to `{code_of(chosen)}` at line {self.line(chosen)}"
                     self.refused(call, message, reason)
                 return
-        if star_kwargs(call) is not None:
-            self.refused(call, message, f"settings are passed through `**{code_of(star_kwargs(call).value)}`")
+        hidden = star_kwargs(call)
+        if hidden is not None:
+            self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")
             return
         pin = keyword(call, "dataloader_pin_memory")
         if pin is not None and literal_value(pin.value) is False:
@@ -367,11 +383,11 @@ class _Prefetch(PlannedCodemod):
             return
         if current is None:
             self.replacements[call] = lambda updated: add_keywords(
-                updated, [("accelerator_config", expr('{"non_blocking": True}'))]
+                cast(cst.Call, updated), [("accelerator_config", expr('{"non_blocking": True}'))]
             )
         elif isinstance(current.value, cst.Dict):
             self.replacements[current.value] = lambda updated: _with_dict_entry(
-                updated, '"non_blocking"', "True"
+                cast(cst.Dict, updated), '"non_blocking"', "True"
             )
         else:
             self.refused(
@@ -381,6 +397,30 @@ class _Prefetch(PlannedCodemod):
             )
             return
         self.changed(call, message)
+
+
+def _batch_names(target: cst.BaseExpression, enumerated: bool) -> set[str]:
+    if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        target = target.elements[1].value  # `for step, batch in enumerate(loader)`
+    return {name.value for name in _names_in(target)}
+
+
+def _check_device_fixed(loop: cst.For, device: cst.BaseExpression) -> None:
+    device_names = {name.value for name in _names_in(device)}
+    for name in _names_in(loop.target):
+        if name.value in device_names:
+            raise _Refused(f"`{name.value}` (in the device `{code_of(device)}`) changes with each batch")
+    for node in walk(loop.body, NESTED_SCOPES):
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+            if node.target.value in device_names:
+                raise _Refused(f"`{node.target.value}` (the device) is assigned inside the loop")
+        elif isinstance(node, cst.AssignTarget) and code_of(node.target) == code_of(device):
+            raise _Refused(f"`{code_of(device)}` (the device) is assigned inside the loop")
+
+
+def _prefetched(device: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A planned replacement: the loaded iterable (an expression, updated as one) in ``CudaPrefetcher(...)``."""
+    return lambda updated: call_expr(PREFETCHER, cast(cst.BaseExpression, updated), device)
 
 
 def _root_name(node: cst.BaseExpression) -> str | None:
@@ -407,12 +447,27 @@ def _argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | 
     return positional[position].value if position < len(positional) else None
 
 
+def _replaced_by_name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A planned replacement: the node becomes the bare name ``name``."""
+    return lambda _updated: cst.Name(name)
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    """The names in ``node``'s subtree."""
+    return [name for name in m.findall(node, m.Name()) if isinstance(name, cst.Name)]
+
+
+def _receiver(method_call: cst.Call) -> cst.BaseExpression:
+    """``x`` of ``x.method(...)``: a call that :func:`is_method_call` accepted."""
+    return cast(cst.Attribute, method_call.func).value
+
+
 def _device_of(move: cst.Call) -> cst.BaseExpression:
     device = keyword(move, "device")
     return device.value if device is not None else move.args[0].value
 
 
-def _is_device_move(node: cst.CSTNode) -> bool:
+def _is_device_move(node: cst.CSTNode) -> TypeGuard[cst.Call]:
     """``x.to(device)``, ``x.to(device, non_blocking=...)``, ``x.to(device=...)``: a pure device move."""
     if not is_method_call(node, "to"):
         return False
@@ -420,33 +475,37 @@ def _is_device_move(node: cst.CSTNode) -> bool:
         return False
     positional = [a for a in node.args if a.keyword is None]
     keywords = {a.keyword.value for a in node.args if a.keyword is not None}
+    device_keyword = keyword(node, "device")
     if len(positional) == 1 and keywords <= {"non_blocking"}:
         device = positional[0].value
-    elif not positional and "device" in keywords and keywords <= {"device", "non_blocking"}:
-        device = keyword(node, "device").value
+    elif not positional and device_keyword is not None and keywords <= {"device", "non_blocking"}:
+        device = device_keyword.value
     else:
         return False
     code = code_of(device).lower()
     return isinstance(device, cst.SimpleString) or any(hint in code for hint in DEVICE_HINTS)
 
 
-def _is_dict_move(node: cst.DictComp, batch_names: set[str]) -> bool:
-    """``{k: v.to(device) for k, v in batch.items()}`` over a batch name."""
+def _dict_move(node: cst.DictComp, batch_names: set[str]) -> _DictMove | None:
+    """``{k: v.to(device) for k, v in batch.items()}`` over a batch name; None for any other comprehension."""
     target = node.for_in.target
-    return (
+    move, items = node.value, node.for_in.iter
+    if (
         node.for_in.inner_for_in is None
         and not node.for_in.ifs
         and isinstance(target, cst.Tuple)
         and len(target.elements) == 2
         and all(isinstance(e.value, cst.Name) for e in target.elements)
         and code_of(node.key) == code_of(target.elements[0].value)
-        and _is_device_move(node.value)
-        and code_of(node.value.func.value) == code_of(target.elements[1].value)
-        and is_method_call(node.for_in.iter, "items")
-        and not node.for_in.iter.args
-        and isinstance(node.for_in.iter.func.value, cst.Name)
-        and node.for_in.iter.func.value.value in batch_names
-    )
+        and _is_device_move(move)
+        and code_of(_receiver(move)) == code_of(target.elements[1].value)
+        and is_method_call(items, "items")
+        and not items.args
+        and isinstance(batch := _receiver(items), cst.Name)
+        and batch.value in batch_names
+    ):
+        return _DictMove(node, move, batch)
+    return None
 
 
 def _assigns_only(assignment: cst.Assign, name: str) -> bool:

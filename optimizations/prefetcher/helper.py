@@ -30,8 +30,9 @@ def map_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
             clone = copy.copy(data)
             clone.update(mapped)
             return clone
+        mapping_type: type[Any] = type(data)  # a concrete mapping class, whatever its constructor takes
         try:
-            return type(data)(mapped)
+            return mapping_type(mapped)
         except TypeError:
             return mapped
     if isinstance(data, tuple) and hasattr(data, "_fields"):
@@ -168,7 +169,10 @@ class NumpyPinnedCollate:
         """Collate into pinned memory when ``pin_memory`` (default: with CUDA)."""
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         stack = functools.partial(_stack_tensors, pin_memory=self.pin_memory)
-        self._collate_fn_map = {**default_collate_fn_map, torch.Tensor: stack}
+        self._collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] = {
+            **default_collate_fn_map,
+            torch.Tensor: stack,
+        }
 
     def __call__(self, samples: list[Any]) -> Any:
         """Collate ``samples``, into pinned memory in the main process."""

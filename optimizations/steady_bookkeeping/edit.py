@@ -25,7 +25,7 @@ class WrapTrainer(TrainerFollowUp):
         name = code_of(original_node.func)
         argument = self.links.parent(original_node)
         wrapper = self.links.parent(argument) if isinstance(argument, cst.Arg) else None
-        if wrapper is not None and self.calls(wrapper, HELPER):
+        if isinstance(wrapper, cst.Call) and self.calls(wrapper, HELPER):
             self.already(original_node, f"`{HELPER}({name}(...))`")
             return updated_node
         message = f"{name}(...): its per-step parameter count, train() and parameters() walks paid once"

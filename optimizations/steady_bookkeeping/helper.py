@@ -68,7 +68,8 @@ def count_parameters_once(model: torch.nn.Module) -> None:
         return
     model.__dict__["_perfbot_count"] = count
     model.__dict__["_perfbot_counted"] = {}
-    model.num_parameters = types.MethodType(_num_parameters, model)
+    # torch types the value of Module.__setattr__ as a tensor or module; any object may be set.
+    model.num_parameters = types.MethodType(_num_parameters, model)  # type: ignore[assignment]
 
 
 def _num_parameters(
@@ -92,7 +93,8 @@ def train_mode_once(model: torch.nn.Module) -> None:
     """
     if "train" in model.__dict__ or not _modules(model)[1]:
         return
-    model.train = types.MethodType(_train, model)
+    # The method shadowed by an instance attribute, which mypy forbids (method-assign).
+    model.train = types.MethodType(_train, model)  # type: ignore[method-assign]
 
 
 def _train(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
@@ -112,7 +114,8 @@ def parameters_from_module_list(model: torch.nn.Module) -> None:
     """
     if "parameters" in model.__dict__ or type(model).parameters is not torch.nn.Module.parameters:
         return
-    model.parameters = types.MethodType(_parameters, model)
+    # The method shadowed by an instance attribute, which mypy forbids (method-assign).
+    model.parameters = types.MethodType(_parameters, model)  # type: ignore[method-assign]
 
 
 def _parameters(self: torch.nn.Module, recurse: bool = True) -> Iterator[torch.nn.Parameter]:

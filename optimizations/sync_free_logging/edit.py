@@ -3,7 +3,9 @@ and read where the loop logs and after it (see README.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 from libcst.helpers import parse_template_expression, parse_template_statement
@@ -21,7 +23,7 @@ PASS_THROUGH = ("detach", "cpu", "float")
 class _Plan:
     """Edits for one host read, committed only when every check passes."""
 
-    replacements: dict[cst.CSTNode, object] = field(default_factory=dict)
+    replacements: dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = field(default_factory=dict)
     after_loop: list[tuple[str, cst.BaseStatement]] = field(default_factory=list)
 
 
@@ -38,10 +40,12 @@ class _SyncFree(PlannedCodemod):
         self.materialized: set[tuple[int, str]] = set()
         for loop in self.training_loops():
             losses = loss_names(loop)
-            per_step, kept = [], []  # host reads every step; reads where the loop logs and device copies
+            per_step: list[tuple[cst.Call, cst.Name]] = []  # host reads every step
+            kept: list[cst.CSTNode] = []  # reads where the loop logs, and device copies
             for node in walk(loop.body, NESTED_SCOPES + LOOPS):
                 loss = self._host_read_of_loss(node, losses)
-                if loss is not None and not self.in_logging_block(node, loop):
+                # A host read of the loss is a call.
+                if isinstance(node, cst.Call) and loss is not None and not self.in_logging_block(node, loop):
                     per_step.append((node, loss))
                 elif loss is not None or self._kept_on_device(node, losses):
                     kept.append(node)
@@ -62,13 +66,15 @@ class _SyncFree(PlannedCodemod):
         """``<loss>.detach()``: the loss's value kept as a tensor, not read on the host."""
         return (
             is_method_call(node, "detach")
+            and isinstance(node.func, cst.Attribute)
             and isinstance(node.func.value, cst.Name)
             and node.func.value.value in losses
         )
 
     def _host_read_of_loss(self, node: cst.CSTNode, losses: set[str]) -> cst.Name | None:
         """The loss name when ``node`` is ``<loss>[.detach()/.cpu()/.float()].item()`` or ``float(<loss>...)``."""
-        if is_method_call(node, "item") and not node.args:
+        inner: cst.BaseExpression
+        if is_method_call(node, "item") and isinstance(node.func, cst.Attribute) and not node.args:
             inner = node.func.value
         elif (
             isinstance(node, cst.Call)
@@ -80,11 +86,13 @@ class _SyncFree(PlannedCodemod):
             inner = node.args[0].value
         else:
             return None
-        while is_method_call(inner, *PASS_THROUGH) and not inner.args:
+        while (
+            is_method_call(inner, *PASS_THROUGH) and isinstance(inner.func, cst.Attribute) and not inner.args
+        ):
             inner = inner.func.value
         return inner if isinstance(inner, cst.Name) and inner.value in losses else None
 
-    def _plan_read(self, loop, read: cst.Call, loss: cst.Name) -> None:
+    def _plan_read(self, loop: cst.For | cst.While, read: cst.Call, loss: cst.Name) -> None:
         message = f"`{code_of(read)}` every step → kept on the device, read where the loop logs"
         holder = self.parent(read)
         try:
@@ -99,8 +107,8 @@ class _SyncFree(PlannedCodemod):
                     raise _Refused(f"the value goes into `{code_of(target)}`, not a local variable")
                 plan = self._value(loop, target.value, holder)
                 plan.replacements[read] = _detached(loss)
-            elif self._appended_to(read) is not None:
-                plan = self._history(loop, self._appended_to(read))
+            elif (list_name := self._appended_to(read)) is not None:
+                plan = self._history(loop, list_name)
                 plan.replacements[read] = _detached(loss)
             else:
                 raise _Refused(
@@ -123,8 +131,10 @@ class _SyncFree(PlannedCodemod):
         arg = self.parent(node)
         call = self.parent(arg) if isinstance(arg, cst.Arg) else None
         if (
-            is_method_call(call, "append")
+            call is not None
+            and is_method_call(call, "append")
             and len(call.args) == 1
+            and isinstance(call.func, cst.Attribute)
             and isinstance(call.func.value, cst.Name)
             and isinstance(self.parent(call), cst.Expr)
         ):
@@ -132,7 +142,7 @@ class _SyncFree(PlannedCodemod):
         return None
 
     # -- the three shapes -----------------------------------------------------------------------------------
-    def _accumulator(self, loop, name: str, own: cst.AugAssign) -> _Plan:
+    def _accumulator(self, loop: cst.For | cst.While, name: str, own: cst.AugAssign) -> _Plan:
         body = self.enclosing_body(loop)
         reads, writes, nested = self.reads_and_writes(body, name)
         self._no_closures(name, nested)
@@ -145,9 +155,9 @@ class _SyncFree(PlannedCodemod):
                 raise _Refused(
                     f"`{name}` is also set from something other than a number (line {self.line(write)})"
                 )
-        return self._wrap_reads(loop, name, reads, float_of)
+        return self._wrap_reads(loop, name, reads, _float_of)
 
-    def _value(self, loop, name: str, own: cst.Assign) -> _Plan:
+    def _value(self, loop: cst.For | cst.While, name: str, own: cst.Assign) -> _Plan:
         body = self.enclosing_body(loop)
         reads, _writes, nested = self.reads_and_writes(body, name)
         self._no_closures(name, nested)
@@ -158,14 +168,14 @@ class _SyncFree(PlannedCodemod):
         if None in appended_to:
             line = self.line(next(r for r in per_step if self._appended_to(r) is None))
             raise _Refused(f"`{name}` is read every step at line {line}, outside the logging condition")
-        plan = self._wrap_reads(loop, name, [r for r in reads if r not in per_step], float_of)
-        for list_name in appended_to:
+        plan = self._wrap_reads(loop, name, [r for r in reads if r not in per_step], _float_of)
+        for list_name in cast(set[str], appended_to):  # None was refused above
             history = self._history(loop, list_name)
             plan.replacements.update(history.replacements)
             plan.after_loop.extend(history.after_loop)
         return plan
 
-    def _history(self, loop, name: str) -> _Plan:
+    def _history(self, loop: cst.For | cst.While, name: str) -> _Plan:
         body = self.enclosing_body(loop)
         reads, writes, nested = self.reads_and_writes(body, name)
         self._no_closures(name, nested)
@@ -189,10 +199,11 @@ class _SyncFree(PlannedCodemod):
                 continue  # after the loop, the list holds floats again
             if isinstance(usage, cst.Attribute) and usage.attr.value == "append":
                 continue
-            if isinstance(usage, cst.Arg) and code_of(self.parent(usage).func) == "len":
+            # An argument's holder is a call (a class's bases aside, which only a class statement has).
+            if isinstance(usage, cst.Arg) and code_of(cast(cst.Call, self.parent(usage)).func) == "len":
                 continue
             if isinstance(usage, cst.Subscript) and self.in_logging_block(read, loop):
-                plan.replacements[usage] = float_of
+                plan.replacements[usage] = _float_of
                 continue
             raise _Refused(
                 f"`{name}` is read at line {self.line(read)} inside the loop in a way that needs floats "
@@ -204,7 +215,13 @@ class _SyncFree(PlannedCodemod):
         plan.after_loop.append((name, materialize))
         return plan
 
-    def _wrap_reads(self, loop, name: str, reads: list[cst.Name], wrap) -> _Plan:
+    def _wrap_reads(
+        self,
+        loop: cst.For | cst.While,
+        name: str,
+        reads: list[cst.Name],
+        wrap: Callable[[cst.CSTNode], cst.CSTNode],
+    ) -> _Plan:
         plan = _Plan()
         for read in reads:
             if self.within(read, loop) and not self.in_logging_block(read, loop):
@@ -221,7 +238,12 @@ class _SyncFree(PlannedCodemod):
             )
 
 
-def _detached(loss: cst.Name, double: bool = False):
+def _float_of(updated: cst.CSTNode) -> cst.CSTNode:
+    """``float(<updated>)``: the replacement of a read (an expression, so its updated node is one too)."""
+    return float_of(cast(cst.BaseExpression, updated))
+
+
+def _detached(loss: cst.Name, double: bool = False) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """A replacement building ``<loss>.detach()`` (``<loss>.detach().double()`` for a float64 sum)."""
     template = "{loss}.detach().double()" if double else "{loss}.detach()"
     return lambda _updated: parse_template_expression(template, loss=cst.Name(loss.value))

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from typing import cast
+
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import parse_template_expression
@@ -51,16 +54,20 @@ class EnableTf32(PlannedCodemod):
         for call in calls:
             if is_training_config(self.names(call.func)) and not not_a_run_config(self, call):
                 self._plan_trainer_config(call)
-        functions: list[cst.CSTNode] = []
+        functions: list[cst.FunctionDef | cst.Module] = []
         for loop in self.training_loops():
-            owner = self.enclosing_body(loop)
+            # enclosing_body finds a function definition or the module (its signature says CSTNode).
+            owner = cast(cst.FunctionDef | cst.Module, self.enclosing_body(loop))
             if all(owner is not seen for seen in functions):
                 functions.append(owner)
         for owner in functions:
             self._plan_startup(module, owner, settings, deterministic)
 
-    def _settings(self, module: cst.Module, table: dict, only_matching: bool = False):
+    def _settings(
+        self, module: cst.Module, table: Mapping[str, tuple[object, ...]], only_matching: bool = False
+    ) -> Iterator[tuple[cst.Assign | cst.Call, bool]]:
         """``(node, matches)`` for each assignment to, or call of, a setting in ``table``."""
+        targets: list[cst.BaseExpression]
         for node in self.nodes(cst.Assign, cst.Call):
             if isinstance(node, cst.Assign):
                 targets, value = [t.target for t in node.targets], node.value
@@ -75,7 +82,11 @@ class EnableTf32(PlannedCodemod):
                         yield node, matches
 
     def _plan_startup(
-        self, module: cst.Module, owner: cst.CSTNode, settings: dict, deterministic: bool
+        self,
+        module: cst.Module,
+        owner: cst.FunctionDef | cst.Module,
+        settings: dict[cst.Assign | cst.Call, bool],
+        deterministic: bool,
     ) -> None:
         where = "the module" if isinstance(owner, cst.Module) else f"{owner.name.value}()"
         message = f"TF32 matmuls/convolutions set at the start of {where}" + (
@@ -133,12 +144,12 @@ class EnableTf32(PlannedCodemod):
         check = parse_template_expression(
             "True if {available}() else None", available=cst.Name(TF32_CHECK[1])
         )
-        self.replacements[call] = lambda updated: add_keywords(updated, [("tf32", check)])
+        self.replacements[call] = lambda updated: add_keywords(cast(cst.Call, updated), [("tf32", check)])
         AddImportsVisitor.add_needed_import(self.context, *TF32_CHECK)
         self.changed(call, message)
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
+def _is_docstring(statement: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)
         and len(statement.body) == 1
