@@ -149,7 +149,7 @@ class TierRun:
         if not rows:
             tiers = sorted({i.tier for i in plan.items if i.auto_apply})
             have = (
-                f"tiers with items to apply: {tiers}"
+                f"tiers with items to apply: {', '.join(map(str, tiers))}"
                 if tiers
                 else "its items are all behavioural changes or refused sites, which are never applied"
             )
