@@ -80,13 +80,6 @@ def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
     return tuple(dict.fromkeys(path for item_hints in hints for path, _ in item_hints))
 
 
-def _expected(plan: Plan, row: Row, optimization: Optimization, shapes: frozenset[ProgramShape]) -> str:
-    """The plan item's own expected win, else the registry's as a claim for a program of these shapes."""
-    items = {i.key: i for i in plan.items}
-    stated = [items[k].expected for k in row.keys if k in items and items[k].expected]
-    return stated[0] if len(row.keys) == 1 and stated else optimization.expected_for(shapes)
-
-
 def numerics_line(optimization: Optimization) -> str:
     """The commit body's statement of the optimization's numerics contract, and why where it has one:
     ``Numerics: dynamics (changes what training does) — several examples per packed row: ...``."""
@@ -296,7 +289,9 @@ class TierRun:
             commit_message(
                 optimization.scope,
                 optimization.subject(change.applied),
-                _expected(self.plan, row, optimization, self.shapes),
+                # One source for every commit of an optimization, however the plan groups its items: the
+                # registry's win (measured, or saying where it was not), which review then judges.
+                optimization.expected_for(self.shapes),
                 _commit_body(self.plan, row, optimization, change.sites, missed),
                 {
                     TRAILER_OPTIMIZATION: row.optimization,

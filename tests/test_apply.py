@@ -6,7 +6,7 @@ from pathlib import Path
 
 import git
 import pytest
-from git_repos import commit_all, make_repo
+from git_repos import commit_all, committed_example, make_repo
 
 from bot import apply as apply_module
 from bot import sources as sources_module
@@ -76,7 +76,8 @@ def test_apply_commits_once_and_resumes(target, capsys):
     assert repo.active_branch.name == "bot/plan-tier-1"
     [commit] = list(repo.iter_commits(f"{base}..HEAD"))
     assert commit.summary == "perf(data): dataloader workers with pinned memory and persistent workers"
-    assert "\nExpected: +10-30% GPU util (not measured here)\n" in commit.message  # no number in the subject
+    # The registry's win, as a claim for a program of this shape; no number in the subject
+    assert "\nExpected: +10-30% GPU util (not measured for this shape)\n" in commit.message
     assert "Bot-Optimization: dataloader_workers\nBot-Plan-Item: C\nBot-Issue: plan" in commit.message
     assert commit.author.name == "perfbot"
     assert set(commit.stats.files) == {"train.py"}
@@ -316,3 +317,21 @@ def test_a_hint_is_a_preference_not_a_filter(target, capsys):
     assert "✅ landed" in packing and "holds no site" not in packing
     message = repo.git.log("-1", "--format=%B", "--grep=dataloader")
     assert "the plan points at util.py" in message
+
+
+def test_each_commit_claims_its_optimizations_own_win_once(tmp_path):
+    """Every commit's Expected line is the registry's win for its optimization (as a claim for the repository's
+    program shapes), whether its plan row has one item or several, and says once that it was not measured."""
+    root = tmp_path / "example"
+    repo = committed_example(root)
+    base = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    known = registry()
+    commits = list(repo.iter_commits(f"{base}..HEAD"))
+    assert {len(c.trailers_dict["Bot-Plan-Item"][0].split(", ")) for c in commits} == {1, 2}  # both kinds
+    for commit in commits:
+        [optimization] = commit.trailers_dict["Bot-Optimization"]
+        [line] = [text for text in commit.message.splitlines() if text.startswith("Expected: ")]
+        assert line.startswith(f"Expected: {known[optimization].expected} ("), line
+        assert line.count("not measured") == 1, line
+
