@@ -15,7 +15,7 @@ from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
 from bot.redact import redact
 from bot.scope import Scope, Unparsed
-from bot.status import ItemStatus, tally
+from bot.status import ItemStatus, finished_headline
 from bot.tidy import tidy
 from bot.trackers.base import Tracker
 from bot.workspace import Workspace, commit_message
@@ -223,7 +223,7 @@ class TierRun:
             with contextlib.suppress(Exception):  # best effort: the error itself is what the caller sees
                 publish(headline)
             raise
-        publish(f"Done: {tally(r.status for r in self.rows)}")
+        publish(finished_headline((r.status for r in self.rows), benchmarked=self.bench is not None))
         pull_request = None
         if pushed and open_pr:
             title = (
