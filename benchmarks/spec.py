@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,11 @@ class BenchSpecError(ValueError):
         self.key = key
         self.problem = problem
         super().__init__(f"{path}: [{key}] {problem}")
+
+
+class BenchOptionError(ValueError):
+    """A command-line override the bench spec cannot take; the message names the option (``--steps``), not the
+    file, which is not at fault."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,6 @@ class BenchSpec:
     # growing its memory on first touch) runs its first round slower, whatever the commit.
     warmup_rounds: int = 0
     time_budget_s: float | None = None  # None: the device's default (see the module docstring)
-    source: Path | None = field(default=None, compare=False)
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], path: Path | str) -> BenchSpec:
@@ -151,7 +155,6 @@ class BenchSpec:
             seed=seed,
             warmup_rounds=warmup_rounds,
             time_budget_s=None if budget is None else float(budget),
-            source=path,
         )
 
     def override(
@@ -168,16 +171,16 @@ class BenchSpec:
         time_budget_s: float | None = None,
     ) -> BenchSpec:
         """A copy with command-line overrides applied; ``workloads`` keeps only the named ones, in that order.
-        ``repeats`` above a workload's ``max_repeats`` raises the maximum with it."""
-        where = self.source or Path("pyproject.toml")
+        ``repeats`` above a workload's ``max_repeats`` raises the maximum with it. An override that does not fit
+        is a :class:`BenchOptionError` naming the option."""
         selected = dict(self.workloads)
         if workloads is not None:
             names = list(workloads)
             unknown = [name for name in names if name not in self.workloads]
             if unknown:
                 known = ", ".join(self.workloads)
-                raise BenchSpecError(
-                    where, WORKLOADS_KEY, f"unknown workload(s) {', '.join(unknown)}; known: {known}"
+                raise BenchOptionError(
+                    f"--workload: unknown workload(s) {', '.join(unknown)}; known: {known}"
                 )
             selected = {name: self.workloads[name] for name in names}
         changes: dict[str, Any] = {
@@ -198,15 +201,15 @@ class BenchSpec:
                     name: replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
                     for name, workload in selected.items()
                 }
-            for name, workload in selected.items():
-                _check_counts(workload, where, f"{WORKLOADS_KEY}.{name}")
+            for workload in selected.values():
+                _check_overrides(workload, changes)
         if time_budget_s is not None and time_budget_s <= 0:
-            raise BenchSpecError(where, "tool.bot.time_budget_s", f"must be positive, got {time_budget_s:g}")
+            raise BenchOptionError(f"--time-budget must be positive, got {time_budget_s:g}")
         if size is not None:
             try:
                 check_size(size)
             except ValueError as error:
-                raise BenchSpecError(where, "tool.bot.size", f"--size: {error}") from error
+                raise BenchOptionError(f"--size: {error}") from error
         return replace(
             self,
             workloads=selected,
@@ -268,6 +271,30 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         workload = replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
     _check_counts(workload, path, key)
     return workload
+
+
+def _check_overrides(workload: Workload, changes: Mapping[str, Any]) -> None:
+    """A workload's counts after the command line's ``changes``, checked as :func:`_check_counts` checks the
+    file's; what does not fit names the option at fault (the file's own values were checked when read)."""
+    name, steps, warmup, repeats = workload.name, workload.steps, workload.warmup_steps, workload.repeats
+    if "steps" in changes and steps < 1:
+        raise BenchOptionError(f"--steps must be at least 1, got {steps}")
+    if "warmup_steps" in changes and not 0 <= warmup < steps:
+        raise BenchOptionError(f"warmup_steps must be >= 0 and below steps ({steps}), got {warmup}")
+    if warmup >= steps:
+        raise BenchOptionError(
+            f"--steps {steps} leaves workload {name} no step to measure: it warms up for {warmup} steps; use "
+            f"--steps {warmup + 1} or more (or lower its warmup_steps in pyproject.toml)"
+        )
+    if "repeats" in changes and repeats < 1:
+        raise BenchOptionError(f"--repeats must be at least 1, got {repeats}")
+    if workload.max_repeats < repeats:  # only an explicit --max-repeats: the maximum follows --repeats
+        below = (
+            f"--repeats {repeats}" if "repeats" in changes else f"the {repeats} repeats of workload {name}"
+        )
+        raise BenchOptionError(f"--max-repeats {workload.max_repeats} is below {below}")
+    if workload.min_time_s is not None and workload.min_time_s < 0:
+        raise BenchOptionError(f"--min-time must be 0 or more, got {workload.min_time_s:g}")
 
 
 def _check_counts(workload: Workload, path: Path, key: str) -> None:

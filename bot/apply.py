@@ -15,7 +15,7 @@ from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
 from bot.redact import redact
 from bot.scope import Scope, Unparsed
-from bot.status import ItemStatus, tally
+from bot.status import ItemStatus, finished_headline
 from bot.tidy import tidy
 from bot.trackers.base import Tracker
 from bot.workspace import Workspace, commit_message
@@ -80,13 +80,6 @@ def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
     return tuple(dict.fromkeys(path for item_hints in hints for path, _ in item_hints))
 
 
-def _expected(plan: Plan, row: Row, optimization: Optimization, shapes: frozenset[ProgramShape]) -> str:
-    """The plan item's own expected win, else the registry's as a claim for a program of these shapes."""
-    items = {i.key: i for i in plan.items}
-    stated = [items[k].expected for k in row.keys if k in items and items[k].expected]
-    return stated[0] if len(row.keys) == 1 and stated else optimization.expected_for(shapes)
-
-
 def numerics_line(optimization: Optimization) -> str:
     """The commit body's statement of the optimization's numerics contract, and why where it has one:
     ``Numerics: dynamics (changes what training does) — several examples per packed row: ...``."""
@@ -149,7 +142,7 @@ class TierRun:
         if not rows:
             tiers = sorted({i.tier for i in plan.items if i.auto_apply})
             have = (
-                f"tiers with items to apply: {tiers}"
+                f"tiers with items to apply: {', '.join(map(str, tiers))}"
                 if tiers
                 else "its items are all behavioural changes or refused sites, which are never applied"
             )
@@ -230,7 +223,7 @@ class TierRun:
             with contextlib.suppress(Exception):  # best effort: the error itself is what the caller sees
                 publish(headline)
             raise
-        publish(f"Done: {tally(r.status for r in self.rows)}")
+        publish(finished_headline((r.status for r in self.rows), benchmarked=self.bench is not None))
         pull_request = None
         if pushed and open_pr:
             title = (
@@ -296,7 +289,9 @@ class TierRun:
             commit_message(
                 optimization.scope,
                 optimization.subject(change.applied),
-                _expected(self.plan, row, optimization, self.shapes),
+                # One source for every commit of an optimization, however the plan groups its items: the
+                # registry's win (measured, or saying where it was not), which review then judges.
+                optimization.expected_for(self.shapes),
                 _commit_body(self.plan, row, optimization, change.sites, missed),
                 {
                     TRAILER_OPTIMIZATION: row.optimization,

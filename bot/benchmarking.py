@@ -11,7 +11,7 @@ import git
 
 from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.runner import LocalRunner, Runner, RunRecord
-from benchmarks.spec import BenchSpec, BenchSpecError
+from benchmarks.spec import BenchOptionError, BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
 from bot.conventions import state_dir, tool_settings
 from bot.errors import BadInput, require
@@ -48,7 +48,8 @@ class BenchOptions:
 
 
 def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
-    """The target's ``[tool.bot]`` bench spec with the options' overrides; bad settings are bad input."""
+    """The target's ``[tool.bot]`` bench spec with the options' overrides; bad settings are bad input, naming
+    the file or the option at fault."""
     try:
         spec = BenchSpec.from_table(tool_settings(root), Path(root) / "pyproject.toml")
         return spec.override(
@@ -63,6 +64,8 @@ def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
         )
     except BenchSpecError as exc:
         raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
+    except BenchOptionError as exc:  # the file is fine: the option is what to change
+        raise BadInput(str(exc)) from exc
     except (KeyError, ValueError) as exc:
         raise BadInput(f"bad benchmark option: {exc}") from exc
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from bot import credentials
 from bot.commands import build_parser, run, selected_command
-from bot.errors import BotError, MissingExtra, extra_providing
+from bot.errors import BotError, MissingExtra, bad_input_from, extra_providing
 from bot.redact import install_log_redaction
 from optimizations.registry import RegistryError
 
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as exc:  # a read-only checkout, a full disk, a file that went away
-        where = f"{exc.filename}: " if exc.filename else ""
-        return _error(argv, f"{where}{exc.strerror or exc}", BAD_INPUT)
+        bad = bad_input_from(exc)
+        return _error(argv, str(bad), bad.exit_code)
 
 
 def installed_version() -> str:

@@ -50,21 +50,40 @@ _LABELS = {
 }
 
 
+_COUNTED = (
+    (ItemStatus.LANDED, "landed"),
+    (ItemStatus.FAILED, "failed"),
+    (ItemStatus.ALREADY, "already done"),
+    (ItemStatus.NOT_APPLICABLE, "not applicable"),
+    (ItemStatus.NEEDS_HUMAN, "need a human"),
+    (ItemStatus.REVERTED, "reverted"),
+    (ItemStatus.PENDING, "pending"),
+    (ItemStatus.APPLYING, "applying"),
+    (ItemStatus.INTERRUPTED, "interrupted"),
+)
+# On the branch before the run started: a commit of an earlier run, or code that did it already.
+_ON_THE_BRANCH = (ItemStatus.RESUMED, ItemStatus.ALREADY)
+
+
 def tally(statuses: Iterable[ItemStatus]) -> str:
     """How a run's rows stand, counted as the progress headline, ``bot status`` and ``bot review`` say it:
-    ``4 landed, 0 failed, 0 already done, 1 not applicable, 1 need a human`` (reverted and unfinished rows
-    named only when there are some)."""
+    ``4 landed, 1 not applicable, 1 need a human``, naming only the statuses some row has."""
     statuses = list(statuses)
     count = {status: statuses.count(status) for status in ItemStatus}
-    text = (
-        f"{count[ItemStatus.LANDED] + count[ItemStatus.RESUMED]} landed, {count[ItemStatus.FAILED]} failed, "
-        f"{count[ItemStatus.ALREADY]} already done, {count[ItemStatus.NOT_APPLICABLE]} not applicable, "
-        f"{count[ItemStatus.NEEDS_HUMAN]} need a human"
-    )
-    extra = [
-        (ItemStatus.REVERTED, "reverted"),
-        (ItemStatus.PENDING, "pending"),
-        (ItemStatus.APPLYING, "applying"),
-        (ItemStatus.INTERRUPTED, "interrupted"),
-    ]
-    return text + "".join(f", {count[status]} {name}" for status, name in extra if count[status])
+    count[ItemStatus.LANDED] += count.pop(ItemStatus.RESUMED)  # landed, by this run or an earlier one
+    return ", ".join(f"{count[status]} {name}" for status, name in _COUNTED if count[status])
+
+
+def finished_headline(statuses: Iterable[ItemStatus], benchmarked: bool) -> str:
+    """The headline of an apply that ran to its end: ``Done: <tally>``; where it committed nothing and no
+    item failed (a rerun), it says so plainly: ``Nothing to do: all 4 items are already on the branch``."""
+    statuses = list(statuses)
+    if any(s not in (*_ON_THE_BRANCH, ItemStatus.NOT_APPLICABLE, ItemStatus.NEEDS_HUMAN) for s in statuses):
+        return f"Done: {tally(statuses)}"
+    prefix = "Benchmarked; nothing new to commit" if benchmarked else "Nothing to do"
+    on_branch = sum(s in _ON_THE_BRANCH for s in statuses)
+    if on_branch == len(statuses):
+        items = "the one item is" if on_branch == 1 else f"all {on_branch} items are"
+        return f"{prefix}: {items} already on the branch"
+    rest = tally(s for s in statuses if s not in _ON_THE_BRANCH)
+    return f"{prefix}: " + (f"{on_branch} already on the branch, {rest}" if on_branch else rest)

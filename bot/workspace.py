@@ -16,9 +16,13 @@ from bot.errors import BadInput
 
 def commit_message(scope: str, change: str, expected: str, body: str, trailers: dict[str, str]) -> str:
     """``perf(<scope>): <change>``, a body that ends with the unmeasured ``Expected: <win>``, and the trailers
-    (the measured effect goes to the git note and the comments, never into the permanent history)."""
+    (the measured effect goes to the git note and the comments, never into the permanent history). The line
+    says once that it was not measured: a win that already says so (``not measured for this shape``) is kept
+    as it is."""
     subject = f"perf({scope}): {change}"
-    body = f"{body.strip()}\n\nExpected: {expected} (not measured here)" if expected else body
+    if expected and "not measured" not in expected:
+        expected = f"{expected} (not measured here)"
+    body = f"{body.strip()}\n\nExpected: {expected}" if expected else body
     trailer_lines = "\n".join(f"{key}: {value}" for key, value in trailers.items())
     return (
         f"{subject}\n\n{body.strip()}\n\n{trailer_lines}\n"

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import git
 import pytest
-from git_repos import commit_all, make_repo
+from git_repos import commit_all, committed_example, make_repo
 
 from bot import apply as apply_module
 from bot import sources as sources_module
 from bot.cli import main
 from bot.plan import parse_plan
 from bot.progress import Progress
+from bot.status import ItemStatus, finished_headline
 from bot.trackers.base import PROGRESS
 from bot.trackers.local import LocalTracker
 from optimizations.program.repository import FileResult, Site, TransformError
@@ -73,10 +74,12 @@ def test_apply_commits_once_and_resumes(target, capsys):
     root, repo = target
     base = repo.head.commit.hexsha
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    assert "\nDone: 1 landed, 1 need a human\n" in capsys.readouterr().out  # no count of nothing
     assert repo.active_branch.name == "bot/plan-tier-1"
     [commit] = list(repo.iter_commits(f"{base}..HEAD"))
     assert commit.summary == "perf(data): dataloader workers with pinned memory and persistent workers"
-    assert "\nExpected: +10-30% GPU util (not measured here)\n" in commit.message  # no number in the subject
+    # The registry's win, as a claim for a program of this shape; no number in the subject
+    assert "\nExpected: +10-30% GPU util (not measured for this shape)\n" in commit.message
     assert "Bot-Optimization: dataloader_workers\nBot-Plan-Item: C\nBot-Issue: plan" in commit.message
     assert commit.author.name == "perfbot"
     assert set(commit.stats.files) == {"train.py"}
@@ -94,6 +97,7 @@ def test_apply_commits_once_and_resumes(target, capsys):
     assert "H: beta 0.1 → 5.0" in comment and "needs a human" in comment
 
     assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    assert "\nNothing to do: 1 already on the branch, 1 need a human\n" in capsys.readouterr().out
     assert list(repo.iter_commits(f"{base}..HEAD")) == [commit]
     tracker = LocalTracker(root)
     assert [c.has_marker(PROGRESS) for c in tracker.comments("plan")] == [True]  # edited in place
@@ -287,7 +291,7 @@ def test_an_optimization_the_code_already_does_is_its_own_state(target, monkeypa
     assert main(["apply", "--tier", "1", "--repo", str(root), "--plan", str(plan)]) == 0
     out = capsys.readouterr().out
     assert "✔ already" in out and "train.py:7 setting on already" in out
-    assert "1 landed, 0 failed, 1 already done, 0 not applicable" in out
+    assert "\nDone: 1 landed, 1 already done\n" in out
     assert len(list(repo.iter_commits(f"{base}..HEAD"))) == 1  # dataloader_workers only
     progress = (root / ".bot" / "issues" / "plan" / "progress.md").read_text()
     assert "| ✔ already |" in progress and "| ➖ not applicable |" not in progress
@@ -316,3 +320,38 @@ def test_a_hint_is_a_preference_not_a_filter(target, capsys):
     assert "✅ landed" in packing and "holds no site" not in packing
     message = repo.git.log("-1", "--format=%B", "--grep=dataloader")
     assert "the plan points at util.py" in message
+
+
+def test_each_commit_claims_its_optimizations_own_win_once(tmp_path):
+    """Every commit's Expected line is the registry's win for its optimization (as a claim for the repository's
+    program shapes), whether its plan row has one item or several, and says once that it was not measured."""
+    root = tmp_path / "example"
+    repo = committed_example(root)
+    base = repo.head.commit.hexsha
+    assert main(["apply", "--tier", "1", "--repo", str(root)]) == 0
+    known = registry()
+    commits = list(repo.iter_commits(f"{base}..HEAD"))
+    assert {len(c.trailers_dict["Bot-Plan-Item"][0].split(", ")) for c in commits} == {1, 2}  # both kinds
+    for commit in commits:
+        [optimization] = commit.trailers_dict["Bot-Optimization"]
+        [line] = [text for text in commit.message.splitlines() if text.startswith("Expected: ")]
+        assert line.startswith(f"Expected: {known[optimization].expected} ("), line
+        assert line.count("not measured") == 1, line
+
+
+@pytest.mark.parametrize(
+    ("statuses", "benchmarked", "headline"),
+    [
+        (["landed", "resumed", "failed"], False, "Done: 2 landed, 1 failed"),
+        (["resumed", "already", "resumed"], False, "Nothing to do: all 3 items are already on the branch"),
+        (["resumed"], False, "Nothing to do: the one item is already on the branch"),
+        (["not_applicable", "needs_human"], False, "Nothing to do: 1 not applicable, 1 need a human"),
+        (
+            ["resumed", "resumed"],
+            True,
+            "Benchmarked; nothing new to commit: all 2 items are already on the branch",
+        ),
+    ],
+)
+def test_a_finished_run_says_what_it_did_without_counting_nothing(statuses, benchmarked, headline):
+    assert finished_headline(map(ItemStatus, statuses), benchmarked) == headline

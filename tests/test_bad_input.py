@@ -6,6 +6,7 @@ saying where the run stopped."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 from git_repos import commit_all, make_repo
 from test_cli import PLAN, TRAIN, snapshot
 
+from bot.errors import bad_input_from
 from bot.sources import MAX_PLAN_CHARS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +110,30 @@ def test_a_read_only_checkout_is_one_line(target):
         text=True,
         timeout=300,
     )
-    one_line_error(done, f"{root}/.git/info/exclude: Read-only file system")
+    one_line_error(
+        done,
+        f"cannot write {root}/.git/info/exclude: the file system is read-only",
+        "run the bot in a writable",
+    )
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/repo/.bot"),
+            "no permission for /repo/.bot: give this user read and write access to the checkout",
+        ),
+        (OSError(errno.ENOSPC, "No space left on device", "/repo/.bot/results"), "free some space"),
+        (FileNotFoundError(errno.ENOENT, "No such file or directory", "/repo/x"), "/repo/x: no such file"),
+    ],
+)
+def test_an_operating_system_error_says_what_to_do(error, said):
+    """Not the raw ``[Errno 13] Permission denied``: the path, what is wrong in words, and what to do."""
+    message = str(bad_input_from(error))
+    assert said in message and "Errno" not in message and "\n" not in message
+    assert "re-run" in message
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.spec import BenchSpec, BenchSpecError
+from benchmarks.spec import BenchOptionError, BenchSpec, BenchSpecError
+from bot.benchmarking import BenchOptions, bench_spec
 from bot.conventions import tool_settings
 from bot.errors import BadInput
 
@@ -71,9 +72,9 @@ def test_adaptive_settings_and_their_overrides(tmp_path):
     assert (more.workloads["sft"].min_time_s, more.time_budget_s) == (0, 60)
     fixed = spec.override(repeats=3, max_repeats=3)
     assert {(w.repeats, w.max_repeats) for w in fixed.workloads.values()} == {(3, 3)}
-    with pytest.raises(BenchSpecError, match="max_repeats"):
+    with pytest.raises(BenchOptionError, match="--max-repeats 4 is below --repeats 5"):
         spec.override(repeats=5, max_repeats=4)
-    with pytest.raises(BenchSpecError, match="time_budget_s"):
+    with pytest.raises(BenchOptionError, match="--time-budget"):
         spec.override(time_budget_s=0)
 
 
@@ -90,10 +91,35 @@ def test_overrides_select_and_rescale(tmp_path):
     loop = small.workloads["loop"]
     assert (loop.steps, loop.repeats, loop.warmup_steps, small.size, small.seed) == (6, 2, 1, "tiny", 3)
     assert spec.workloads["loop"].steps == 12  # the original is untouched
-    with pytest.raises(BenchSpecError, match="unknown workload.*dpo.*known: sft, loop"):
+    with pytest.raises(BenchOptionError, match="unknown workload.*dpo.*known: sft, loop"):
         spec.override(workloads=["dpo"])
-    with pytest.raises(BenchSpecError, match=r"workloads\.sft\.warmup_steps"):
+    with pytest.raises(BenchOptionError, match="--steps 5 leaves workload sft no step to measure"):
         spec.override(steps=5)  # sft keeps 5 warm-up steps: nothing left to measure
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (BenchOptions(steps=0), "--steps must be at least 1, got 0"),
+        (
+            BenchOptions(steps=5),
+            "--steps 5 leaves workload sft no step to measure: it warms up for 5 steps; use --steps 6 or more",
+        ),
+        (BenchOptions(repeats=0), "--repeats must be at least 1, got 0"),
+        (BenchOptions(max_repeats=3), "--max-repeats 3 is below the 4 repeats of workload sft"),
+        (BenchOptions(repeats=6, max_repeats=5), "--max-repeats 5 is below --repeats 6"),
+        (BenchOptions(min_time_s=-1), "--min-time must be 0 or more, got -1"),
+        (BenchOptions(time_budget_s=0), "--time-budget must be positive, got 0"),
+        (BenchOptions(workloads=("dpo",)), "--workload: unknown workload(s) dpo; known: sft, loop"),
+    ],
+)
+def test_a_bad_option_is_blamed_not_the_pyproject(tmp_path, options, said):
+    """A value given on the command line that does not fit a workload names the option; the file, which is
+    fine, is not the one to fix."""
+    with pytest.raises(BadInput) as raised:
+        bench_spec(_write(tmp_path, FULL), options)
+    assert str(raised.value).startswith(said), str(raised.value)
+    assert "fix [tool.bot]" not in str(raised.value)
 
 
 @pytest.mark.parametrize(

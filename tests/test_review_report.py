@@ -28,6 +28,7 @@ from bot.progress import Progress, Row
 from bot.regressions import drop_regressions, slowdowns
 from bot.reporting import publish_reports
 from bot.review import review, review_range
+from bot.review.adherence import items_tally
 from bot.review.criteria import check_criteria
 from bot.review.verdict import (
     BEHAVIOURAL,
@@ -38,6 +39,7 @@ from bot.review.verdict import (
     MAJOR,
     MET,
     MINOR,
+    NOT_LANDED,
     NOT_MET,
     PASS,
     Adherence,
@@ -660,3 +662,12 @@ def test_an_item_the_code_already_did_meets_all_changes_applied():
     assert (check.status, check.observed) == (MET, "all 2 landed (1 already done before)")
     [check] = check_criteria(plan, None, [landed, failed])
     assert check.status == NOT_MET and check.observed.startswith("1 of 2 landed")
+
+
+def test_the_items_count_names_only_what_is_there():
+    """``bot review``'s count of the plan items reads as ``bot status``'s: no zeros, and nothing dangling when
+    no item landed."""
+    landed = Adherence("A", "packing", ItemStatus.LANDED.label)
+    missing = Adherence("B", "workers", NOT_LANDED)
+    assert items_tally([landed, missing, missing]) == "1 landed, 2 not landed"
+    assert items_tally([missing, missing]) == "2 not landed"

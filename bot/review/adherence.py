@@ -143,5 +143,5 @@ def items_tally(adherence: list[Adherence]) -> str:
     if not rows:
         return ""
     unlanded = sum(a.status == NOT_LANDED for a in rows)
-    text = tally(by_label[a.status] for a in rows if a.status in by_label)
-    return text + (f", {unlanded} not landed" if unlanded else "")
+    counted = tally(by_label[a.status] for a in rows if a.status in by_label)
+    return ", ".join(part for part in (counted, f"{unlanded} not landed" if unlanded else "") if part)
