@@ -99,7 +99,8 @@ class _Connections(web.Server):
         if len(self.opened) > self.max_connections:
             log.warning("%s connections open already: answered 503", self.max_connections)
             transport.write(_BUSY)
-            transport.close()
+            # Once aiohttp's handler has started: closed before, the handler's task fails an assertion.
+            asyncio.get_running_loop().call_soon(transport.close)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self.opened.pop(handler, None)
