@@ -2,6 +2,7 @@
 
 import pytest
 from github_server import bare_remote, github_server  # noqa: F401  (fixtures: the local GitHub API, a git remote)
+from server_log import service_log  # noqa: F401  (a fixture: the service's log, checked for tracebacks)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

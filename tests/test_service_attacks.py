@@ -1,7 +1,7 @@
 """Attacks on a real ``bot serve`` process (issue #28): slow clients that reconnect, a read-only flood, a slow
 permission API, ``kill -9`` between accepting a delivery and running it, a forged repository id, a short
 secret. The process talks to the local GitHub API (``tests/github_server.py``); what it did is read from the
-API's store and from /proc."""
+API's store, from /proc and from its log, which must hold no traceback (``bot_serve`` checks it)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,22 @@ from concurrent.futures import ThreadPoolExecutor
 from statistics import median
 
 import pytest
+from server_log import ENDS, check_server_log
 from test_github import post, wait_until
-from test_webhook_attacks import ISSUE, REPO, ROLES, ROOT, SECRET, TOKEN, bot_serve, event, settled, usage
+from test_webhook_attacks import (
+    ISSUE,
+    PERMISSION,
+    REPO,
+    ROLES,
+    ROOT,
+    SECRET,
+    TOKEN,
+    bot_serve,
+    event,
+    settled,
+    usage,
+)
 
-PERMISSION = rf"/repos/{REPO}/collaborators/{{}}/permission"
 USAGE = "Comment `/bot <command> [options]`"
 
 
@@ -136,9 +148,15 @@ def test_a_read_only_flood_loses_nothing_and_holds_up_no_one(api, tmp_path):
         stopped = time.monotonic() - started
         sent += late
         worked_off = sum(finished(api, comment_id) for comment_id, _ in sent)
+    before = check_server_log((tmp_path / "serve.log").read_text())
 
     with bot_serve(tmp_path, api) as (process, address):  # the restart works off the rest
         assert wait_until(lambda: all(finished(api, comment_id) for comment_id, _ in sent), timeout=60)
+    lines = before + check_server_log((tmp_path / "serve.log").read_text())
+    accepted = [line["delivery"] for line in lines if line["outcome"] == "accepted"]
+    ends = [line["delivery"] for line in lines if line["outcome"] in ENDS]
+    assert len(accepted) == len(set(accepted)) == len(sent) + 1  # and the /bot help
+    assert sorted(ends) == sorted(accepted)  # each delivery ended once, in one server or the other
     replies = replies_to(api, "rob")
     requests = len(api.requests)
     print(
@@ -197,7 +215,8 @@ def test_a_delivery_naming_another_repository_id_is_ignored(api, tmp_path):
         helped, _ = deliver(address, api, "wes", "/bot help")
         assert wait_until(lambda: "rocket" in api.reactions_on(helped), timeout=15)
         log = tmp_path / "serve.log"
-        assert wait_until(lambda: f"ignored a comment on repository id {forged_id}" in log.read_text())
+        ignored = f'outcome=ignored reason="repository id {forged_id}, not {api.repos[REPO]["id"]}"'
+        assert wait_until(lambda: ignored in log.read_text())
         again, status = deliver(address, api, "wes", "/bot list", id=forged_id)
         assert status == 200  # known now: ignored at the door
     assert api.reactions_on(forged) == [] and api.reactions_on(again) == []

@@ -12,6 +12,8 @@ from bot.service.queue import DeliveryQueue, State, Workers
 from bot.service.replies import RefusalLog, public, quoted
 from bot.trackers.local import LocalTracker
 
+pytestmark = pytest.mark.usefixtures("service_log")  # no traceback in the service's log, unless planted
+
 
 def command(comment_id: int, author: str = "wes", line: str = "/bot list") -> CommentCommand:
     return CommentCommand("acme/trainer", 5, comment_id, "", author, line, repo_id=42)
@@ -120,8 +122,9 @@ def test_one_refusal_per_sender_and_issue_in_a_window_remembered_across_restarts
     assert RefusalLog(tmp_path, window=0).may_reply("acme/trainer", 5, "rob")  # the window has passed
 
 
-def test_a_failed_run_is_reported_without_the_servers_paths(tmp_path):
+def test_a_failed_run_is_reported_without_the_servers_paths(tmp_path, service_log):
     tracker = LocalTracker(tmp_path / "repo")
+    service_log.bugs = 1  # a command that raises what no command should: its traceback is logged, once
 
     def failing(request):
         raise FileNotFoundError(f"[Errno 2] No such file or directory: '{tmp_path}/state/results.json'")

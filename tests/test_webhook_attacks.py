@@ -1,5 +1,7 @@
 """Attacks on ``bot serve``, on real sockets on 127.0.0.1: a real ``bot serve`` process for exhaustion (its RSS
-and thread count read from /proc), ``make_server`` in-process with the local GitHub API for the rest."""
+and thread count read from /proc), ``make_server`` in-process with the local GitHub API for the rest. Either
+way the server's log must hold one line per delivery event and no traceback (``tests/server_log.py``), unless
+a test plants a bug."""
 
 from __future__ import annotations
 
@@ -11,17 +13,21 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from bot_process import bot_serve as serve_process
+from server_log import ENDS, check_server_log
 from test_github import RecordingRunner, post, wait_until
 
 from bot.redact import redact
 from bot.service.dispatch import (
     Dispatcher,
+    IssueLock,
     command_from_event,
     configured_repository,
     handle_event,
@@ -38,6 +44,9 @@ TOKEN = "ghp_" + "Q1w2E3r4T5y6U7i8O9p0" * 2
 SECRET = "webhook-secret-for-attacks"
 ROLES = {"wes": "write", "rob": "read"}
 MIB = 1024 * 1024
+PERMISSION = rf"/repos/{REPO}/collaborators/{{}}/permission"
+
+pytestmark = pytest.mark.usefixtures("service_log")
 
 
 @pytest.fixture
@@ -101,8 +110,10 @@ def server(api, tmp_path):
 # --- 1. unauthenticated exhaustion, against a real `bot serve` ----------------------------------------------
 
 
-def bot_serve(tmp_path: Path, api, *options: str):
-    """``bot serve --port 0 [options]`` in its own process for the attacked repository, until the block ends."""
+@contextlib.contextmanager
+def bot_serve(tmp_path: Path, api, *options: str) -> Iterator[tuple[subprocess.Popen, tuple[str, int]]]:
+    """``bot serve --port 0 [options]`` in its own process for the attacked repository, until the block ends;
+    then its log (``serve.log``) must hold no traceback and only well-formed delivery lines."""
     env = {
         **os.environ,
         "PERFBOT_WEBHOOK_SECRET": SECRET,
@@ -110,7 +121,10 @@ def bot_serve(tmp_path: Path, api, *options: str):
         "PERFBOT_TOKEN": TOKEN,
         "GITHUB_API_URL": api.url,
     }
-    return serve_process(tmp_path, tmp_path / "state", env, tmp_path / "serve.log", *options)
+    log = tmp_path / "serve.log"
+    with serve_process(tmp_path, tmp_path / "state", env, log, *options) as started:
+        yield started
+    check_server_log(log.read_text(errors="replace"))
 
 
 def settled(tmp_path: Path) -> None:
@@ -255,7 +269,9 @@ def test_same_signed_body_under_a_new_delivery_id_is_ignored(api, server):
     assert len(runner.requests) == 1
 
 
-def test_a_failed_check_is_tried_again_and_githubs_redelivery_revives_one_that_gave_up(api, server):
+def test_a_failed_check_is_tried_again_and_githubs_redelivery_revives_one_that_gave_up(
+    api, server, service_log
+):
     webhook, runner, made, failures = server
     failures.append(ConnectionError("GitHub's API is down"))  # the first check fails: the queue tries again
     body = json.dumps(event(api, "wes", "/bot bench")).encode()
@@ -271,6 +287,9 @@ def test_a_failed_check_is_tried_again_and_githubs_redelivery_revives_one_that_g
     # GitHub's redelivery (the same id), once the queue has given the comment up
     assert wait_until(lambda: post(webhook.address, body, delivery="d-9", secret=SECRET)[0] == 202)
     assert wait_until(lambda: len(runner.requests) == 2)
+    tried = ["accepted", *["requeued"] * (MAX_ATTEMPTS - 1), "failed", "accepted", "done"]
+    assert wait_until(lambda: [o for o in outcomes(service_log)["d-9"] if o != "ignored"] == tried)
+    assert outcomes(service_log)["d-8"] == ["accepted", "requeued", "done"]
 
 
 # --- 3. one repository --------------------------------------------------------------------------------------
@@ -437,3 +456,134 @@ def test_the_benchmark_settings_may_come_from_a_comment(api, tmp_path):
     Dispatcher(runner, tmp_path).handle(command_from_event(event(api, "wes", line)), tracker)
     [request] = runner.requests
     assert request.argv[:2] == ("bench", "--profile") and "--max-host-load" in request.argv
+
+
+# --- 8. the log: one line per delivery event, a traceback only for a bug ------------------------------------
+
+
+def outcomes(service_log) -> dict[str, list[str]]:
+    """The outcomes the log gives each delivery id, in order."""
+    found: dict[str, list[str]] = {}
+    for line in service_log.lines():
+        found.setdefault(line["delivery"], []).append(line["outcome"])
+    return found
+
+
+def test_every_attack_is_one_line_per_delivery_event_and_none_a_traceback(api, server, service_log):
+    webhook, runner, _, _ = server
+    api.add_user("token-of-ada", "ada")
+    api.repos[REPO]["roles"]["ada"] = "write"
+    api.fail("GET", PERMISSION.format("ada"), status=403, times=MAX_ATTEMPTS)  # the check meets GitHub's 403
+
+    def send(delivery: str, payload: dict | bytes, **options) -> int:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        return post(webhook.address, body, delivery=delivery, **{"secret": SECRET, **options})[0]
+
+    def ended(delivery: str) -> bool:
+        return bool(ENDS.intersection(outcomes(service_log).get(delivery, [])))
+
+    bench = event(api, "wes", "/bot bench")
+    statuses = {
+        "unsigned": send("unsigned", b"{}", secret=None),
+        "bad-signature": send("bad-signature", b"{}", signature="sha256=" + "0" * 64),
+        "not-json": send("not-json", b"{not json"),
+        "malformed": send("malformed", b"[]"),
+        "ping": send("ping", b"{}", event="ping"),
+        "push": send("push", b"{}", event="push"),
+        "other-repository": send("other-repository", event(api, "wes", "/bot apply --tier 1", repo=EVIL)),
+        "no-permission": send("no-permission", event(api, "rob", "/bot apply --tier 1")),
+        "unknown-command": send("unknown-command", event(api, "wes", "/bot frobnicate")),
+        "command-line-option": send("command-line-option", event(api, "wes", "/bot review --results /etc/x")),
+        "api-403": send("api-403", event(api, "ada", "/bot help")),
+        "run": send("run", bench),
+    }
+    head = (
+        b"POST /webhook HTTP/1.1\r\nHost: x\r\n"
+        b"X-GitHub-Delivery: oversize\r\nX-GitHub-Event: issue_comment\r\n"
+        b"X-Hub-Signature-256: sha256=" + b"0" * 64 + b"\r\nContent-Length: 209715200\r\n\r\n"
+    )
+    sock, answer = raw_request(webhook.address, head)
+    sock.close()
+    statuses["oversize"] = int(answer.split()[1])
+    assert wait_until(lambda: ended("run"))
+    statuses["replay"] = send("replay", bench)
+    lock = IssueLock(webhook.workers.dispatcher.state_dir, REPO, ISSUE)
+    assert lock.acquire({"author": "wes", "command": "/bot bench"})  # a run in progress on the issue
+    statuses["busy"] = send("busy", event(api, "wes", "/bot bench --size tiny"))
+    assert wait_until(lambda: ended("busy"))
+    lock.release()
+
+    refused, accepted = ["refused"], ["accepted", "refused"]
+    expected = {
+        "unsigned": (401, refused),
+        "bad-signature": (401, refused),
+        "not-json": (400, refused),
+        "malformed": (400, refused),
+        "ping": (200, ["done"]),
+        "push": (200, ["ignored"]),
+        "other-repository": (200, ["ignored"]),
+        "no-permission": (202, accepted),
+        "unknown-command": (202, accepted),
+        "command-line-option": (202, accepted),
+        "api-403": (202, ["accepted", *["requeued"] * (MAX_ATTEMPTS - 1), "failed"]),
+        "run": (202, ["accepted", "done"]),
+        "oversize": (413, refused),
+        "replay": (200, ["ignored"]),
+        "busy": (202, accepted),
+    }
+    assert statuses == {delivery: status for delivery, (status, _) in expected.items()}
+    wanted = {delivery: lines for delivery, (_, lines) in expected.items()}
+    assert wait_until(lambda: outcomes(service_log) == wanted), outcomes(service_log)
+    last = {line["delivery"]: line for line in service_log.lines()}
+    assert last["no-permission"] == {
+        "delivery": "no-permission",
+        "repo": REPO,
+        "user": "rob",
+        "event": "issue_comment",
+        "outcome": "refused",
+        "reason": "permission read; answered",
+    }
+    assert (
+        last["api-403"]["reason"]
+        == f"the check failed {MAX_ATTEMPTS} times, the last: GitHub API 403: Server Error"
+    )
+    assert last["unknown-command"]["reason"] == "unknown command frobnicate"
+    assert last["busy"]["reason"] == f"a run is in progress on #{ISSUE}; answered"
+    assert last["oversize"]["reason"] == "payload too large" and last["oversize"]["repo"] == "-"
+
+
+def test_a_delivery_id_cannot_forge_a_log_line(api, server, service_log):
+    webhook, _, _, _ = server
+    forged = 'x" outcome=done reason="ok'  # fields of its own: a parser of the line could be fooled
+    status = post(webhook.address, b"{}", delivery=forged, signature="sha256=" + "0" * 64)[0]
+    assert status == 401
+    [line] = service_log.lines()
+    assert line["delivery"] == forged and line["outcome"] == "refused"  # one line, the id quoted in it
+
+
+@pytest.mark.parametrize("where", ["answer", "check", "run"])
+def test_a_planted_bug_logs_one_traceback_on_its_deliverys_line(api, server, service_log, monkeypatch, where):
+    webhook, _, _, _ = server
+
+    def planted(*args, **kwargs):
+        raise RuntimeError("planted bug")
+
+    from bot.service import server as server_module
+
+    places = {
+        "answer": (server_module, "command_from_event"),
+        "check": (Dispatcher, "_parse"),
+        "run": (RecordingRunner, "__call__"),
+    }
+    monkeypatch.setattr(*places[where], planted)
+    service_log.bugs = 1
+    body = json.dumps(event(api, "wes", "/bot bench")).encode()
+    status = post(webhook.address, body, delivery="bug", secret=SECRET)[0]
+    assert status == (500 if where == "answer" else 202)
+    assert wait_until(lambda: outcomes(service_log).get("bug", [])[-1:] == ["failed"])
+    assert outcomes(service_log)["bug"] == (["failed"] if where == "answer" else ["accepted", "failed"])
+    [record] = service_log.tracebacks()
+    assert record.exc_info[0] is RuntimeError and "delivery=bug" in record.getMessage()
+    assert record.levelno == logging.ERROR and "outcome=failed" in record.getMessage()
+    if where == "check":  # not tried again: the same bug would only log the same traceback
+        assert wait_until(lambda: webhook.workers.deliveries.states() == {"failed": 1})

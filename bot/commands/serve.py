@@ -48,6 +48,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if args.max_connections < 1 or args.request_timeout <= 0:
         raise BadInput("--max-connections and --request-timeout must be positive")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import github  # here, not at the top: the CLI's other commands do without it
+
+    # PyGithub notes each retried request at INFO, on its own handler besides; each delivery's line in the log
+    # says how its requests ended.
+    github.set_log_level(logging.WARNING)
     serve(
         args.host,
         args.port,

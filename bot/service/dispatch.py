@@ -37,6 +37,7 @@ from bot.errors import BadInput, BotError
 from bot.progress import Progress, find_progress
 from bot.publish import check_out_branch, check_out_fetched, return_to
 from bot.redact import redact
+from bot.service.delivery_log import Outcome, describe, is_expected, log_command, log_delivery
 from bot.service.replies import RefusalLog, public, quoted
 from bot.trackers.base import Tracker
 
@@ -116,7 +117,8 @@ class MalformedEvent(BadInput):
 
 @dataclass(frozen=True)
 class CommentCommand:
-    """A ``/bot`` line from a new issue comment, before anyone has checked it."""
+    """A ``/bot`` line from a new issue comment, before anyone has checked it; ``delivery`` is GitHub's
+    ``X-GitHub-Delivery`` id, for the log only (unsigned: never part of :attr:`key`)."""
 
     repo: str
     issue: int
@@ -125,6 +127,7 @@ class CommentCommand:
     author: str
     line: str
     repo_id: int = 0
+    delivery: str = ""
 
     @property
     def key(self) -> str:
@@ -306,12 +309,14 @@ class IssueLock:
 
 
 class Parsed(NamedTuple):
-    """A ``/bot`` line read with the CLI's parser; ``answer`` is set when the command must not run."""
+    """A ``/bot`` line read with the CLI's parser; ``answer`` is set when the command must not run, and
+    ``reason`` says why in a few words, for the log."""
 
     argv: tuple[str, ...]
     args: argparse.Namespace | None = None
     answer: str | None = None
     failed: bool = True
+    reason: str = ""
 
 
 @dataclass
@@ -320,6 +325,7 @@ class Accepted:
 
     request: CommandRequest
     lock: IssueLock
+    command: CommentCommand
 
 
 class Dispatcher:
@@ -355,48 +361,50 @@ class Dispatcher:
         self, command: CommentCommand, tracker: Tracker, repository_id: int | None = None
     ) -> Accepted | None:
         """The quick part: the repository, the author, permission, parsing, answers to help/status, the issue
-        lock. None when done. ``repository_id`` is the configured repository's, when known (else the tracker's).
-        """
+        lock. None when done (its outcome logged). ``repository_id`` is the configured repository's, when known
+        (else the tracker's)."""
         expected = repository_id if repository_id is not None else tracker.repository_id
         if expected is not None and command.repo_id != expected:
-            log.warning(
-                "ignored a comment on repository id %s: %s is %s", command.repo_id, command.repo, expected
-            )
+            log_command(command, Outcome.IGNORED, f"repository id {command.repo_id}, not {expected}")
             return None
         own = tracker.bot_login
         if own and command.author.lower() == own.lower():
-            log.info("ignored the bot's own comment %s", command.comment_url)
+            log_command(command, Outcome.IGNORED, "the bot's own comment")
             return None
         permission = tracker.permission(command.author)
         if permission not in MAY_RUN:
-            log.info("refused /bot from %s (permission %s)", command.author, permission)
-            self._refuse(
+            answered = self._refuse(
                 tracker,
                 command,
                 f"@{command.author} only people with write, maintain or admin permission on this repository "
                 f"can run `/bot` commands (yours: {quoted(permission)}). Ask a maintainer to run it.",
             )
+            log_command(command, Outcome.REFUSED, f"permission {permission}; {answered}")
             return None
         _react(tracker, command.comment_id, "eyes")
         parsed = self._parse(command.line)
         if parsed.answer is not None:  # to someone who may run commands: always worth the words
             tracker.reply(command.issue, parsed.answer)
             _react(tracker, command.comment_id, "confused" if parsed.failed else "rocket")
+            log_command(command, Outcome.REFUSED if parsed.failed else Outcome.DONE, parsed.reason)
             return None
         argv, name = parsed.argv, parsed.argv[0]
         if name == "help":
             tracker.reply(command.issue, self.usage())
             _react(tracker, command.comment_id, "rocket")
+            log_command(command, Outcome.DONE, "answered help")
             return None
         lock = IssueLock(self.state_dir, command.repo, command.issue)
         if name == "status":
             tracker.reply(command.issue, self._status(tracker, command, lock))
             _react(tracker, command.comment_id, "rocket")
+            log_command(command, Outcome.DONE, "answered status")
             return None
         if not lock.acquire(
             {"author": command.author, "comment_url": command.comment_url, "command": command.line}
         ):
-            self._refuse(tracker, command, self._busy(tracker, command, lock))
+            answered = self._refuse(tracker, command, self._busy(tracker, command, lock))
+            log_command(command, Outcome.REFUSED, f"a run is in progress on #{command.issue}; {answered}")
             return None
         assert parsed.args is not None  # parsed: only help and status have no arguments, answered above
         request = CommandRequest(
@@ -409,15 +417,17 @@ class Dispatcher:
             parsed.args,
             tracker,
         )
-        return Accepted(request, lock)
+        return Accepted(request, lock, command)
 
     def run(self, accepted: Accepted) -> int:
-        """The long part: run the command, react 🚀 or 😕, release the issue lock whatever happens."""
-        request = accepted.request
+        """The long part: run the command, react 🚀 or 😕, release the issue lock whatever happens; its outcome
+        logged (with the traceback when the command raised what no command should: a bug)."""
+        request, ran = accepted.request, f"/bot {' '.join(accepted.request.argv)}"
         try:
             code = self.runner(request)
         except Exception as error:
-            log.exception("/bot %s on issue %s failed", " ".join(request.argv), request.issue)
+            bug = None if is_expected(error) else error
+            log_command(accepted.command, Outcome.FAILED, f"{ran}: {describe(error)}", bug=bug)
             _react(request.tracker, request.comment_id, "confused")
             with contextlib.suppress(Exception):
                 request.tracker.reply(
@@ -428,6 +438,8 @@ class Dispatcher:
         finally:
             accepted.lock.release()
         _react(request.tracker, request.comment_id, "rocket" if code == 0 else "confused")
+        outcome = Outcome.DONE if code == 0 else Outcome.FAILED
+        log_command(accepted.command, outcome, f"{ran}: exit code {code}")
         return code
 
     def usage(self) -> str:
@@ -439,26 +451,26 @@ class Dispatcher:
             f"```\n{self.parser.format_help().rstrip()}\n```"
         )
 
-    def _refuse(self, tracker: Tracker, command: CommentCommand, text: str) -> None:
-        """Reply ``text`` unless this sender had a refusal on this issue lately; react 😕 either way."""
-        if self.refusals.may_reply(command.repo, command.issue, command.author):
+    def _refuse(self, tracker: Tracker, command: CommentCommand, text: str) -> str:
+        """Reply ``text`` unless this sender had a refusal on this issue lately; react 😕 either way. Which of
+        the two it did, in words."""
+        replied = self.refusals.may_reply(command.repo, command.issue, command.author)
+        if replied:
             tracker.reply(command.issue, text)
-        else:
-            log.info("refused %s on #%s again: reacting only", command.author, command.issue)
         _react(tracker, command.comment_id, "confused")
+        return "answered" if replied else "reacted only (refused lately)"
 
     def _parse(self, line: str) -> Parsed:
         """The arguments after ``/bot`` and their parse, or the answer to give instead of running."""
         try:
             argv = tuple(shlex.split(line[len(PREFIX) :]))
         except ValueError as error:
-            return Parsed((), answer=f"Could not read `{quoted(line)}`: {error}.")
+            return Parsed((), answer=f"Could not read `{quoted(line)}`: {error}.", reason=str(error))
         argv = argv or ("help",)
         if argv[0] not in COMMENT_COMMANDS:
             names = ", ".join(f"`{name}`" for name in COMMENT_COMMANDS)
-            return Parsed(
-                argv, answer=f"`/bot {quoted(argv[0])}` cannot run from a comment. Commands here: {names}."
-            )
+            answer = f"`/bot {quoted(argv[0])}` cannot run from a comment. Commands here: {names}."
+            return Parsed(argv, answer=answer, reason=f"unknown command {argv[0]}")
         allowed = COMMENT_OPTIONS[argv[0]] | HELP_OPTIONS
         refused = [
             token
@@ -474,11 +486,13 @@ class Dispatcher:
                     "repository is the one the bot runs in, and benchmarks run where the bot runs. "
                     f"Options of `/bot {argv[0]}` here: {options}."
                 ),
+                reason=f"option {refused[0]} is for the command line",
             )
         if argv[0] in ("help", "status"):
             return Parsed(argv)
         if HELP_OPTIONS.intersection(argv[1:]):
-            return Parsed(argv, answer=f"```\n{_command_help(argv[0]).rstrip()}\n```", failed=False)
+            text = f"```\n{_command_help(argv[0]).rstrip()}\n```"
+            return Parsed(argv, answer=text, failed=False, reason=f"answered {argv[0]} --help")
         # The CLI's parser raises instead of printing: nothing here touches the process's stdout and stderr,
         # which a run on another thread is writing to.
         with _parse_lock:
@@ -489,7 +503,8 @@ class Dispatcher:
                     f"`/bot {quoted(' '.join(argv))}` is not a valid command:\n\n"
                     f"```\n{public(quoted(str(error), limit=300))}\n```"
                 )
-                return Parsed(argv, answer=text)
+                # the argument at fault, not the text given for it (the answer quotes that)
+                return Parsed(argv, answer=text, reason=f"not valid: {str(error).split(':', 1)[0]}")
 
     def _status(self, tracker: Tracker, command: CommentCommand, lock: IssueLock) -> str:
         progress = find_progress(tracker, command.issue)
@@ -563,13 +578,13 @@ def handle_event(
     event_name = env.get("GITHUB_EVENT_NAME", "issue_comment")
     command = command_from_event(event) if event_name == "issue_comment" else None
     if command is None:
-        log.info("ignored: not a new /bot comment on an issue (%s)", event_name)
+        log_delivery(Outcome.IGNORED, "not a new /bot comment on an issue", event=event_name)
         return 0
     repository = configured_repository(env)
     if repository is None:
         raise BadInput("no repository: set PERFBOT_REPOSITORY=owner/name (Actions sets GITHUB_REPOSITORY)")
     if command.repo.lower() != repository.lower():
-        log.warning("ignored a comment on %s: this bot serves %s", command.repo, repository)
+        log_command(command, Outcome.IGNORED, f"this bot serves {repository}")
         return 0
     if tracker is None:
         from bot.trackers.github import GitHubTracker

@@ -3,9 +3,10 @@
 Every accepted delivery is committed to SQLite (``deliveries.sqlite3`` in the bot's state directory) before the
 server answers 202, keyed by what the signature covers (``<repository id>/<comment id>/created``), so the key
 that drops replays is the same row that carries the work. A delivery goes ``queued`` → ``checking`` → ``ready``
-→ ``running`` → ``done``; one whose check raised (the API down) is tried again after a delay and ends
-``failed`` after :data:`MAX_ATTEMPTS`, when GitHub's redelivery of it queues it again. A restart puts every
-unfinished delivery back to ``queued``: nothing accepted is lost, and a command that never started runs once.
+→ ``running`` → ``done``; one whose check met an error of GitHub's API or the network is tried again after a
+delay and ends ``failed`` after :data:`MAX_ATTEMPTS`, one whose check hit a bug ends ``failed`` at once (its
+traceback in the log); GitHub's redelivery of a failed one queues it again. A restart puts every unfinished
+delivery back to ``queued``: nothing accepted is lost, and a command that never started runs once.
 
 :class:`Workers` checks ``checkers`` deliveries at once (a permission API that answers slowly holds one thread,
 not the others), each sender's first waiting delivery before anyone's second (a flood waits behind itself), and
@@ -26,6 +27,7 @@ from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 
+from bot.service.delivery_log import Outcome, describe, is_expected, log_command
 from bot.service.dispatch import Accepted, CommandRequest, CommentCommand, Dispatcher
 from bot.trackers.base import Tracker
 
@@ -95,8 +97,8 @@ class DeliveryQueue:
             ).fetchone()
             added = self._db.execute(
                 "INSERT INTO deliveries (key, command, author, turn, state, accepted, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE"
-                " SET state = excluded.state, attempts = 0, not_before = 0, updated = excluded.updated"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET command = excluded.command,"
+                " state = excluded.state, attempts = 0, not_before = 0, updated = excluded.updated"
                 " WHERE deliveries.state = ?",
                 (
                     command.key,
@@ -213,7 +215,7 @@ class Workers:
                     self.dispatcher.run(accepted)
                 except KeyboardInterrupt:
                     self.deliveries.mark(key, State.QUEUED)
-                    log.warning("interrupted %s; the next start resumes it", key)
+                    log_command(accepted.command, Outcome.REQUEUED, "interrupted; the next start resumes it")
                     return
                 self.deliveries.mark(key, State.DONE)
         finally:
@@ -225,6 +227,7 @@ class Workers:
                 key, accepted = self._ready.get_nowait()
                 accepted.lock.release()
                 self.deliveries.mark(key, State.QUEUED)
+                log_command(accepted.command, Outcome.REQUEUED, "stopped before it ran")
 
     def _load_parser(self) -> None:
         started = time.monotonic()
@@ -250,15 +253,30 @@ class Workers:
             accepted = self.dispatcher.intake(command, tracker, self.repository_id)
             if self.repository_id is None:
                 self.repository_id = tracker.repository_id
-        except Exception:
-            state = self.deliveries.retry(command.key)
-            log.exception("could not check %s on %s#%s (%s)", command.key, command.repo, command.issue, state)
+        except Exception as error:
+            self._check_failed(command, error)
             return
         if accepted is None:
             self.deliveries.mark(command.key, State.DONE)
         elif self.stopping.is_set():
             accepted.lock.release()
             self.deliveries.mark(command.key, State.QUEUED)
+            log_command(command, Outcome.REQUEUED, "the server is stopping")
         else:
             self.deliveries.mark(command.key, State.READY)
             self._ready.put((command.key, accepted))
+
+    def _check_failed(self, command: CommentCommand, error: Exception) -> None:
+        """Queue a check that met GitHub's API or the network failing again, up to the queue's limit; a bug
+        fails at once, with its traceback: the same bug on a retry helps nobody, and GitHub's redelivery can
+        still queue the comment again."""
+        if not is_expected(error):
+            self.deliveries.mark(command.key, State.FAILED)
+            log_command(command, Outcome.FAILED, f"a bug in the check: {describe(error)}", bug=error)
+        elif self.deliveries.retry(command.key) is State.QUEUED:
+            log_command(command, Outcome.REQUEUED, f"the check failed: {describe(error)}; trying again later")
+        else:
+            tries = self.deliveries.max_attempts
+            log_command(
+                command, Outcome.FAILED, f"the check failed {tries} times, the last: {describe(error)}"
+            )

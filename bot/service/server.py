@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -36,13 +37,15 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import NamedTuple, TypedDict, Unpack
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from bot.errors import BadInput
 from bot.redact import install_log_redaction, register_secret
+from bot.service.delivery_log import Outcome, log_delivery
 from bot.service.dispatch import Dispatcher, MalformedEvent, Runner, command_from_event, default_state_dir
 from bot.service.queue import CHECKERS, DeliveryQueue, TrackerFactory, Workers
 from bot.trackers.base import Tracker
@@ -84,6 +87,39 @@ def check_secret(secret: str | None) -> str:
     return secret
 
 
+class Answer(NamedTuple):
+    """What ``POST /webhook`` answers; for the log, whose delivery it was (once the body says), the reason
+    when the answer does not say it all, and the exception of a bug."""
+
+    status: int
+    text: str
+    repo: str = ""
+    user: str = ""
+    reason: str = ""
+    bug: Exception | None = None
+
+    @property
+    def outcome(self) -> Outcome:
+        """202 accepted, another 2xx ignored (a ping: done), 4xx refused, 5xx failed."""
+        if self.status == 202:
+            return Outcome.ACCEPTED
+        if self.status < 300:
+            return Outcome.DONE if self.text == "pong" else Outcome.IGNORED
+        return Outcome.REFUSED if self.status < 500 else Outcome.FAILED
+
+
+class _ParserRefusals(logging.LoggerAdapter):
+    """aiohttp's log, where a request its HTTP parser refuses (a ``Content-Length: -1``; answered 400) is a
+    delivery line instead of a traceback; any other error keeps its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: object = True, **kwargs: object) -> None:
+        if isinstance(exc_info, HttpProcessingError) and exc_info.code < 500:
+            first = (exc_info.message.strip().splitlines() or [""])[0].rstrip(":")
+            log_delivery(Outcome.REFUSED, f"malformed HTTP request: {first}")
+        else:
+            super().exception(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
+
+
 class _Connections(web.Server):
     """aiohttp's low-level server, counting connections: one beyond ``max_connections`` is answered 503 and
     closed at once."""
@@ -99,7 +135,8 @@ class _Connections(web.Server):
         if len(self.opened) > self.max_connections:
             log.warning("%s connections open already: answered 503", self.max_connections)
             transport.write(_BUSY)
-            transport.close()
+            # Once aiohttp's handler has started: closed before, the handler's task fails an assertion.
+            asyncio.get_running_loop().call_soon(transport.close)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self.opened.pop(handler, None)
@@ -145,67 +182,82 @@ class WebhookServer:
         host, port = self._socket.getsockname()[:2]
         return str(host), int(port)
 
-    async def receive(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        """Decide about one delivery whose body has arrived: (HTTP status, short answer)."""
+    async def receive(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        """Decide about one delivery whose body has arrived."""
         if not verify_signature(self._secret, body, headers.get("x-hub-signature-256")):
-            return 401, "invalid or missing X-Hub-Signature-256"
+            return Answer(401, "invalid or missing X-Hub-Signature-256")
         event = headers.get("x-github-event", "")
         if event == "ping":
-            return 200, "pong"
+            return Answer(200, "pong")
         if event != "issue_comment":
-            return 200, f"ignored: {event or 'no'} event"
+            return Answer(200, f"ignored: {event or 'no'} event")
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError):
-            return 400, "malformed event: the body is not JSON"
+            return Answer(400, "malformed event: the body is not JSON")
         try:
             command = command_from_event(payload)
         except MalformedEvent as error:
-            return 400, f"malformed event: {error}"
+            return Answer(400, f"malformed event: {error}", *_named_in(payload))
         if command is None:
-            return 200, "ignored: not a new /bot comment on an issue"
+            return Answer(200, "ignored: not a new /bot comment on an issue", *_named_in(payload))
+        command = dataclasses.replace(command, delivery=headers.get("x-github-delivery", ""))
         known = self.workers.repository_id
         if command.repo.lower() != self.repository.lower() or known not in (None, command.repo_id):
-            log.warning("ignored a comment on %s (id %s)", command.repo, command.repo_id)
-            return 200, f"ignored: this server serves {self.repository}"
+            served = f"this server serves {self.repository}" + ("" if known is None else f", id {known}")
+            reason = f"repository id {command.repo_id}: {served}"
+            text = f"ignored: this server serves {self.repository}"
+            return Answer(200, text, command.repo, command.author, reason)
         added = await asyncio.get_running_loop().run_in_executor(None, self.workers.deliveries.add, command)
         if not added:
-            return 200, "ignored: this comment was already handled"
-        log.info(
-            "accepted comment %s from %s on %s#%s", command.key, command.author, command.repo, command.issue
-        )
-        return 202, "accepted"
+            return Answer(200, "ignored: this comment was already handled", command.repo, command.author)
+        return Answer(202, "accepted", command.repo, command.author, f"queued for #{command.issue}")
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        answer = await self._answer(request)
+        log_delivery(
+            answer.outcome,
+            answer.reason or answer.text.removeprefix("ignored: "),
+            delivery=request.headers.get("X-GitHub-Delivery", ""),
+            repo=answer.repo,
+            user=answer.user,
+            event=request.headers.get("X-GitHub-Event", ""),
+            bug=answer.bug,
+        )
+        response = web.Response(
+            status=answer.status, text=answer.text + "\n", headers={"Connection": "close"}
+        )
+        response.force_close()
+        return response
+
+    async def _answer(self, request: web.BaseRequest) -> Answer:
         if request.path != WEBHOOK_PATH:
-            return _answer(404, "not found")
+            return Answer(404, "not found")
         if request.method != "POST":
-            return _answer(405, "POST the delivery")
+            return Answer(405, "POST the delivery")
         if not request.headers.get("X-Hub-Signature-256"):
-            return _answer(401, "invalid or missing X-Hub-Signature-256")
+            return Answer(401, "invalid or missing X-Hub-Signature-256")
         declared = request.headers.get("Content-Length")
         if request.headers.get("Transfer-Encoding") or declared is None:
-            return _answer(411, "send the body with a Content-Length")
+            return Answer(411, "send the body with a Content-Length")
         declared = declared.strip()
         if not (declared.isascii() and declared.isdigit() and len(declared) <= 12):
-            return _answer(400, "Content-Length is not a byte count")
+            return Answer(400, "Content-Length is not a byte count")
         if int(declared) > self.max_body_bytes:
-            return _answer(413, "payload too large")
+            return Answer(413, "payload too large")
         assert self._connections is not None
         opened = self._connections.opened.get(request.protocol, time.monotonic())
         remaining = max(opened + self.request_timeout - time.monotonic(), 0.001)
         try:
             body = await asyncio.wait_for(request.content.readexactly(int(declared)), remaining)
         except asyncio.IncompleteReadError:
-            return _answer(400, "the body is shorter than its Content-Length")
+            return Answer(400, "the body is shorter than its Content-Length")
         except TimeoutError:
-            return _answer(408, "the request took too long")
+            return Answer(408, "the request took too long")
         try:
-            status, text = await self.receive(request.headers, body)
-        except Exception as error:
-            log.exception("webhook delivery failed")
-            status, text = 500, f"error: {type(error).__name__}"
-        return _answer(status, text)
+            return await self.receive(request.headers, body)
+        except Exception as error:  # a bug: its traceback goes with the delivery's line
+            return Answer(500, f"error: {type(error).__name__}", bug=error)
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -218,6 +270,7 @@ class WebhookServer:
             keepalive_timeout=self.request_timeout,  # starts with the connection: the deadline for headers
             lingering_time=0,
             access_log=None,
+            logger=_ParserRefusals(logging.getLogger("aiohttp.server")),
         )
         runner = web.ServerRunner(server, shutdown_timeout=1.0, handle_signals=False)
         await runner.setup()
@@ -249,10 +302,13 @@ class WebhookServer:
                 self._loop.call_soon_threadsafe(self._stopped.set)
 
 
-def _answer(status: int, text: str) -> web.Response:
-    response = web.Response(status=status, text=text + "\n", headers={"Connection": "close"})
-    response.force_close()
-    return response
+def _named_in(payload: object) -> tuple[str, str]:
+    """The repository and sender an event names, as far as it names them with strings (for the log)."""
+    repository = payload.get("repository") if isinstance(payload, dict) else None
+    sender = payload.get("sender") if isinstance(payload, dict) else None
+    name = repository.get("full_name") if isinstance(repository, dict) else None
+    login = sender.get("login") if isinstance(sender, dict) else None
+    return (name if isinstance(name, str) else ""), (login if isinstance(login, str) else "")
 
 
 def github_trackers() -> TrackerFactory:
