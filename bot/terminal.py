@@ -116,22 +116,37 @@ def print_progress(progress: RunProgress) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str) -> Iterator[OnStep | None]:
-    """An ``on_step(done, total, label)`` callback drawing a transient bar on a terminal's stderr; None (no
-    bar, no output) when stderr is not a terminal, so pipes and logs stay clean."""
+def progress_bar(description: str, *, lines_when_piped: bool = False) -> Iterator[OnStep | None]:
+    """An ``on_step(done, total, label)`` callback drawing a transient bar on a terminal's stderr. When stderr
+    is not a terminal: None (no output, so pipes and logs stay clean), or with ``lines_when_piped`` one plain
+    line per step, ``<description> <done>/<total>: <label>``, flushed as it comes, so a log shows a long run
+    moving."""
     if not sys.stderr.isatty():
-        yield None
+        yield _print_step(description) if lines_when_piped else None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Column
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(
-        *columns, TextColumn("{task.fields[label]}"), console=Console(stderr=True), transient=True
-    ) as bar:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        # the step's label gets what the line has left, cut short: the bar and the counts keep their width
+        TextColumn("{task.fields[label]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True, expand=True) as bar:
         task = bar.add_task(description, total=None, label="")
 
         def on_step(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, label=label)
 
         yield on_step
+
+
+def _print_step(description: str) -> OnStep:
+    def on_step(done: int, total: int, label: str) -> None:
+        print(f"{description} {done}/{total}: {label}", file=sys.stderr, flush=True)
+
+    return on_step
