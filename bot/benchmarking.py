@@ -15,6 +15,7 @@ from benchmarks.spec import BenchOptionError, BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
 from bot.conventions import state_dir, tool_settings
 from bot.errors import BadInput, require
+from bot.formatting import number
 from bot.history import describe_commits
 from bot.notes import write_notes
 from bot.plan import Plan
@@ -124,6 +125,8 @@ def make_runner(options: BenchOptions, workspace: Workspace) -> Runner:
 
 
 OnRun = Callable[[int, int, RunRecord], None]
+# The throughput a progress line shows, the first a run measured of these (metrics key, unit).
+THROUGHPUTS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"))
 
 
 def benchmark(
@@ -210,6 +213,20 @@ def bench_and_report(
     return results
 
 
+def run_outcome(record: RunRecord) -> str:
+    """A finished run in a line: short commit, workload, repeat (``unmeasured`` for a warm-up or calibration
+    run), status, the throughput it measured (tokens/s, else samples/s) and its wall time."""
+    repeat = f"repeat {record.repeat}" if record.repeat >= 0 else "unmeasured"
+    parts = [f"{record.commit[:7]} {record.workload} {repeat}: {record.status}"]
+    metrics = record.metrics or {}
+    for key, unit in THROUGHPUTS:
+        if metrics.get(key) is not None:
+            parts.append(f"{number(metrics[key])} {unit}")
+            break
+    parts.append(f"{record.duration_s:.1f} s")
+    return ", ".join(parts)
+
+
 def bench_revisions(
     workspace: Workspace,
     options: BenchOptions,
@@ -223,7 +240,7 @@ def bench_revisions(
     """``bot bench``: measure ``revisions`` (default: the baseline and every bot commit of the branch); with
     ``profile_steps``, then profile every commit's workloads for that many steps (kept in the results); with
     a tracker and issue, update the results, verdict and note comments too. ``on_step(done, total, label)``
-    follows the runs, then the profiles."""
+    follows the runs (each labelled by :func:`run_outcome`), then the profiles."""
     workspace.check_ready()
     spec = bench_spec(workspace.root, options)
     if revisions:
@@ -237,7 +254,7 @@ def bench_revisions(
     if on_step is not None:
 
         def on_run(done: int, total: int, record: RunRecord) -> None:
-            on_step(done, total, f"{record.workload} @ {record.commit[:7]}: {record.status}")
+            on_step(done, total, run_outcome(record))
 
     results, path = benchmark(
         workspace, spec, revisions, make_runner(options, workspace), bench_thresholds(options), on_run

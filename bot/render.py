@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 # perfbot's templates folder, beside the bot package (in a checkout and in an installed wheel alike): found by
 # path, since a repository perfbot runs in may have a `templates` package of its own ahead of it on sys.path.
@@ -15,6 +17,8 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 @cache
 def environment() -> Environment:
     """The template environment: strict about undefined names, markdown-friendly whitespace."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined  # here: `bot list` renders no template
+
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         undefined=StrictUndefined,

@@ -12,6 +12,7 @@ import pytest
 from git_repos import make_repo
 
 from bot.cli import main
+from optimizations.registry import listings
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = (
@@ -147,6 +148,69 @@ def test_a_closed_pipe_ends_quietly():
     stderr = process.stderr.read().decode()
     process.wait(timeout=60)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+LISTED = ("id", "tier", "numerics", "expected win", "summary")
+
+
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_bot_list_fits_the_terminal_and_wraps_each_cell_inside_its_column(width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["list"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in [header, *rows]) <= width
+    # read each cell back from its column (the header says where each starts); rows are apart by a blank line
+    starts = [header.index(name) for name in LISTED]
+    blocks = "\n".join(rows).split("\n\n")
+    read = [
+        tuple(
+            squeezed("".join(line[start:end] for line in block.splitlines()))
+            for start, end in zip(starts, [*starts[1:], None], strict=True)
+        )
+        for block in blocks
+    ]
+    assert read == [
+        tuple(
+            squeezed(cell)
+            for cell in (o.id, str(o.tier), o.numerics.shown(o.numerics_reason), o.expected, o.summary)
+        )
+        for o in listings()
+    ]
+
+
+def test_bot_list_wide_keeps_one_line_per_optimization_whatever_the_width(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list", "--wide"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["id", "tier", "numerics", "expected", "win", "summary"]
+    assert len(rows) == len(listings()) and max(len(row) for row in rows) > 80
+    for optimization, row in zip(listings(), rows, strict=True):
+        assert row.split()[:2] == [optimization.id, str(optimization.tier)]
+        shown = optimization.numerics.shown(optimization.numerics_reason)
+        assert shown in row and optimization.expected in row and row.endswith(optimization.summary)
+
+
+def test_bot_list_reads_the_rules_without_loading_them_or_the_heavy_libraries():
+    """What keeps `bot list` about as quick as `bot --help`: the rules are read from their source, and neither
+    they nor libcst, torch, GitPython, Jinja2 or rich (the progress bars') are imported."""
+    listing = "import sys; from bot.cli import main; main(['list']); print(*sys.modules, file=sys.stderr)"
+    done = subprocess.run(
+        [sys.executable, "-c", listing], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    imported = set(done.stderr.split())
+    assert {"bot.commands.list", "optimizations.registry"} <= imported
+    heavy = {"libcst", "torch", "git", "jinja2", "rich"}
+    loaded = {
+        name
+        for name in imported
+        if name.partition(".")[0] in heavy or (name.startswith("optimizations.") and name.endswith(".rule"))
+    }
+    assert not loaded
 
 
 def test_help_pages_describe_each_command(capsys):

@@ -144,7 +144,8 @@ def test_scan_plan_then_apply_tier_1_lands_only_pure_speedups_and_the_opt_in_tie
     assert f"\nNumerics: dynamics ({Numerics.DYNAMICS.meaning}) — {packing.numerics_reason}\n" in message
 
 
-def test_bot_list_shows_each_contract_and_why(capsys):
+def test_bot_list_shows_each_contract_and_why(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped, and no width asked: one whole line per optimization
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "numerics" in lines[0].split()

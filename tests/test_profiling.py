@@ -171,12 +171,13 @@ def test_bench_profile_keeps_each_commits_bound_and_the_note_says_what_to_try_ne
     bench_revisions(
         Workspace(tmp_path), options, [base, head], profile_steps=1, on_step=lambda *step: steps.append(step)
     )
-    assert [label for *_, label in steps] == [
-        f"loop @ {base[:7]}: ok",
-        f"loop @ {head[:7]}: ok",
-        f"profiling loop @ {base[:7]}",
-        f"profiling loop @ {head[:7]}",
+    labels = [label for *_, label in steps]
+    assert [label.split(", ")[0] for label in labels[:2]] == [
+        f"{base[:7]} loop repeat 0: ok",
+        f"{head[:7]} loop repeat 0: ok",
     ]
+    assert all(" samples/s, " in label and label.endswith(" s") for label in labels[:2])
+    assert labels[2:] == [f"profiling loop @ {base[:7]}", f"profiling loop @ {head[:7]}"]
     assert [(done, total) for done, total, _ in steps] == [(1, 2), (2, 2), (0, 2), (1, 2)]
 
 

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if args.profile is not None and args.profile < 1:
         raise BadInput(f"--profile records at least 1 step (got {args.profile})")
     workspace = Workspace("." if comment else args.repo)
-    with progress_bar("benchmarking") as on_step:
+    with progress_bar("benchmarking", lines_when_piped=True) as on_step:
         results, path = bench_revisions(
             workspace,
             bench_options(args),

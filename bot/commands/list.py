@@ -12,7 +12,12 @@ from optimizations.registry import listings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options."""
+    """``--wide``."""
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="one line per optimization, whatever the terminal's width (default: long cells wrap to fit it)",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
@@ -51,5 +56,6 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
             (o.id, str(o.tier), o.numerics.shown(o.numerics_reason), o.expected, o.summary)
             for o in optimizations
         ],
+        wide=args.wide,
     )
     return 0
