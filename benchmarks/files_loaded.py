@@ -1,8 +1,8 @@
 """Which files of the repository a run loaded: the Python files it executed (the script, every module it
 imported, a recipe run by path through ``runpy``) and the files it opened for reading (a YAML config, say),
 seen through the interpreter's audit events (``exec``, ``open``) while the program runs. The launch wrapper
-keeps them in the run's record as ``files_loaded``, so a commit's claimed win is judged only on a workload whose
-run loaded a file the commit changed.
+keeps them in the run's record as ``files_loaded``, so a commit's claimed win is judged only on a workload
+whose run loaded a file the commit changed.
 
 Paths are relative to the run's working directory (the checkout of the measured commit), in git's form;
 files outside it, installed packages and compiled caches are left out."""

@@ -21,8 +21,9 @@ commits of ``bot calibrate`` carry one.
 
 The JSON (schema ``perfbot.run/v1``) is written atomically, also when the program fails: ``status`` is ``ok``,
 ``crashed`` (an exception or a non-zero exit, with ``error``) or ``oom`` (out of memory). The exit status is the
-program's (1 for an exception), or 2 when the command is not a Python program. ``files_loaded`` lists the files
-of the working directory the program executed or read (:mod:`benchmarks.files_loaded`; every rank's, merged).
+program's (1 for an exception), or 2 when the command is not a Python program. ``files_loaded`` lists the
+files of the working directory the program executed or read (:mod:`benchmarks.files_loaded`; every rank's,
+merged).
 """
 
 from __future__ import annotations

@@ -265,8 +265,8 @@ def test_out_of_memory_is_reported_as_oom(tmp_path: Path, monkeypatch: pytest.Mo
     assert error.startswith("OutOfMemoryError: CUDA out of memory")
 
 
-# A program that picks its task's module at run time, reads its config, runs a recipe by path and writes a log;
-# argv: task.
+# A program that picks its task's module at run time, reads its config, runs a recipe by path and writes a
+# log; argv: task.
 TASK_PROGRAM = """
 import importlib, os, runpy, sys
 

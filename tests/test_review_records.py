@@ -1,6 +1,7 @@
 """One results record per bench run, and a review that reads the record of its own range: a tier-2 review never
-reads the tier-1 record, and a later bench never changes an earlier review's answer. Real git repositories in
-tmp_path; the benches run real processes through the real runner and `bot.benchmarking.benchmark`."""
+reads the tier-1 record, a later bench never changes an earlier review's answer, and a claim is judged only on
+a workload whose runs loaded the files its commit changed. Real git repositories in tmp_path; the benches run
+real processes through the real runner and `bot.benchmarking.benchmark`."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from pathlib import Path
 
 import pytest
 from git_repos import make_repo
+from test_review_report import synthetic_results
 
 from benchmarks.results import INTERRUPTED, Results
 from benchmarks.runner import LocalRunner
 from bot.benchmarking import BenchOptions, bench_spec, benchmark, revisions_to_measure
-from bot.claims import HELD, UNMEASURED
+from bot.claims import HELD, NOT_HERE, UNMEASURED
 from bot.commands.status import interrupted_bench
 from bot.conventions import TRAILER_OPTIMIZATION, TRAILER_TIER
 from bot.measurements import results_folder
 from bot.review import review_range
+from bot.review.verdict import MINOR
+from bot.workload_files import executed_files
 from bot.workspace import Workspace, commit_message
 
 PYPROJECT = """\
@@ -145,3 +149,67 @@ def test_a_rerun_of_the_same_range_keeps_both_records(tiers):
     assert sorted(results_folder(workspace.root).glob("*.json")) == sorted([first, again])
     workspace.start("bot/7-tier-1")
     assert review_range(workspace.root).results_from == str(again)  # the newest of the range
+
+
+TASKS_TRAIN = """\
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--task")
+parser.add_argument("--steps", type=int)
+args = parser.parse_args()
+if args.task == "dpo":
+    from tasks import dpo as task
+else:
+    from tasks import sft as task
+task.train(open(f"configs/{args.task}.yaml").read(), args.steps)
+"""
+TASK = "def train(config, steps):\n    return {name!r}, config, steps\n"
+
+
+def test_a_claim_is_not_measured_on_a_workload_that_never_loaded_the_changed_files(tmp_path):
+    root = tmp_path / "target"
+    files = {
+        "train.py": TASKS_TRAIN,
+        "tasks/__init__.py": "",
+        "tasks/sft.py": TASK.format(name="sft"),
+        "tasks/dpo.py": TASK.format(name="dpo"),
+        "configs/sft.yaml": "lr: 1e-4\n",
+        "configs/dpo.yaml": "beta: 0.1\n",
+    }
+    make_repo(root, files)
+    workspace = Workspace(root)
+    base = workspace.start("bot/8-tier-1")
+    changes = [
+        ("tasks/dpo.py", TASK.format(name="dpo precomputed"), "+30-50% DPO"),
+        ("configs/dpo.yaml", "beta: 0.1\nprecompute_ref_log_probs: true\n", "+10% tokens/s"),
+        ("tasks/sft.py", TASK.format(name="sft packed"), "+10% tokens/s"),
+    ]
+    shas = []
+    for index, (path, text, expected) in enumerate(changes):
+        (root / path).write_text(text)
+        message = commit_message(
+            "train", f"change {index}", expected, "", {TRAILER_OPTIMIZATION: f"o{index}"}
+        )
+        shas.append(workspace.commit([path], message))
+    # the command alone reaches both tasks' modules: only what its runs loaded tells them apart
+    assert {"tasks/sft.py", "tasks/dpo.py"} <= executed_files(root, "python train.py --task sft --steps 20")
+
+    commits = [(base, "base", [])] + [(sha, f"change {i}", []) for i, sha in enumerate(shas)]
+    results = synthetic_results(commits, {"sft": [1000.0, 1000.0, 1000.0, 1200.0]}, gpu=False)
+    for run in results.runs:  # as the launch wrapper records an SFT run
+        run.metrics["files_loaded"] = ["configs/sft.yaml", "tasks/__init__.py", "tasks/sft.py", "train.py"]
+    results.branch = "bot/8-tier-1"
+    results.save_new(results_folder(root))
+
+    verdict = review_range(root)
+    assert [(c.sha, c.status) for c in verdict.claims] == [
+        (shas[0], NOT_HERE),
+        (shas[1], NOT_HERE),
+        (shas[2], HELD),
+    ]
+    assert verdict.claims[0].observed == "sft: the run executes none of the changed files"
+    findings = {f.commit: f for f in verdict.findings if f.category == "claim"}
+    assert set(findings) == {shas[0], shas[1]}
+    assert all(
+        f.severity == MINOR and f.title.startswith("Claimed win not measured here") for f in findings.values()
+    )
