@@ -5,7 +5,7 @@ keeps them in the run's record as ``files_loaded``, so a commit's claimed win is
 whose run loaded a file the commit changed.
 
 Paths are relative to the run's working directory (the checkout of the measured commit), in git's form;
-files outside it, installed packages and compiled caches are left out."""
+files outside it, installed packages, compiled caches and names that are no file are left out."""
 
 from __future__ import annotations
 
@@ -53,10 +53,11 @@ class FilesLoaded:
         if filename in self._seen:
             return
         self._seen.add(filename)
-        relative = os.path.relpath(os.path.realpath(filename), self.root)
+        resolved = os.path.realpath(filename)
+        relative = os.path.relpath(resolved, self.root)
         parts = Path(relative).parts
-        if relative.startswith(os.pardir) or os.path.isabs(relative) or _SKIPPED_PARTS.intersection(parts):
-            return
+        if parts[:1] == (os.pardir,) or _SKIPPED_PARTS.intersection(parts) or not os.path.isfile(resolved):
+            return  # outside the checkout, installed or cached, or no file (a directory, a path hook's name)
         self._files.add("/".join(parts))
 
 

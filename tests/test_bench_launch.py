@@ -274,6 +274,8 @@ task = sys.argv[1]
 importlib.import_module(f"tasks.{task}")
 open(os.path.join("configs", f"{task}.yaml")).read()
 runpy.run_path("recipes/common.py")
+exec(compile("VALUE = 2", "generated.py", "exec"))  # code from no file
+os.close(os.open("tasks", os.O_RDONLY))  # a directory
 os.makedirs("out", exist_ok=True)
 open("out/log.txt", "w").write(task)
 """
