@@ -16,6 +16,7 @@ Once the launcher exits, :func:`aggregate_ranks` merges the per-rank records int
 - ``phases``, ``step_time_s``, ``data_wait_host``, ``allreduce_wait``, ``loss`` and ``env``: rank 0's
   (``allreduce_wait`` is the part of DDP's gradient all-reduce that backward did not hide, see
   :mod:`benchmarks.allreduce`); ``mfu`` is the summed achieved FLOP/s over ``world_size`` × one GPU's peak;
+- ``files_loaded``: every rank's, merged (:mod:`benchmarks.files_loaded`);
 - ``world_size`` and ``ranks`` (each rank's status, tokens/s, peak memory, median step time and all-reduce wait).
 
 The merged status is ``ok`` only when the launcher exited 0 and every rank of ``world_size`` reported ``ok``.
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.files_loaded import FILES_LOADED
 from benchmarks.status import RunStatus
 
 RANK_SUFFIX = ".rank"
@@ -184,6 +186,7 @@ def aggregate_ranks(
     peak = first.get("peak_tflops")
     achieved = merged["achieved_tflops"]
     merged["mfu"] = achieved / (peak * world_size) if achieved is not None and peak else None
+    merged[FILES_LOADED] = sorted({path for record in records for path in record.get(FILES_LOADED) or []})
     merged["world_size"] = world_size
     merged["ranks"] = [
         {

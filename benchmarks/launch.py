@@ -21,7 +21,9 @@ commits of ``bot calibrate`` carry one.
 
 The JSON (schema ``perfbot.run/v1``) is written atomically, also when the program fails: ``status`` is ``ok``,
 ``crashed`` (an exception or a non-zero exit, with ``error``) or ``oom`` (out of memory). The exit status is the
-program's (1 for an exception), or 2 when the command is not a Python program.
+program's (1 for an exception), or 2 when the command is not a Python program. ``files_loaded`` lists the
+files of the working directory the program executed or read (:mod:`benchmarks.files_loaded`; every rank's,
+merged).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from benchmarks.distributed import (
     read_rank_records,
 )
 from benchmarks.environment import collect_environment, peak_tflops
+from benchmarks.files_loaded import FILES_LOADED, FilesLoaded
 from benchmarks.metrics import Meter
 from benchmarks.status import RunStatus
 from benchmarks.steps import PHASES
@@ -400,8 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     assert program is not None  # parsed above: the command has no launcher
     meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps, turns=turns)
-    status, failure, code = run_program(program, meter)
+    with FilesLoaded(os.getcwd()) as loaded:
+        status, failure, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, failure, command)
+    record[FILES_LOADED] = loaded.paths()
     out = options.out
     if options.per_rank:
         rank = int(os.environ.get("RANK", "0"))

@@ -11,13 +11,16 @@ each workload stopped is kept in the file. An interrupted bench (Ctrl-C; the CLI
 stops its runs and raises :class:`BenchInterrupted` with the results of every measured run that finished
 before it.
 
-The file (schema ``perfbot.results/v1``) holds the commits (baseline first, with the optimization and plan
-items their trailers name), the workloads as run, every run (status, duration, log tail, metrics), the
-calibration and stopping of each workload, and the statistical summary from :func:`benchmarks.stats.summarize`.
+The file (schema ``perfbot.results/v1``) holds the branch whose commits were measured, the commits (baseline
+first, with the optimization and plan items their trailers name), the workloads as run, every run (status,
+duration, log tail, metrics), the calibration and stopping of each workload, and the statistical summary from
+:func:`benchmarks.stats.summarize`. Each run is kept in a file of its own, named after what it measured and
+when (:meth:`Results.save_new`), so no bench overwrites another's record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import socket
@@ -92,12 +95,14 @@ class Results:
     stopping: dict[str, dict[str, Any]] = field(default_factory=dict)
     # sha -> workload -> a `bot bench --profile` summary (benchmarks.profiling.Profile as a dict, or {"error"})
     profiles: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    branch: str = ""  # the branch (a tier's range) whose commits were measured; empty where none was named
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document."""
         return {
             "schema": SCHEMA,
             "repo": self.repo,
+            "branch": self.branch,
             "baseline": self.baseline,
             "commits": [asdict(commit) for commit in self.commits],
             "workloads": self.workloads,
@@ -135,6 +140,7 @@ class Results:
             calibration=data.get("calibration", {}),
             stopping=data.get("stopping", {}),
             profiles=data.get("profiles", {}),
+            branch=data.get("branch", ""),
         )
 
     def save(self, path: Path | str) -> Path:
@@ -143,6 +149,31 @@ class Results:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return path
+
+    def record_name(self) -> str:
+        """What this run measured, as a file name: the branch, the baseline's short sha, a short hash of the
+        measured commits in order and the workloads, and when the run started."""
+        measured = "\n".join([*(commit.sha for commit in self.commits), "", *sorted(self.workloads)])
+        digest = hashlib.sha256(measured.encode()).hexdigest()[:10]
+        started = datetime.fromisoformat(self.started_at).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        return f"{self.branch.replace('/', '-') or 'no-branch'}-{self.baseline[:10]}-{digest}-{started}"
+
+    def save_new(self, folder: Path | str, label: str = "") -> Path:
+        """Write the JSON to a new file in ``folder`` (created) named by :meth:`record_name` and ``label``,
+        and return its path; never overwrites: a name already taken gets ``-2``, ``-3``..."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = self.record_name() + (f"-{label}" if label else "")
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        path, attempt = folder / f"{stem}.json", 1
+        while True:
+            try:
+                with path.open("x", encoding="utf-8") as file:
+                    file.write(text)
+                return path
+            except FileExistsError:
+                attempt += 1
+                path = folder / f"{stem}-{attempt}.json"
 
     @classmethod
     def load(cls, path: Path | str) -> Results:
@@ -153,6 +184,11 @@ class Results:
     def failed_runs(self) -> list[RunRecord]:
         """Runs that crashed, ran out of memory or timed out."""
         return [run for run in self.runs if not run.ok]
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the bench was interrupted (some workload stopped as ``interrupted``)."""
+        return any(stop.get("reason") == INTERRUPTED for stop in self.stopping.values())
 
 
 def build_results(
@@ -167,8 +203,10 @@ def build_results(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     calibration: dict[str, dict[str, Any]] | None = None,
     stopping: dict[str, dict[str, Any]] | None = None,
+    branch: str = "",
 ) -> Results:
-    """Assemble the results of finished runs and compute their summary; ``commits`` is baseline first.
+    """Assemble the results of finished runs and compute their summary; ``commits`` is baseline first and
+    ``branch`` the branch they are on.
 
     ``device`` is the GPU the runs reported in their environment block, else ``device``, else the host name.
     """
@@ -199,6 +237,7 @@ def build_results(
         thresholds=asdict(thresholds),
         calibration=dict(calibration or {}),
         stopping=dict(stopping or {}),
+        branch=branch,
     )
 
 
@@ -238,9 +277,10 @@ def run_bench(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     progress: ProgressCallback | None = None,
     clock: Callable[[], float] = time.monotonic,
+    branch: str = "",
 ) -> Results:
-    """Benchmark ``commits`` (baseline first) with ``runner`` and return the results (not yet saved): calibrate,
-    warm up, measure the first rounds, then add rounds as the module docstring says."""
+    """Benchmark ``commits`` (baseline first, on ``branch``) with ``runner`` and return the results (not yet
+    saved): calibrate, warm up, measure the first rounds, then add rounds as the module docstring says."""
     shas = [commit.sha for commit in commits]
     started_at, started = _now(), clock()
     batches = _Batches(runner, progress)
@@ -270,6 +310,7 @@ def run_bench(
             thresholds=thresholds,
             calibration=calibration,
             stopping=stopping,
+            branch=branch,
         )
 
     try:

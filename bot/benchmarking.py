@@ -17,6 +17,7 @@ from bot.conventions import state_dir, tool_settings
 from bot.errors import BadInput, require
 from bot.formatting import number
 from bot.history import describe_commits
+from bot.measurements import results_folder
 from bot.notes import write_notes
 from bot.plan import Plan
 from bot.profiling import busy_against_measured_steps, profile_commits
@@ -69,12 +70,6 @@ def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
         raise BadInput(str(exc)) from exc
     except (KeyError, ValueError) as exc:
         raise BadInput(f"bad benchmark option: {exc}") from exc
-
-
-def results_path(root: Path, branch: str, name: str = "") -> Path:
-    """Where a branch's results JSON is kept: ``.bot/results/<branch>[-name].json`` (ignored by git)."""
-    stem = branch.replace("/", "-") + (f"-{name}" if name else "")
-    return state_dir(root) / "results" / f"{stem}.json"
 
 
 def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None) -> Thresholds:
@@ -138,24 +133,24 @@ def benchmark(
     on_run: OnRun | None = None,
     name: str = "",
 ) -> tuple[Results, Path]:
-    """Run the matrix, save the JSON, write a git note on each commit. Interrupted, it saves the runs that
-    finished to ``<branch>[-name]-interrupted.json`` (notes and the last complete results stay as they were),
-    says where in the interruption's message, and lets it go on."""
+    """Run the matrix, save the JSON as a new file of its own under ``.bot/results/`` (named after the
+    branch, what it measured and when; ``name`` is added to it), write a git note on each commit.
+    Interrupted, it saves the runs that finished to a new file ending in ``interrupted`` (notes and earlier
+    results stay as they were), says where in the interruption's message, and lets it go on."""
     commits = describe_commits(workspace.repo, revisions)
+    folder, branch = results_folder(workspace.root), workspace.branch
     try:
-        results = run_bench(workspace.repo, spec, commits, runner, thresholds=thresholds, progress=on_run)
+        results = run_bench(
+            workspace.repo, spec, commits, runner, thresholds=thresholds, progress=on_run, branch=branch
+        )
     except BenchInterrupted as interrupted:
         if interrupted.results is not None:
-            kept = interrupted.results.save(
-                results_path(
-                    workspace.root, workspace.branch, f"{name}-interrupted" if name else "interrupted"
-                )
-            )
+            kept = interrupted.results.save_new(folder, f"{name}-interrupted" if name else "interrupted")
             interrupted.args = (
                 f"the {len(interrupted.results.runs)} measured runs that finished are in {kept}",
             )
         raise
-    path = results.save(results_path(workspace.root, workspace.branch, name))
+    path = results.save_new(folder, name)
     write_notes(workspace.repo, results)
     return results, path
 

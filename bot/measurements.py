@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results import INTERRUPTED, Results
+from benchmarks.results import Results
 from benchmarks.runner import RunRecord
 from benchmarks.stats import REGRESSION, WIN, LossParity
 from bot.conventions import state_dir
@@ -171,23 +171,40 @@ def runs_of(results: Results, workload: str, sha: str) -> list[RunRecord]:
     return [r for r in results.runs if r.workload == workload and r.commit == sha]
 
 
-def find_results(root: Path, shas: Sequence[str]) -> tuple[Results, Path] | None:
-    """The results file under ``<root>/.bot/results/`` that speaks best for the commits ``shas`` (oldest
-    first, the head last): one that measured the head, then a bench that was not interrupted, then the one that
-    measured most of them, then the newest; None when no readable file measured any of them."""
-    wanted, head = set(shas), shas[-1]
-    best, best_key = None, None
-    for path in sorted((state_dir(root) / "results").glob("*.json")):
+def results_folder(root: Path) -> Path:
+    """Where ``bot bench`` keeps one results file per run: ``<root>/.bot/results/`` (ignored by git)."""
+    return state_dir(root) / "results"
+
+
+def saved_results(root: Path, branch: str | None = None) -> list[tuple[Results, Path]]:
+    """Every readable results file under ``<root>/.bot/results/`` (of ``branch`` when given), oldest first: by
+    when its bench started, then when it was written."""
+    found = []
+    for path in results_folder(root).glob("*.json"):
         try:
             results = Results.load(path)
+            written = path.stat().st_mtime_ns
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        if branch is None or results.branch == branch:
+            found.append((results.started_at, written, path.name, results, path))
+    return [(results, path) for *_, results, path in sorted(found, key=lambda entry: entry[:3])]
+
+
+def find_results(root: Path, shas: Sequence[str], branch: str | None = None) -> tuple[Results, Path] | None:
+    """The results file under ``<root>/.bot/results/`` of the range that ``shas`` measure: the baseline
+    first, then the commits to measure, the head last. Only a file with that baseline which measured every
+    one of them (and, with ``branch``, a bench of that branch) speaks for the range; of those, one that
+    measured exactly them, then a bench that was not interrupted, then the newest. None when none did: the
+    range is not measured (a file of another range or tier never stands in for it, and a later bench of
+    another range never displaces the file that measured exactly this one)."""
+    wanted = set(shas)
+    best, best_key = None, None
+    for order, (results, path) in enumerate(saved_results(root, branch)):
         measured = {info.sha for info in results.commits}
-        covered = len(measured & wanted)
-        if not covered:
+        if results.baseline != shas[0] or not wanted <= measured:
             continue
-        complete = all(stop.get("reason") != INTERRUPTED for stop in results.stopping.values())
-        key = (head in measured, complete, covered, path.stat().st_mtime)
+        key = (measured == wanted, not results.interrupted, order)
         if best_key is None or key > best_key:
             best, best_key = (results, path), key
     return best

@@ -265,6 +265,42 @@ def test_out_of_memory_is_reported_as_oom(tmp_path: Path, monkeypatch: pytest.Mo
     assert error.startswith("OutOfMemoryError: CUDA out of memory")
 
 
+# A program that picks its task's module at run time, reads its config, runs a recipe by path and writes a
+# log; argv: task.
+TASK_PROGRAM = """
+import importlib, os, runpy, sys
+
+task = sys.argv[1]
+importlib.import_module(f"tasks.{task}")
+open(os.path.join("configs", f"{task}.yaml")).read()
+runpy.run_path("recipes/common.py")
+exec(compile("VALUE = 2", "generated.py", "exec"))  # code from no file
+os.close(os.open("tasks", os.O_RDONLY))  # a directory
+os.makedirs("out", exist_ok=True)
+open("out/log.txt", "w").write(task)
+"""
+
+
+def test_the_record_lists_the_files_the_run_executed_or_read(tmp_path: Path) -> None:
+    for path in ("tasks/__init__.py", "tasks/sft.py", "tasks/dpo.py", "recipes/common.py"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("VALUE = 1\n")
+    for task in ("sft", "dpo"):
+        (tmp_path / "configs").mkdir(exist_ok=True)
+        (tmp_path / "configs" / f"{task}.yaml").write_text("beta: 0.1\n")
+    completed, metrics = launch(tmp_path, TASK_PROGRAM, "sft")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # the DPO module and config exist beside it but never ran; the log it wrote is no input, the wrapper's own
+    # modules and the installed packages are outside the repository
+    assert metrics["files_loaded"] == [
+        "configs/sft.yaml",
+        "program.py",
+        "recipes/common.py",
+        "tasks/__init__.py",
+        "tasks/sft.py",
+    ]
+
+
 def test_non_python_commands_are_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "metrics.json"
     assert main(["--out", str(out), "--", "bash", "train.sh"]) == 2

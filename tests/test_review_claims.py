@@ -10,7 +10,6 @@ from test_review_report import synthetic_results
 from benchmarks.results import INTERRUPTED, CommitInfo
 from benchmarks.spec import Workload
 from benchmarks.stats import summarize
-from bot.benchmarking import results_path
 from bot.claims import (
     HELD,
     INCONCLUSIVE,
@@ -25,6 +24,7 @@ from bot.claims import (
 from bot.comments.results import render_results
 from bot.comments.verdict import render_verdict
 from bot.conventions import TRAILER_OPTIMIZATION
+from bot.measurements import results_folder
 from bot.notes import write_notes
 from bot.plan import Criterion, Plan, parse_plan
 from bot.review import review_range
@@ -98,11 +98,17 @@ def planted(tmp_path):
     return workspace, base, shas, results
 
 
+def saved(results, workspace, branch=None, label=""):
+    """Keep ``results`` as `bot bench` keeps a run of ``branch`` (default: the one checked out)."""
+    results.branch = branch or workspace.branch
+    return results.save_new(results_folder(workspace.root), label)
+
+
 def test_review_after_bench_uses_the_results_file_and_sets_each_claim_against_it(planted):
     workspace, base, shas, results = planted
-    saved = results.save(results_path(workspace.root, workspace.branch))
+    saved_path = saved(results, workspace)
     verdict = review_range(workspace.root)  # no --results: the file bench wrote is found
-    assert verdict.results_from == str(saved) and verdict.measured_head == shas[2]
+    assert verdict.results_from == str(saved_path) and verdict.measured_head == shas[2]
     assert [(c.sha, c.status) for c in verdict.claims] == [
         (shas[0], NOT_BORNE_OUT),  # measured +0.0%, its interval far below +10%
         (shas[1], REGRESSED),
@@ -114,17 +120,17 @@ def test_review_after_bench_uses_the_results_file_and_sets_each_claim_against_it
     assert verdict.outcome == CONCERNS
     body = render_verdict(verdict)
     assert "### Claimed wins against measurements" in body and "1 of 3 held" in body
-    assert f"(results: `{saved}`)" in body
+    assert f"(results: `{saved_path}`)" in body
     table = render_results(results, claims=verdict.claims)
     assert "+10% tokens/s: REGRESSION" in table and "+15% tokens/s (not measured here): HELD" in table
 
 
 def test_review_prefers_a_complete_bench_to_a_newer_interrupted_one(planted):
     workspace, base, shas, results = planted
-    complete = results.save(results_path(workspace.root, workspace.branch))
+    complete = saved(results, workspace)
     results.stopping = {"loop": {"reason": INTERRUPTED, "rounds": 2}}
-    interrupted = results.save(results_path(workspace.root, workspace.branch, "interrupted"))
-    assert interrupted.stat().st_mtime >= complete.stat().st_mtime
+    results.started_at = "2026-04-18T11:00:00+00:00"
+    interrupted = saved(results, workspace, label="interrupted")
     assert review_range(workspace.root).results_from == str(complete)
     assert "interrupted (Ctrl-C or SIGTERM): only the runs that finished before it count" in render_results(
         results
@@ -142,7 +148,7 @@ def test_a_noisy_measurement_leaves_a_claim_inconclusive(planted):
     results.summary = summarize([c.sha for c in results.commits], specs, results.runs)
     marginal = results.summary["loop"]["commits"][shas[0]]["marginal"]
     assert marginal["verdict"] == "no change" and marginal["ci"][1] > 1.10
-    results.save(results_path(workspace.root, workspace.branch))
+    saved(results, workspace)
     verdict = review_range(workspace.root)
     assert verdict.claims[0].status == INCONCLUSIVE
     finding = next(f for f in verdict.findings if f.commit == shas[0] and f.category == "claim")
@@ -178,15 +184,20 @@ def test_without_any_measurement_no_criterion_or_claim_can_pass(planted):
     assert note.severity == MINOR and any("loop: tokens_per_s" in line for line in note.evidence)
 
 
-def test_the_file_that_measured_the_head_wins_over_a_newer_partial_one(planted):
+def test_the_file_that_measured_the_range_wins_over_newer_ones_of_other_ranges(planted):
     workspace, base, shas, results = planted
-    full = results.save(results_path(workspace.root, "bot/plan-tier-1"))
+    full = saved(results, workspace)
     commits = [(base, "base", []), (shas[0], "c", [])]
     partial = synthetic_results(commits, {"loop": [1000.0, 1000.0]}, gpu=False)
-    newer = partial.save(results_path(workspace.root, "other"))
+    partial.started_at = "2026-04-18T11:00:00+00:00"
+    shorter = saved(partial, workspace)
     assert review_range(workspace.root).results_from == str(full)  # only the full one measured the head
-    # both measured this shorter range whole: the newer speaks for it
-    assert review_range(workspace.root, f"{base}..{shas[0]}").results_from == str(newer)
+    # both measured this shorter range whole: the one that measured exactly it speaks for it
+    assert review_range(workspace.root, f"{base}..{shas[0]}").results_from == str(shorter)
+    results.started_at = "2026-04-18T12:00:00+00:00"
+    again = saved(results, workspace)  # the branch benched again: never over the earlier file
+    assert full.is_file() and again != full and review_range(workspace.root).results_from == str(again)
+    assert review_range(workspace.root, f"{base}..{shas[0]}").results_from == str(shorter)
 
 
 @pytest.mark.parametrize(

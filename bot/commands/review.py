@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--results",
         metavar="JSON",
-        help="results file of `bot bench` (default: the one under .bot/results that measured the range)",
+        help="results file of `bot bench` (default: the newest under .bot/results that measured the range's "
+        "baseline, bot commits and head on its branch)",
     )
     parser.add_argument(
         "--tier", type=tier_number, help="which tier's items to check (default: those the commits name)"
@@ -75,10 +76,10 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     elif issue is not None:
         found = find_progress(tracker, issue)
         progress = Progress.from_comment(found.body, args.tier) if found else None
-    rev_range = args.range
+    rev_range, branch = args.range, None
     if rev_range is None and progress is not None and progress.branch != current:
         if progress.branch in workspace.repo.heads:
-            rev_range = f"{progress.baseline}..{progress.branch}"
+            rev_range, branch = f"{progress.baseline}..{progress.branch}", progress.branch
     results = None
     if args.results:
         try:
@@ -88,7 +89,9 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
                 f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
             ) from error
     tier = args.tier if args.tier is not None else (progress.tier if progress else None)
-    verdict = review_range(root, rev_range, plan=plan, results=results, progress=progress, tier=tier)
+    verdict = review_range(
+        root, rev_range, plan=plan, results=results, progress=progress, tier=tier, branch=branch
+    )
     verdict.results_from = verdict.results_from or (args.results or "")
     body = render_verdict(verdict, plan=plan, progress=progress)
     if post:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.results import Results
-from bot.benchmarking import results_path
 from bot.commands.table import FromComment
 from bot.errors import BadInput
+from bot.measurements import saved_results
 from bot.progress import find_run
 from bot.sources import tracker_for
 from bot.terminal import print_progress
@@ -47,11 +46,11 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
 
 
 def interrupted_bench(workspace: Workspace) -> str | None:
-    """A line on the branch's last ``bot bench`` when it was interrupted (its finished runs are newer than the
-    last complete results), else None."""
-    kept = results_path(workspace.root, workspace.branch, "interrupted")
-    complete = results_path(workspace.root, workspace.branch)
-    if not kept.is_file() or (complete.is_file() and complete.stat().st_mtime >= kept.stat().st_mtime):
+    """A line on the branch's last ``bot bench`` when it was interrupted (its finished runs are the branch's
+    newest results), else None."""
+    saved = saved_results(workspace.root, workspace.branch)
+    if not saved or not saved[-1][0].interrupted:
         return None
-    runs = len(Results.load(kept).runs)
+    results, kept = saved[-1]
+    runs = len(results.runs)
     return f"bench interrupted: the {runs} measured runs that finished are in {kept}; run bot bench again"

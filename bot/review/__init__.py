@@ -8,8 +8,10 @@ success criteria against the measured numbers, sets each commit's claimed win ag
 not met or not measured, a claimed win not measured, measured as a regression or contradicted by its interval,
 a regression, a failed transform or benchmark, or risky code → CONCERNS; else PASS.
 
-Without results given, :func:`review_range` uses the results file under ``.bot/results/`` that measured the
-range (``bot bench`` writes it), preferring one that measured the head, then the newest.
+Without results given, :func:`review_range` uses the results file under ``.bot/results/`` (``bot bench``
+writes one per run) of the range it reviews: one with the range's baseline that measured its bot commits and
+its head, of the reviewed branch (:func:`bot.measurements.find_results`). Without one, the claims and criteria
+are not measured: another range's or tier's numbers never stand in.
 
 The verdict and its findings are :mod:`bot.review.verdict`; the evidence comes from :mod:`~bot.review.commits`
 (diff, lint, security), :mod:`~bot.review.adherence` (the plan items), :mod:`~bot.review.criteria` (the success
@@ -137,17 +139,23 @@ def review_range(
     results: Results | None = None,
     progress: Progress | None = None,
     tier: int | None = None,
+    branch: str | None = None,
 ) -> Verdict:
-    """``bot review``: the verdict on a commit range of the repository at ``repo_path``."""
+    """``bot review``: the verdict on a commit range of the repository at ``repo_path``. ``branch`` is the
+    branch (the tier) the range is of, whose results alone may speak for it; without a range, the branch
+    checked out."""
     workspace = Workspace(repo_path)
     repo = workspace.repo
     base, head = resolve_range(workspace, rev_range)
     if base == history.EMPTY_TREE:
         raise BadInput(f"{rev_range} is a root commit; review a range that starts after it")
+    if rev_range is None and branch is None and not repo.head.is_detached:
+        branch = workspace.branch
     found = None
     if results is None:
-        shas = [base, *(c.hexsha for c in repo.iter_commits(f"{base}..{head}", reverse=True))]
-        found = measurements.find_results(workspace.root, shas)
+        measured = [base, *(c.sha for c in history.bot_commits(repo, base, head))]
+        shas = measured if measured[-1] == head else [*measured, head]
+        found = measurements.find_results(workspace.root, shas, branch)
         results = found[0] if found else None
     verdict = review(repo, base, head, plan=plan, progress=progress, results=results, tier=tier)
     if found:

@@ -1,6 +1,6 @@
 """What the benchmark results say of each commit: its claimed win against its measurement (:mod:`bot.claims`),
-judged on the workloads that run the files it changed; slowdowns, memory growth, loss outside the tolerance
-and failed runs."""
+judged on the workloads whose runs loaded the files it changed; slowdowns, memory growth, loss outside the
+tolerance and failed runs."""
 
 from __future__ import annotations
 
@@ -24,27 +24,32 @@ from bot.claims import (
 from bot.formatting import clip, memory, percent, short
 from bot.regressions import slowdowns
 from bot.review.verdict import MAJOR, MINOR, CommitReview, Finding
-from bot.workload_files import executed_files, runs_changes
+from bot.workload_files import executed_files, loaded_files, runs_changes
 
 
 def review_claims(repo: git.Repo, reviews: list[CommitReview], results: Results | None) -> list[ClaimCheck]:
-    """Each commit's claim against ``results``, judged only on the workloads whose run executes a file the
-    commit changed (:mod:`bot.workload_files`, read in the working tree)."""
+    """Each commit's claim against ``results``, judged only on the workloads whose run loads a file the
+    commit changed: as the workload's runs at the commit and at the one measured before it recorded it, else
+    as far as its command reaches in the working tree (:mod:`bot.workload_files`)."""
     commands = {
         name: str(workload.get("command", ""))
         for name, workload in (results.workloads if results else {}).items()
     }
+    measured = [info.sha for info in results.commits] if results else []
     executed: dict[str, set[str] | None] = {}
     checks = []
     for review in reviews:
         if review.claim is None:
             continue
         running = None
-        if commands and repo.working_tree_dir:
+        if results is not None and review.sha in measured:
+            index = measured.index(review.sha)
+            around = measured[max(index - 1, 0) : index + 1]
+            loaded = {name: loaded_files(results, name, around) for name in commands}
             for name, command in commands.items():
-                if name not in executed:
+                if loaded[name] is None and name not in executed and repo.working_tree_dir:
                     executed[name] = executed_files(Path(repo.working_tree_dir), command) if command else None
-            running = runs_changes(commands, review.files, executed)
+            running = runs_changes(commands, review.files, executed, loaded)
         checks.append(check_claim(results, review.sha, review.subject, review.claim, running))
     return checks
 
