@@ -134,6 +134,13 @@ class Workspace:
         self.repo.git.reset("-q", "--hard", "HEAD")
         self.repo.git.clean("-q", "-fd")
 
+    def recover(self) -> None:
+        """After an interrupt: restart the long-lived git processes GitPython reads objects through (they share
+        the terminal's process group, so Ctrl-C stopped them too), and leave the tree as the last commit, which
+        the branch points at whether or not a commit was under way."""
+        self.repo.git.clear_cache()
+        self.discard()
+
     def revert(self, sha: str, message: str) -> str:
         """A new commit that reverts ``sha`` (history is never rewritten)."""
         self.repo.git.revert("--no-edit", "--no-commit", sha)
