@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import git
+
 from bot.benchmarking import BenchOptions, bench_and_report, bench_spec, require_measuring
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
@@ -251,8 +253,12 @@ class TierRun:
     ) -> None:
         """Leave what an interrupt cut short consistent: the tree as the branch's last commit, each row as the
         branch has it (a commit made just before the signal counts as landed; the row under way as
-        interrupted), and the record saying where it stopped, so the same command resumes."""
-        self.workspace.recover()
+        interrupted), and the record saying where it stopped, so the same command resumes. A tree git could
+        not reset is said so in the record."""
+        try:
+            self.workspace.recover()
+        except git.GitCommandError as error:
+            why += f"{'; ' if why else ''}the tree may hold edits ({' '.join(error.stderr.split())}): git stash -u"
         landed = {c.optimization: c.sha for c in self.workspace.bot_commits(progress.baseline)}
         for row in self.rows:
             if row.optimization in landed and not row.status.landed:
