@@ -1,5 +1,5 @@
-"""``bot status``: the progress comment of the work branch checked out in a repository, and its last bench when
-that was interrupted."""
+"""``bot status``: the progress comment of the work branch checked out in a repository, and its last bench and
+review when they were interrupted."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from benchmarks.results import Results
 from bot.benchmarking import results_path
 from bot.commands.table import FromComment
 from bot.errors import BadInput
+from bot.interrupts import interrupted_step
 from bot.progress import find_run
 from bot.sources import tracker_for
 from bot.terminal import print_progress
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         print(f"progress comment: {where}")
     if interrupted := interrupted_bench(workspace):
         print(interrupted)
+    if step := interrupted_step(workspace.root, workspace.branch, "review"):
+        print(f"review interrupted while {step}: no verdict was posted; run bot review again")
     return 0
 
 
