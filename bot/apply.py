@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import git
 
 from bot.benchmarking import BenchOptions, bench_and_report, bench_spec, require_measuring
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
 from bot.hints import choose_by_sites, match_by_location
+from bot.interrupts import shielded
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
 from bot.publish import push_branch
@@ -166,7 +170,6 @@ class TierRun:
         current; then push, benchmark and open a pull request as asked."""
         workspace, plan, known = self.workspace, self.plan, registry()
         commit_url = tracker.commit_url
-        pushed = False
         baseline = workspace.start(branch_name(issue, self.tier))
         progress = Progress(
             tier=self.tier, issue=issue, branch=workspace.branch, baseline=baseline, rows=self.rows
@@ -181,11 +184,13 @@ class TierRun:
             progress.head = workspace.head
             publish_progress(tracker, issue, progress, commit_url)
 
-        done = {c.optimization: c.sha for c in workspace.bot_commits(baseline)}
-        todo = [r for r in self.rows if r.optimization in known and r.status is ItemStatus.PENDING]
-        commits = []
+        commits: list[str] = []
+        pushed = False
+        pull_request = None
         stage = "before the first commit"
         try:
+            done = {c.optimization: c.sha for c in workspace.bot_commits(baseline)}
+            todo = [r for r in self.rows if r.optimization in known and r.status is ItemStatus.PENDING]
             for number, row in enumerate(todo, start=1):
                 if row.optimization in done:
                     row.status, row.commit = ItemStatus.RESUMED, done[row.optimization]
@@ -209,33 +214,52 @@ class TierRun:
             if self.bench is not None:
                 stage = "while benchmarking"
                 bench_and_report(self.bench, workspace, progress, plan, tracker, issue, commit_url)
-        except (KeyboardInterrupt, Exception) as stopped:  # the comment says why, never "applying" forever
-            interrupted = isinstance(stopped, KeyboardInterrupt)  # Ctrl-C or SIGTERM
+                stage = "after the benchmark"
+            publish(finished_headline((r.status for r in self.rows), benchmarked=self.bench is not None))
+            if pushed and open_pr:
+                stage = "while opening the pull request"
+                title = (
+                    f"perf: tier {self.tier} of #{issue}"
+                    if isinstance(issue, int)
+                    else f"perf: tier {self.tier} ({issue})"
+                )
+                pull_request = tracker.open_or_update_pull_request(
+                    progress.branch, title, f"Refs #{issue}\n\n" + progress.render(commit_url)
+                )
+        except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM: the record says where, never "applying"
+            with shielded(), contextlib.suppress(Exception):  # best effort: the caller sees the interrupt
+                self._record_interrupt(progress, stage, str(stopped), publish)
+            raise
+        except Exception as stopped:  # the comment says why the run stopped
             for row in self.rows:
                 if row.status is ItemStatus.APPLYING:
-                    row.status = ItemStatus.INTERRUPTED if interrupted else ItemStatus.FAILED
-                    row.note = row.note or ("" if interrupted else f"{type(stopped).__name__}: {stopped}")
-            if interrupted:
-                kept = f"; {stopped}" if str(stopped) else ""
-                headline = f"Interrupted {stage}{kept}; run the same command again to resume"
-            else:
-                headline = f"Stopped {stage}: {type(stopped).__name__}: {stopped}"
+                    row.status = ItemStatus.FAILED
+                    row.note = row.note or f"{type(stopped).__name__}: {stopped}"
             with contextlib.suppress(Exception):  # best effort: the error itself is what the caller sees
-                publish(headline)
+                publish(f"Stopped {stage}: {type(stopped).__name__}: {stopped}")
             raise
-        publish(finished_headline((r.status for r in self.rows), benchmarked=self.bench is not None))
-        pull_request = None
-        if pushed and open_pr:
-            title = (
-                f"perf: tier {self.tier} of #{issue}"
-                if isinstance(issue, int)
-                else f"perf: tier {self.tier} ({issue})"
-            )
-            pull_request = tracker.open_or_update_pull_request(
-                progress.branch, title, f"Refs #{issue}\n\n" + progress.render(commit_url)
-            )
         failed = any(r.status is ItemStatus.FAILED for r in self.rows) or progress.bench.get("failed_runs", 0)
         return ApplyResult(progress, 1 if failed else 0, commits, pull_request)
+
+    def _record_interrupt(
+        self, progress: Progress, stage: str, why: str, publish: Callable[[str], None]
+    ) -> None:
+        """Leave what an interrupt cut short consistent: the tree as the branch's last commit, each row as the
+        branch has it (a commit made just before the signal counts as landed; the row under way as
+        interrupted), and the record saying where it stopped, so the same command resumes. A tree git could
+        not reset is said so in the record."""
+        try:
+            self.workspace.recover()
+        except git.GitCommandError as error:
+            why += f"{'; ' if why else ''}the tree may hold edits ({' '.join(error.stderr.split())}): git stash -u"
+        landed = {c.optimization: c.sha for c in self.workspace.bot_commits(progress.baseline)}
+        for row in self.rows:
+            if row.optimization in landed and not row.status.landed:
+                row.status, row.commit = ItemStatus.LANDED, landed[row.optimization]
+            elif row.status is ItemStatus.APPLYING:
+                row.status = ItemStatus.INTERRUPTED
+        kept = f"; {why}" if why else ""
+        publish(f"Interrupted {stage}{kept}; run the same command again to resume")
 
     def _dry_run(self, optimization: Optimization, focus: tuple[str, ...]) -> tuple[Change, str]:
         """The optimization's change where the plan points (``focus``), and a note: empty when the hinted files
@@ -271,9 +295,6 @@ class TierRun:
             workspace.discard()
             row.status, row.note = ItemStatus.FAILED, f"{type(exc).__name__}: {exc}"
             return None
-        except BaseException:  # Ctrl-C mid-edit: stop, with the tree as the last commit left it
-            workspace.discard()
-            raise
         if not change.files and change.already:
             row.status = ItemStatus.ALREADY
             row.note = missed + "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already)
@@ -301,11 +322,7 @@ class TierRun:
                 },
             )
         )
-        try:
-            row.commit = workspace.commit(change.files, message)
-        except BaseException:  # a commit cut short leaves nothing staged
-            workspace.discard()
-            raise
+        row.commit = workspace.commit(change.files, message)  # cut short: run's interrupt handling recovers
         row.status = ItemStatus.LANDED
         row.note = missed + "; ".join(f"{s.path}:{s.line}" for s in change.applied)
         if change.refused:

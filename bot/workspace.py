@@ -138,6 +138,15 @@ class Workspace:
         self.repo.git.reset("-q", "--hard", "HEAD")
         self.repo.git.clean("-q", "-fd")
 
+    def recover(self) -> None:
+        """After an interrupt: restart the long-lived git processes GitPython reads objects through (they share
+        the terminal's process group, so Ctrl-C stopped them too), and leave the tree as the last commit, which
+        the branch points at whether or not a commit was under way. The reset runs in a session of its own: git
+        catches a second Ctrl-C to drop its index lock even where the signal is ignored, and fails."""
+        self.repo.git.clear_cache()
+        for command in (["reset", "-q", "--hard", "HEAD"], ["clean", "-q", "-fd"]):
+            self.repo.git.execute(["git", *command], start_new_session=True)
+
     def revert(self, sha: str, message: str) -> str:
         """A new commit that reverts ``sha`` (history is never rewritten)."""
         self.repo.git.revert("--no-edit", "--no-commit", sha)

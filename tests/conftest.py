@@ -16,6 +16,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not item.get_closest_marker("corpus")]
 
 
+@pytest.fixture(autouse=True)
+def piped_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees its commands' output as a pipe does: no ``$COLUMNS``. pytest-xdist's workers set
+    ``COLUMNS=80``, which would wrap the tables a test reads line by line; a test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def fresh_graphs():
     """A process's first graphed decoder: Dynamo's compiled code and the graphed forwards of earlier tests

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.results import Results
@@ -12,6 +13,7 @@ from bot.commands.table import FromComment
 from bot.comments.verdict import render_verdict
 from bot.conventions import issue_key
 from bot.errors import BadInput
+from bot.interrupts import clear_interrupted, record_interrupted, shielded
 from bot.plan import Plan
 from bot.progress import Progress, find_progress, find_run
 from bot.review import review_range
@@ -53,8 +55,29 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
 
     The plan items' states come from the run's progress record, found from the checked-out work branch as
     ``bot status`` finds it (or from ``--issue``); ``--tier N`` reviews that tier's record and, without a
-    RANGE, its branch."""
+    RANGE, its branch. Interrupted, it posts nothing and keeps the step it stopped at for ``bot status``."""
     workspace = Workspace("." if comment else args.repo)
+    branch = "detached" if workspace.repo.head.is_detached else workspace.branch
+    step = "reading the plan and the progress record"
+
+    def at(name: str) -> None:
+        nonlocal step
+        step = name
+
+    try:
+        code = _review(args, comment, workspace, at)
+    except KeyboardInterrupt:
+        with shielded():
+            record_interrupted(workspace.root, branch, "review", step)
+        raise
+    clear_interrupted(workspace.root, branch, "review")
+    return code
+
+
+def _review(
+    args: argparse.Namespace, comment: FromComment | None, workspace: Workspace, at: Callable[[str], None]
+) -> int:
+    """The review itself; ``at`` is told each step as it starts."""
     root = workspace.root
     tracker = comment.tracker if comment else tracker_for(root)
     current = None if workspace.repo.head.is_detached else workspace.branch
@@ -89,6 +112,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
                 f"{args.results}: not a readable results file ({error}); pass the JSON `bot bench` wrote"
             ) from error
     tier = args.tier if args.tier is not None else (progress.tier if progress else None)
+    at(f"reviewing {rev_range or 'the branch'}")
     verdict = review_range(
         root, rev_range, plan=plan, results=results, progress=progress, tier=tier, branch=branch
     )
@@ -97,7 +121,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if post:
         if issue is None:
             raise BadInput("--post needs --issue N or a plan file to know where the comment goes")
-        tracker.upsert_comment(issue, VERDICT, body)
+        with shielded():  # posted whole or not at all: a Ctrl-C now waits for the post
+            tracker.upsert_comment(issue, VERDICT, body)
     print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else body, end="")
     return verdict.exit_code
 

@@ -1,5 +1,5 @@
-"""``bot status``: the progress comment of the work branch checked out in a repository, and its last bench when
-that was interrupted."""
+"""``bot status``: the progress comment of the work branch checked out in a repository, and its last bench and
+review when they were interrupted."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 
 from bot.commands.table import FromComment
 from bot.errors import BadInput
+from bot.interrupts import interrupted_step
 from bot.measurements import saved_results
 from bot.progress import find_run
 from bot.sources import tracker_for
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         print(f"progress comment: {where}")
     if interrupted := interrupted_bench(workspace):
         print(interrupted)
+    if step := interrupted_step(workspace.root, workspace.branch, "review"):
+        print(f"review interrupted while {step}: no verdict was posted; run bot review again")
     return 0
 
 
