@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 # perfbot's templates folder, beside the bot package (in a checkout and in an installed wheel alike): found by
 # path, since a repository perfbot runs in may have a `templates` package of its own ahead of it on sys.path.
@@ -14,14 +14,15 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 @cache
 def environment() -> Environment:
-    """The template environment: strict about undefined names, markdown-friendly whitespace."""
+    """The template environment: strict about undefined names, markdown-friendly whitespace; HTML templates
+    (``*.html.j2``) escape what they are given."""
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,
+        autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
     )
     env.filters["cell"] = markdown_cell
     env.filters["short"] = lambda sha: (sha or "")[:7]
