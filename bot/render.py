@@ -16,8 +16,14 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 @cache
 def environment() -> Environment:
-    """The template environment: strict about undefined names, markdown-friendly whitespace."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined  # here: `bot list` renders no template
+    """The template environment: strict about undefined names, markdown-friendly whitespace; HTML templates
+    (``*.html.j2``) escape what they are given."""
+    from jinja2 import (  # here: `bot list` renders no template
+        Environment,
+        FileSystemLoader,
+        StrictUndefined,
+        select_autoescape,
+    )
 
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -25,7 +31,7 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,
+        autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
     )
     env.filters["cell"] = markdown_cell
     env.filters["short"] = lambda sha: (sha or "")[:7]

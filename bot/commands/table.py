@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("apply", "branch, one commit per optimization, optional benchmarks"),
     "bench": ("bench", "benchmark commits (default: baseline and every bot commit)"),
     "review": ("review", "the reviewer verdict for a commit range"),
+    "report": ("report", "a bench record as one self-contained HTML page of charts"),
     "calibrate": ("calibrate", "self-check: false-win and miss rates of planted no-op and slowdown commits"),
     "profile": ("profile", "what bounds a workload's training steps at one commit (torch.profiler)"),
     "status": ("status", "where the current run stands (its progress comment)"),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from benchmarks.results import BUDGET, INTERRUPTED, MAX_REPEATS, PRECISE, UNMEASURABLE, CommitInfo, Results
 from bot import formatting, losses, measurements
 from bot.claims import ClaimCheck
+from bot.comments.charts import MermaidChart, throughput_chart
 from bot.comments.markdown import COMPACT, FOLDED, FULL, Table, cell, code_fence, fit
 from bot.formatting import NOT_MEASURED
 from bot.measurements import Measurement, measurement
@@ -232,35 +233,6 @@ def _run_time(results: Results, workload: str) -> str:
     return text + (f": {', '.join(parts)}" if parts else "")
 
 
-def chart(results: Results, workload: str) -> tuple[str, int]:
-    """A mermaid ``xychart-beta`` of the primary median per commit, and how many commits it leaves out
-    (those without a measurement)."""
-    labels, values, left_out = [], [], 0
-    for index, info in enumerate(results.commits):
-        measured = measurement(results, workload, info.sha)
-        if measured is None or measured.median is None:
-            left_out += 1
-            continue
-        keys = "+".join(info.plan_items)
-        label = "base" if index == 0 else f"{keys} {formatting.short(info.sha)}".strip()
-        labels.append(label.replace('"', "'"))
-        values.append(float(f"{measured.median:.6g}"))
-    if not values:
-        return "", left_out
-    metric = measurements.primary(results, workload).replace('"', "'")
-    workload = workload.replace('"', "'")
-    top = float(f"{max(values) * 1.1:.3g}")
-    quoted = ", ".join(f'"{label}"' for label in labels)
-    lines = [
-        "xychart-beta",
-        f'    title "{workload}: {metric}, median per commit"',
-        f"    x-axis [{quoted}]",
-        f'    y-axis "{metric}" 0 --> {top:g}',
-        f"    bar [{', '.join(f'{value:g}' for value in values)}]",
-    ]
-    return "\n".join(lines), left_out
-
-
 def headline(results: Results, workload: str) -> str:
     """``baseline 1,352 → head 1,650 (+22.0% [+18.1%, +26.0%], p=0.002 (win) ▲)``."""
     base = measurement(results, workload, results.baseline)
@@ -286,18 +258,22 @@ class WorkloadView:
     command: str
     headline: str
     table: Table
-    chart: str
-    chart_left_out: int
+    chart: MermaidChart
 
 
 def workload_views(
-    results: Results, *, tolerance: float, reverted: dict[str, str], commit_url: str | None, compact: bool
+    results: Results,
+    *,
+    tolerance: float,
+    reverted: dict[str, str],
+    commit_url: str | None,
+    compact: bool,
+    intervals: bool = True,
 ) -> list[WorkloadView]:
-    """One view per workload of ``results``."""
+    """One view per workload of ``results``; ``intervals`` draws the interval lines in the charts."""
     views = []
     for name in measurements.workloads(results):
         spec = results.workloads.get(name, {})
-        body, left_out = chart(results, name)
         views.append(
             WorkloadView(
                 name=name,
@@ -316,8 +292,7 @@ def workload_views(
                     commit_url=commit_url,
                     compact=compact,
                 ),
-                chart=body,
-                chart_left_out=left_out,
+                chart=throughput_chart(results, name, intervals=intervals),
             )
         )
     return views
@@ -510,7 +485,12 @@ def render_results(
     thresholds = results.thresholds
     legend = formatting.LEGEND.format(alpha=thresholds["alpha"], min_effect=thresholds["min_effect"])
 
-    def render_at(level: int) -> str:
+    # From the most detail down: the markdown level, and whether the charts draw their interval lines (the
+    # tables give every interval, so a long comment drops the lines before it folds or compacts its tables).
+    ladder = [(FULL, True), (FOLDED, True), (FOLDED, False), (COMPACT, False)]
+
+    def render_at(step: int) -> str:
+        level, intervals = ladder[step]
         compact = level >= COMPACT
         remeasured, remeasured_head = [], ""
         if drop and drop.results is not None:
@@ -524,7 +504,12 @@ def render_results(
             title=title,
             environment=_environment(results),
             workloads=workload_views(
-                results, tolerance=tolerance, reverted=reverted, commit_url=commit_url, compact=compact
+                results,
+                tolerance=tolerance,
+                reverted=reverted,
+                commit_url=commit_url,
+                compact=compact,
+                intervals=intervals,
             ),
             legend=legend,
             thresholds=thresholds,
@@ -562,4 +547,4 @@ def render_results(
             profiles=profiles_table(results, commit_url),
         )
 
-    return fit(render_at, 3)
+    return fit(render_at, len(ladder))
