@@ -76,10 +76,11 @@ def test_pure_python_between_gil_releases_is_charged_to_itself(sources):
             release()
     host = sampler.report()
     assert host.steps == 1 and host.samples > 50
-    # Most of it, where a reading waiting for the GIL would charge nearly all of it to the call that releases it.
-    # On an idle machine the share is about 90%; on a loaded one the release (a hash, charged by wall time)
-    # stretches while the deadline-bound spin does not, so the bound leaves room for that.
-    assert host.sources_ms[PEFT] > 0.5 * host.sampled_ms
+    # A reading that waited for the GIL would charge nearly none of it to the layer: the spin (2 ms) is shorter
+    # than Python's default switch interval (5 ms), so such a reading lands in the call that releases the GIL.
+    # On an idle machine the layer gets about 90%; on one loaded four times over (the full suite beside other
+    # jobs) 29-40% was seen, the hash stretching by wall time while the deadline-bound spin does not.
+    assert host.sources_ms[PEFT] > 0.2 * host.sampled_ms
     assert host.top_lines[0].source == PEFT and "spin(seconds)" in host.top_lines[0].line
 
 
