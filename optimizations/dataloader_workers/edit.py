@@ -88,7 +88,7 @@ def _setting(template: str) -> cst.BaseExpression:
     return parse_template_expression(template, workers=cst.Name(WORKERS))
 
 
-class _AddWorkers(LoaderRefusals):
+class AddWorkers(LoaderRefusals):
     """Workers, pinned memory, persistent workers and a prefetch factor for each loader and config that may take
     them, a worker count defined once per module; refusals in the order :meth:`_refusal` judges them."""
 

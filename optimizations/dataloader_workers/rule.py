@@ -5,7 +5,7 @@ from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS
 from optimizations.program.repository import Site
 from optimizations.registry import Numerics, Optimization
 
-from .edit import KEPT_WORKERS, LEFT_OUT, _AddWorkers
+from .edit import KEPT_WORKERS, LEFT_OUT, AddWorkers
 from .examples import EXAMPLES
 
 
@@ -40,7 +40,7 @@ class DataloaderWorkers(Optimization):
         "dataloader_pin_memory",
         "pin memory",
     )
-    codemods = (_AddWorkers,)
+    codemods = (AddWorkers,)
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = EXAMPLES

@@ -1,5 +1,5 @@
 """The edits of ``packing``: ``packing=True`` with the padding-free bfd strategy on SFT configs, through the
-repository's config where it has one (:class:`_Pack`), and ``packed: true`` in torchtune's dataset mappings
+repository's config where it has one (:class:`PackSamples`), and ``packed: true`` in torchtune's dataset mappings
 (:func:`packed_dataset_sites`). See README.md."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from optimizations.program.yaml_settings import settings
 PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
 
 
-class _Pack(SettingSwitch):
+class PackSamples(SettingSwitch):
     """``packing=True, packing_strategy="bfd"`` on SFTConfig calls, where their settings come from; refused beside
     a custom collator, a vision-language model, a strategy that is not padding-free or ``max_length=None``."""
 

@@ -4,7 +4,7 @@ What it changes, the TRL behaviour it relies on and when it refuses: README.md."
 from optimizations.program.repository import RepoContext, Site
 from optimizations.registry import Numerics, Optimization
 
-from .edit import _Pack, packed_dataset_sites
+from .edit import PackSamples, packed_dataset_sites
 from .examples import EXAMPLES
 
 
@@ -32,8 +32,8 @@ class Packing(Optimization):
         "packing with bfd",
         "enable packing",
     )
-    codemods = (_Pack,)
-    needs = _Pack.needs()
+    codemods = (PackSamples,)
+    needs = PackSamples.needs()
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that

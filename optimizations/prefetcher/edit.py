@@ -97,7 +97,7 @@ class _Refused(Exception):
     """A check failed; the message is the reason."""
 
 
-class _Prefetch(PlannedCodemod):
+class PrefetchBatches(PlannedCodemod):
     """Loops that copy each batch to the device rewritten to iterate a ``CudaPrefetcher``, their ``DataLoader``
     pinned; Trainer configs given non-blocking copies. A loop's checks raise :class:`_Refused`."""
 

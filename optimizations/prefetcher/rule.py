@@ -6,7 +6,7 @@ from optimizations.program.repository import Site
 from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
-from .edit import NON_BLOCKING, _Prefetch
+from .edit import NON_BLOCKING, PrefetchBatches
 from .examples import EXAMPLES
 
 
@@ -29,7 +29,7 @@ class Prefetcher(Optimization):
     numerics = Numerics.EXACT
     numerics_reason = "the same batches, copied to the GPU one step ahead"
     keywords = ("prefetch", "cuda prefetcher", "non_blocking", "non-blocking", "h2d", "host-to-device")
-    codemods = (_Prefetch,)
+    codemods = (PrefetchBatches,)
     needs = (BACKWARD, *HF_CONFIGS)
 
     examples = EXAMPLES

@@ -31,7 +31,7 @@ class _Refused(Exception):
     """A check failed; the message is the reason."""
 
 
-class _SyncFree(PlannedCodemod):
+class SyncFreeLosses(PlannedCodemod):
     """Per-step ``loss.item()``/``float(loss)`` in training loops rewritten to keep the value on the device, in
     three shapes (a running sum, a last value, a history list); a read it cannot keep exact raises
     :class:`_Refused`."""

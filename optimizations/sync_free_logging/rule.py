@@ -4,7 +4,7 @@ What it changes and when it refuses: README.md."""
 from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
-from .edit import _SyncFree
+from .edit import SyncFreeLosses
 from .examples import EXAMPLES
 
 
@@ -20,7 +20,7 @@ class SyncFreeLogging(Optimization):
     numerics = Numerics.EXACT
     numerics_reason = "the logged and returned losses are the numbers the loop printed before"
     keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
-    codemods = (_SyncFree,)
+    codemods = (SyncFreeLosses,)
     needs = (BACKWARD,)
 
     examples = EXAMPLES
