@@ -222,13 +222,15 @@ def test_apply_interrupted_while_benchmarking_keeps_a_partial_record_marked_so(l
 
     assert code == 130 and "Traceback" not in stderr, stderr
     results = root / ".bot/results"
-    assert not (results / "bot-plan-tier-1.json").exists()  # no file that claims a finished bench
-    partial = Results.load(results / "bot-plan-tier-1-interrupted.json")
+    # one file of its own, marked interrupted, and none that claims a finished bench
+    [kept] = results.glob("bot-plan-tier-1-*.json")
+    assert kept.name.endswith("-interrupted.json"), kept.name
+    partial = Results.load(kept)
     assert partial.stopping["loop"]["reason"] == INTERRUPTED and partial.runs
     progress = record(root)
     assert progress.headline == (
         f"Interrupted while benchmarking; the {len(partial.runs)} measured runs that finished are in "
-        f"{results / 'bot-plan-tier-1-interrupted.json'}; run the same command again to resume"
+        f"{kept}; run the same command again to resume"
     )
     assert_consistent(root, repo, progress)
     assert optimizations_on_branch(root) == ["fused_adamw", "tf32"]
@@ -236,8 +238,12 @@ def test_apply_interrupted_while_benchmarking_keeps_a_partial_record_marked_so(l
 
     resumed = bot(root, "apply", "--tier", "1", "--bench", "--max-host-load", "1")
     assert resumed.returncode == 0, resumed.stderr
-    assert record(root).headline.startswith("Done: 2 landed")
-    assert Results.load(results / "bot-plan-tier-1.json").stopping["loop"]["reason"] != INTERRUPTED
+    # both commits landed before the interrupt: the resumed run only benchmarks
+    assert (
+        record(root).headline == "Benchmarked; nothing new to commit: all 2 items are already on the branch"
+    )
+    [finished] = set(results.glob("bot-plan-tier-1-*.json")) - {kept}  # the interrupted one is kept beside it
+    assert Results.load(finished).stopping["loop"]["reason"] != INTERRUPTED
     assert optimizations_on_branch(root) == ["fused_adamw", "tf32"]
 
 
