@@ -72,16 +72,18 @@ def test_pure_python_between_gil_releases_is_charged_to_itself(sources):
     with sampler.recording():
         end = time.perf_counter() + 0.4
         while time.perf_counter() < end:
-            forward(spin, 0.002)  # two milliseconds of Python in the layer, then a GIL release
+            forward(spin, 0.0005)  # half a millisecond of Python in the layer, then a GIL release
             release()
     host = sampler.report()
     assert host.steps == 1 and host.samples > 50
-    # A reading that waited for the GIL would charge nearly none of it to the layer: the spin (2 ms) is shorter
-    # than Python's default switch interval (5 ms), so such a reading lands in the call that releases the GIL.
-    # On an idle machine the layer gets about 90%; on one loaded four times over (the full suite beside other
-    # jobs) 29-40% was seen, the hash stretching by wall time while the deadline-bound spin does not.
-    assert host.sources_ms[PEFT] > 0.2 * host.sampled_ms
-    assert host.top_lines[0].source == PEFT and "spin(seconds)" in host.top_lines[0].line
+    # A reading that waited for the GIL would charge nearly none of it to the layer: the spin is far shorter than
+    # Python's default switch interval (5 ms), so such a reading lands in the call that releases the GIL. Here
+    # the layer gets 40-80% (about half on this 2-core VM whether idle or loaded; it was 60-80% when the test was
+    # written), so the bound tells the two apart without depending on how busy the machine is.
+    assert host.sources_ms[PEFT] > 0.25 * host.sampled_ms
+    # and charged to the line that spins, through the torch plumbing to the layer that called it
+    layer_lines = [line for line in host.top_lines if line.source == PEFT]
+    assert layer_lines and "spin(seconds)" in layer_lines[0].line
 
 
 def test_a_straggling_step_is_left_out_and_named(sources):
