@@ -1,9 +1,9 @@
 """The optimization registry: what an optimization is, and how the registered ones are found.
 
 Shaped like a lint-rule registry (Fixit's ``LintRule``): an optimization is one :class:`Optimization` subclass
-in its own folder (``optimizations/<id>/rule.py``), carrying an ``id``, a default tier, the win it is expected to bring, its numerics contract
-(:class:`Numerics`: exact, rounding or dynamics, and why), the phrases that name it in a plan, the
-before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
+in its own folder (``optimizations/<id>/rule.py``), carrying an ``id``, a default tier, the win it is expected
+to bring, its numerics contract (:class:`Numerics`: exact, rounding or dynamics, and why), the phrases that name
+it in a plan, the before/after ``examples`` the test-suite runs, and the libcst ``codemods`` that carry it out.
 The base class turns the codemods into ``transform_source`` (one file), ``find`` (what would change, where),
 ``dry_run`` (that and the edited files) and ``apply`` (the edited files written, ready to commit).
 
