@@ -160,36 +160,27 @@ def _headlines(records: Sequence[Record], sources: _Sources) -> list[str]:
     return lines
 
 
-def _measurement_rows(records: Iterable[Record], sources: _Sources) -> list[list[str]]:
+def _measurement_cells(r: Record) -> list[str]:
+    """One measurement's row of an effects table (RESULTS.md's adds the journal link)."""
     return [
-        [
-            r.date,
-            _cell(r.device),
-            _cell(r.workload),
-            _measured(r),
-            _cell(r.metric),
-            _median(r),
-            format_spread(r.spread),
-            _runs(r),
-            _code(r.command),
-            sources.link(r.source),
-        ]
-        for r in records
+        r.date,
+        _cell(r.device),
+        _cell(r.workload),
+        _measured(r),
+        _cell(r.metric),
+        _median(r),
+        format_spread(r.spread),
+        _runs(r),
+        _code(r.command),
     ]
 
 
-_MEASUREMENT_HEADER = (
-    "date",
-    "device",
-    "workload",
-    "measured",
-    "metric",
-    "median",
-    "spread",
-    "runs",
-    "command",
-    "journal",
-)
+def _measurement_rows(records: Iterable[Record], sources: _Sources) -> list[list[str]]:
+    return [[*_measurement_cells(r), sources.link(r.source)] for r in records]
+
+
+_EFFECTS_HEADER = ("date", "device", "workload", "measured", "metric", "median", "spread", "runs", "command")
+_MEASUREMENT_HEADER = (*_EFFECTS_HEADER, "journal")
 
 
 def optimization_ids(records: Iterable[Record]) -> list[str]:
@@ -247,22 +238,7 @@ def render_effects(records: Sequence[Record], name: str) -> str:
     mine = [r for r in records if name in r.optimizations]
     if not mine:
         return "No measurement of this optimization's effect is recorded yet."
-    rows = (
-        (
-            r.date,
-            _cell(r.device),
-            _cell(r.workload),
-            _measured(r),
-            _cell(r.metric),
-            _median(r),
-            format_spread(r.spread),
-            _runs(r),
-            _code(r.command),
-        )
-        for r in mine
-    )
-    header = ("date", "device", "workload", "measured", "metric", "median", "spread", "runs", "command")
-    return "\n".join(_table(header, rows))
+    return "\n".join(_table(_EFFECTS_HEADER, (_measurement_cells(r) for r in mine)))
 
 
 def with_effects(readme: str, table: str) -> str | None:
