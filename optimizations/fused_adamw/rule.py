@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import cast
 
 from optimizations.edits.component_configs import add_keyword
-from optimizations.program.components import components, config_files, instantiates_components, read_text
+from optimizations.program.components import components, instantiates_components, readable_configs
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
@@ -41,10 +41,7 @@ class FusedAdamW(Optimization):
         if not instantiates_components(ctx):
             return []
         sites: list[Site] = []
-        for path in config_files(ctx):
-            original = read_text(ctx, path)
-            if original is None:
-                continue
+        for path, original in readable_configs(ctx):
             text = original
             for component in reversed(components(path, text, CONFIG_CLASSES)):
                 if component.keywords.get("fused") is True:

@@ -9,7 +9,7 @@ import libcst as cst
 from optimizations.edits.component_configs import switch_on
 from optimizations.edits.config_switch import SettingSwitch
 from optimizations.edits.expressions import expr
-from optimizations.program.components import components, config_files, instantiates_components, read_text
+from optimizations.program.components import components, instantiates_components, readable_configs
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.yaml_settings import settings
@@ -80,10 +80,7 @@ def packed_dataset_sites(ctx: RepoContext, optimization_id: str) -> list[Site]:
     if not instantiates_components(ctx):
         return []
     sites: list[Site] = []
-    for path in config_files(ctx):
-        original = read_text(ctx, path)
-        if original is None:
-            continue
+    for path, original in readable_configs(ctx):
         text = original
         datasets = components(path, text, DATASET_BUILDERS)
         builders = {c.lines["packed"]: c.cls for c in datasets if "packed" in c.keywords}

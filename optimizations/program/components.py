@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -143,9 +143,8 @@ def top_level_settings(ctx: RepoContext, key: str) -> list[YamlSetting]:
 
     def find() -> list[YamlSetting]:
         found = []
-        for path in config_files(ctx):
-            text = read_text(ctx, path)
-            if text is not None and _builds_components(text):
+        for path, text in readable_configs(ctx):
+            if _builds_components(text):
                 lines = text.splitlines()
                 found += [s for s in settings(path, text, key) if lines[s.line - 1].startswith(f"{key}:")]
         return found
@@ -170,3 +169,12 @@ def config_files(ctx: RepoContext) -> list[str]:
     """The repository's YAML files in scope; those a plan's focus names, when it names any."""
     found = ctx.files("*.yaml", "*.yml")
     return [path for path in found if any(same_file(path, hint) for hint in ctx.focus)] or found
+
+
+def readable_configs(ctx: RepoContext) -> Iterator[tuple[str, str]]:
+    """``(path, text)`` of each of :func:`config_files` that reads as UTF-8 (the others perfbot neither reads
+    nor edits)."""
+    for path in config_files(ctx):
+        text = read_text(ctx, path)
+        if text is not None:
+            yield path, text
