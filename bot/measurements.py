@@ -142,6 +142,11 @@ def higher_is_better(results: Results, workload: str) -> bool:
     return bool(results.summary[workload]["higher_is_better"])
 
 
+def direction(results: Results, workload: str) -> str:
+    """Which way ``workload``'s primary metric improves, in words."""
+    return "higher is better" if higher_is_better(results, workload) else "lower is better"
+
+
 def primary(results: Results, workload: str) -> str:
     """The metric a win or a regression of ``workload`` is judged on."""
     return str(results.summary[workload]["primary"])

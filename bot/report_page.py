@@ -159,9 +159,7 @@ def workload_sections(results: Results) -> list[WorkloadSection]:
         WorkloadSection(
             name=name,
             metric=measurements.primary(results, name),
-            direction="higher is better"
-            if measurements.higher_is_better(results, name)
-            else "lower is better",
+            direction=measurements.direction(results, name),
             command=str(results.workloads.get(name, {}).get("command", "")),
             throughput=throughput_figure(results, name),
             losses=loss_figure(results, name),

@@ -278,9 +278,7 @@ def workload_views(
             WorkloadView(
                 name=name,
                 metric=measurements.primary(results, name),
-                direction="higher is better"
-                if measurements.higher_is_better(results, name)
-                else "lower is better",
+                direction=measurements.direction(results, name),
                 setup=measurement_setup(results, name),
                 command=str(spec.get("command", "")),
                 headline=headline(results, name),
