@@ -10,6 +10,8 @@ from pathlib import Path
 from bot.render import render
 from bot.scope import Scope, excluded
 from optimizations.program.repository import RepoContext, Site, SiteKinds, SourceCache
+from optimizations.program.runs.resolve import EntryRuns, effective_runs
+from optimizations.program.runs.settings import BF16
 from optimizations.program.shapes import program_shapes
 from optimizations.registry import Numerics, OnStep, Optimization, registry
 
@@ -54,8 +56,8 @@ BF16_TRAINING = "bf16_autocast"
 def trains_in_bf16(findings: list[Finding]) -> bool:
     """True when the scan shows the program already trains in bf16 wherever it looked: bf16 autocast finds a
     loop under bf16 autocast, Accelerate, Lightning or DeepSpeed set to bf16, or component configs that all
-    build the model in bf16 (torchtune's ``dtype: bf16``), and nothing to change or refused. A Trainer config's
-    ``bf16=`` is not read, so a Trainer-driven program reads False."""
+    build the model in bf16 (torchtune's ``dtype: bf16``), and nothing to change or refused. The run
+    configuration (:func:`files_run_in_bf16`) covers what its launches and Trainer configs set."""
     finding = next((f for f in findings if f.optimization.id == BF16_TRAINING), None)
     return finding is not None and bool(finding.already) and not finding.applied and not finding.refused
 
@@ -69,6 +71,15 @@ def files_in_bf16(findings: list[Finding]) -> set[str]:
     if finding is None:
         return set()
     return {s.path for s in finding.already} - {s.path for s in (*finding.applied, *finding.refused)}
+
+
+def files_run_in_bf16(entries: list[EntryRuns]) -> set[str]:
+    """The files loaded only by runs that compute in bf16, as their launches, recipes, configs and code set
+    it (a ``TrainingArguments(bf16=True)`` script, ``--bf16 True`` in every README command, an accelerate
+    config's ``mixed_precision: bf16``): a rounding-level change there rounds no coarser than the run does."""
+    bf16 = {path for entry in entries if entry.every_run_in(BF16) for path in entry.files}
+    other = {path for entry in entries if not entry.every_run_in(BF16) for path in entry.files}
+    return bf16 - other
 
 
 def _split_by_precision(finding: Finding, in_bf16: set[str]) -> tuple[Finding, Finding]:
@@ -93,10 +104,13 @@ def render_plan(
     computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
     flagged for a human, and what the program already does listed (no item: nothing to apply). ``sources``:
     the scan's parses; ``scope``: the scan's (default: the ``[tool.bot] exclude`` globs alone)."""
-    in_bf16 = trains_in_bf16(findings)
     exclude = excluded(root) if scope is None else scope.exclude
-    shapes = program_shapes(RepoContext(root, exclude, sources=sources))
-    bf16_files = files_in_bf16(findings)
+    repo = RepoContext(root, exclude, sources=sources)
+    shapes = program_shapes(repo)
+    entries = effective_runs(repo)
+    run_files = files_run_in_bf16(entries)
+    in_bf16 = trains_in_bf16(findings) or bool(entries and all(e.every_run_in(BF16) for e in entries))
+    bf16_files = files_in_bf16(findings) | run_files
     speedups: dict[int, list[Finding]] = {}
     numerics_changes: list[Finding] = []
     for finding in findings:

@@ -17,8 +17,10 @@ from git_repos import committed_example
 
 from bot.cli import main
 from bot.plan import parse_plan
-from bot.scan import files_in_bf16, pure_speedup, render_plan, scan, trains_in_bf16
+from bot.scan import files_in_bf16, files_run_in_bf16, pure_speedup, render_plan, scan, trains_in_bf16
 from bot.workspace import Workspace
+from optimizations.program.repository import RepoContext
+from optimizations.program.runs.resolve import effective_runs
 from optimizations.registry import Numerics, registry
 
 pytestmark = pytest.mark.slow
@@ -96,13 +98,15 @@ def test_scan_plan_round_trips_through_the_plan_parser(tmp_path):
     auto = [i for i in plan.items if i.auto_apply]
     assert sorted({o for i in auto for o in i.optimizations}) == sorted(applicable)
     opt_in_tier = 1 + max(o.tier for o in registry().values())
-    in_bf16, bf16_files = trains_in_bf16(findings), files_in_bf16(findings)
+    in_bf16 = trains_in_bf16(findings)
+    # the files run in bf16: those whose set-up autocasts, and those that every launch runs in bf16
+    bf16_files = files_in_bf16(findings) | files_run_in_bf16(effective_runs(RepoContext(root)))
     located: dict[str, list[str]] = {}
     for item in auto:
         [opt] = item.optimizations
         optimization = applicable[opt].optimization
         places = item.location.split(", ")
-        # a rounding change is pure in the files that train in bf16 (train_loop.py autocasts): a row of its own
+        # a rounding change is pure in the files that train in bf16: a row of its own
         pure = pure_speedup(optimization, in_bf16) or (
             optimization.numerics is Numerics.ROUNDING and all(p.split(":")[0] in bf16_files for p in places)
         )

@@ -10,6 +10,7 @@ import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
 from optimizations.program.frameworks import framework_backward, framework_calls
+from optimizations.program.runs.resolve import launched_in
 from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.training_loops import BACKWARD, backward_calls, is_method_call, loss_names
 from optimizations.program.values import outcomes
@@ -140,6 +141,11 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
                 self.already(
                     item, f"forward and loss under autocast to bfloat16 (`with {code_of(item)}:`{either})"
                 )
+            return
+        launched = launched_in(self.repo, self.path, "bf16")
+        if launched and not existing:
+            places = "; ".join(dict.fromkeys(f"{s.source} `{s.written}`" for s in launched))
+            self.already(loop, f"every launch of this loop trains in bf16 ({places}): no autocast to add")
             return
         try:
             if existing:

@@ -165,6 +165,8 @@ class SourceCache:
         self._syntax: dict[str, tuple[str, ast.Module | None]] = {}
         # The repository's file listings by root and glob patterns: listed once per run, not per optimization.
         self.listings: dict[tuple[Path, tuple[str, ...]], list[str]] = {}
+        # Facts about the whole repository computed once per run (its launch commands, say), by root and name.
+        self.facts: dict[tuple[Path, str], Any] = {}
 
     def parse(self, path: str, source: str) -> ParsedFile:
         """``source``, the text of ``path``, parsed; :class:`TransformError` when it does not parse."""

@@ -1,0 +1,55 @@
+"""``bot scan --explain``: the effective run configuration of each training entry point, each value with its
+source, as text for a terminal and as data for ``--json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizations.program.runs.resolve import EntryRuns
+from optimizations.program.runs.settings import SETTINGS
+
+
+def explain_data(entries: list[EntryRuns]) -> list[dict[str, Any]]:
+    """Each entry point, its runs and their settings (value, source, what is written there), and the settings
+    its runs disagree on."""
+    return [
+        {
+            "entry": entry.entry,
+            "runs": [
+                {
+                    "launch": run.name,
+                    "command": None if run.launch is None else run.launch.launcher,
+                    "settings": {
+                        name: {"value": s.value, "source": s.source, "written": s.written}
+                        for name in SETTINGS
+                        if (s := run.settings.get(name)) is not None
+                    },
+                }
+                for run in entry.runs
+            ],
+            "disagree": sorted(entry.disagreements()),
+        }
+        for entry in entries
+    ]
+
+
+def explain_text(entries: list[EntryRuns]) -> str:
+    """One table per run of each entry point: setting, value, source; then what its runs disagree on."""
+    if not entries:
+        return "No training entry point found (no file with a backward pass, a trainer or a fit is run).\n"
+    lines: list[str] = []
+    for entry in entries:
+        lines.append(f"{entry.entry}: {len(entry.runs)} run(s)")
+        for run in entry.runs:
+            lines.append(f"  run: {run.name}")
+            width = max(len(name) for name in SETTINGS)
+            for name in SETTINGS:
+                setting = run.settings.get(name)
+                if setting is not None:
+                    written = f"  `{setting.written}`" if setting.written else ""
+                    lines.append(f"    {name:<{width}}  {setting.value:<22} {setting.source}{written}")
+        for name, values in entry.disagreements().items():
+            shown = "; ".join(f"{v.value} ({v.source})" for v in values)
+            lines.append(f"  launches disagree on {name}: {shown}: each launch is a run of its own")
+        lines.append("")
+    return "\n".join(lines)

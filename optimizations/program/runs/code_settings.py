@@ -1,0 +1,190 @@
+"""Settings the Python code of a run sets: literal keywords of the calls that take them, dataclass field
+defaults, and the statements that turn a setting on (``torch.compile(model)``, an autocast, TF32 flags).
+
+Files are read with :mod:`ast`. A keyword counts only where its value is a literal (``bf16=True``,
+``attn_implementation="sdpa"``, ``torch_dtype=torch.bfloat16``): ``bf16=args.bf16`` takes the value of a
+parsed flag, which the launch gives. A dataclass field's default (``optim: str = field(default="adamw_torch")``
+in a ``TrainingArguments`` subclass) counts below every launch flag and recipe.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from optimizations.program.runs.settings import BF16, FP16, Setting, reading
+
+# Calls whose keywords of these names are settings: loaders' ``num_workers``/``pin_memory`` only in loaders.
+LOADER_CALLS = ("DataLoader", "StatefulDataLoader")
+LOADER_NAMES = ("num_workers", "pin_memory")
+# Method calls that turn a setting on, by the attribute called.
+TURNED_ON = {
+    "gradient_checkpointing_enable": ("gradient_checkpointing", "on"),
+    "compile": ("compile", "on"),
+    "get_peft_model": ("peft", "on"),
+    "prepare_model_for_kbit_training": ("peft", "on"),
+}
+DISTRIBUTED = {
+    "DistributedDataParallel": "DDP",
+    "FullyShardedDataParallel": "FSDP",
+    "fully_shard": "FSDP2",
+    "initialize": "DeepSpeed",
+}
+
+
+@dataclass(frozen=True)
+class CodeSettings:
+    """The settings one file's code sets, split by strength: its literal keywords and statements (``code``),
+    and its dataclass defaults (``defaults``), each in source order."""
+
+    code: tuple[Setting, ...]
+    defaults: tuple[Setting, ...]
+
+
+def code_settings(path: str, tree: ast.Module) -> CodeSettings:
+    """What the file ``path`` (parsed: ``tree``) sets."""
+    code: list[Setting] = []
+    defaults: list[Setting] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            code += _call_settings(path, node)
+        elif isinstance(node, ast.Assign):
+            code += _assigned(path, node)
+        elif isinstance(node, ast.ClassDef) and _dataclass_like(node):
+            defaults += _field_defaults(path, node)
+    order = lambda s: int(s.source.rpartition(":")[2])  # noqa: E731 - a sort key
+    return CodeSettings(tuple(sorted(code, key=order)), tuple(sorted(defaults, key=order)))
+
+
+def _name(node: ast.expr) -> str:
+    """The last name of a callee (``torch.optim.AdamW`` -> ``AdamW``)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _dotted(node: ast.expr) -> str:
+    try:
+        return ast.unparse(node)
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _literal(node: ast.expr) -> object:
+    """The value of a literal keyword (``torch.bfloat16`` read as ``"torch.bfloat16"``), else ``...``."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute) and _dotted(node).startswith("torch."):
+        return _dotted(node)
+    return ...
+
+
+def _call_settings(path: str, call: ast.Call) -> list[Setting]:
+    found: list[Setting] = []
+    callee = _name(call.func)
+    where = f"{path}:{call.lineno}"
+    for keyword in call.keywords:
+        if keyword.arg is None or (keyword.arg in LOADER_NAMES and callee not in LOADER_CALLS):
+            continue
+        value = _literal(keyword.value)
+        if value is ...:
+            continue
+        if keyword.arg == "dtype" and callee in ("autocast",):
+            read = _autocast(value)
+        elif keyword.arg == "fused" and callee in ("AdamW", "Adam"):
+            read = ("optimizer", f"torch.optim.{callee} (fused)" if value else f"torch.optim.{callee}")
+        else:
+            read = reading(keyword.arg, value)
+        if read is not None:
+            found.append(Setting(read[0], read[1], where, _written(keyword)))
+    if callee in ("AdamW", "Adam", "SGD", "Adafactor", "Lion") and not any(
+        k.arg == "fused" for k in call.keywords
+    ):
+        module = _dotted(call.func).rpartition(".")[0] or "torch.optim"
+        found.append(Setting("optimizer", f"{module}.{callee}", where, _dotted(call.func)))
+    if callee in ("DeepSpeedCPUAdam",):
+        found.append(Setting("optimizer", "DeepSpeedCPUAdam (CPU)", where, callee))
+    if isinstance(call.func, ast.Attribute) and callee in TURNED_ON:
+        if callee != "compile" or not call.args or _dotted(call.func) == "torch.compile":
+            name, value = TURNED_ON[callee]
+            found.append(Setting(name, value, where, _dotted(call.func) + "(...)"))
+    elif callee in TURNED_ON and callee != "compile":
+        name, value = TURNED_ON[callee]
+        found.append(Setting(name, value, where, callee + "(...)"))
+    if callee == "set_float32_matmul_precision" and call.args:
+        value = _literal(call.args[0])
+        if value in ("high", "medium", "highest"):
+            found.append(Setting("tf32", "off" if value == "highest" else "on", where, f'"{value}"'))
+    if callee in DISTRIBUTED and (callee != "initialize" or _dotted(call.func).startswith("deepspeed")):
+        found.append(Setting("distribution", DISTRIBUTED[callee], where, _dotted(call.func) + "(...)"))
+    if callee in ("to", "bfloat16", "half") and _model(call.func):
+        dtype = _literal(call.args[0]) if callee == "to" and call.args else callee
+        read = reading("dtype", "bfloat16" if dtype == "bfloat16" else dtype)
+        if read is not None and read[1] in (BF16, FP16):
+            found.append(Setting("weights_dtype", read[1], where, _dotted(call.func) + "(...)"))
+    return found
+
+
+def _model(func: ast.expr) -> bool:
+    """A method of something named as a model (``model.to(...)``, ``self.model.bfloat16()``), not a tensor's."""
+    return isinstance(func, ast.Attribute) and "model" in _dotted(func.value).rpartition(".")[2].lower()
+
+
+def _autocast(value: object) -> tuple[str, str] | None:
+    read = reading("dtype", value)
+    return None if read is None else ("mixed_precision", f"{read[1]} (autocast)")
+
+
+def _written(keyword: ast.keyword) -> str:
+    return f"{keyword.arg}={_dotted(keyword.value)}"
+
+
+def _assigned(path: str, assign: ast.Assign) -> list[Setting]:
+    """``torch.backends.cuda.matmul.allow_tf32 = True``, ``compile = True`` in a config module."""
+    value = _literal(assign.value)
+    found = []
+    for target in assign.targets:
+        name = _name(target) if isinstance(target, (ast.Attribute, ast.Name)) else ""
+        if name == "allow_tf32" and "matmul" in _dotted(target):
+            read = reading("tf32", value)
+        elif isinstance(target, ast.Name) and name in ("compile",):
+            read = reading(name, value)
+        else:
+            read = None
+        if read is not None:
+            found.append(Setting(read[0], read[1], f"{path}:{assign.lineno}", f"{_dotted(target)} = {value}"))
+    return found
+
+
+def _dataclass_like(node: ast.ClassDef) -> bool:
+    decorated = any("dataclass" in _dotted(d) for d in node.decorator_list)
+    return decorated or any(
+        _name(b).endswith(("TrainingArguments", "Config", "Arguments")) for b in node.bases
+    )
+
+
+def _field_defaults(path: str, cls: ast.ClassDef) -> list[Setting]:
+    found = []
+    for statement in cls.body:
+        if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
+            continue
+        default = statement.value
+        if isinstance(default, ast.Call) and _name(default.func) == "field":
+            default = next((k.value for k in default.keywords if k.arg == "default"), None)
+        if default is None:
+            continue
+        value = _literal(default)
+        read = None if value is ... else reading(statement.target.id, value)
+        if read is not None:
+            written = f"{statement.target.id} = {_dotted(default)}  (default of {cls.name})"
+            found.append(Setting(read[0], read[1], f"{path}:{statement.lineno}", written))
+    return found
+
+
+def precision_of(settings: dict[str, Setting]) -> str | None:
+    """``bf16``/``fp16`` where the run computes in that precision (mixed precision or weights), else None."""
+    for name in ("mixed_precision", "weights_dtype"):
+        found = settings.get(name)
+        if found is not None and found.value.split(" ")[0] in (BF16, FP16):
+            return found.value.split(" ")[0]
+    return None

@@ -1,0 +1,168 @@
+"""Every command in a repository that launches one of its Python files, and the flags it passes.
+
+Commands are read from shell scripts, Slurm batch files, Makefiles and the code blocks of Markdown documents,
+line continuations joined, split into words with :mod:`shlex` (never run). A command is a launcher (``python``,
+``accelerate launch``, ``torchrun``, ``deepspeed``, ``srun``...), the launcher's own flags, the target (a
+``.py`` file of the repository, or ``-m`` one of its modules) and the target's flags.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from optimizations.program.recipes import (
+    RECIPE_SUFFIXES,
+    _arguments,
+    _code_blocks,
+    _commands,
+    _expand_braces,
+    shell_words,
+)
+from optimizations.program.repository import SOURCE_ROOTS, RepoContext, module_paths
+
+SHELL_FILES = ("*.sh", "*.bash", "*.slurm", "*.sbatch", "Makefile", "*.mk")
+DOCUMENT_FILES = ("*.md",)
+# Words that start a Python program, by their base name (``python3.11``, ``/usr/bin/python`` included).
+LAUNCHERS = ("python", "accelerate", "torchrun", "deepspeed", "srun", "mpirun", "uv", "composer", "lightning")
+# ``python -m torch.distributed.run`` and its older name are torchrun.
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """One command that runs a file of the repository: where it is written, how, and with which flags."""
+
+    path: str  # the shell script or document
+    line: int  # first physical line of the command
+    launcher: str  # ``python``, ``accelerate``, ``torchrun``, ``deepspeed``...
+    target: str  # the repository file it runs
+    as_module: bool  # ``python -m pkg.mod`` (else the file by path)
+    launcher_flags: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, str] = field(default_factory=dict)
+    positional: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        """``path:line`` of the command."""
+        return f"{self.path}:{self.line}"
+
+    @property
+    def documented(self) -> bool:
+        """Shown in a document, not run by a script of the repository."""
+        return self.path.endswith(DOCUMENT_FILES[0][1:])
+
+    @property
+    def recipes(self) -> list[str]:
+        """The YAML recipes it passes (``--config``, or a positional ``.yaml``), braces expanded."""
+        given = [self.flags["config"]] if "config" in self.flags else []
+        given += [word for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
+        return [posixpath.normpath(p) for word in given for p in _expand_braces(word)]
+
+
+def launch_commands(repo: RepoContext) -> list[LaunchCommand]:
+    """Every command of the repository's launch files and documents that runs one of its Python files, once
+    per run of perfbot (``repo.sources`` keeps them)."""
+    key = (repo.root, "launch commands")
+    if key not in repo.sources.facts:
+        repo.sources.facts[key] = _read_all(repo)
+    return list(repo.sources.facts[key])
+
+
+def _read_all(repo: RepoContext) -> list[LaunchCommand]:
+    files = set(repo.files("*.py"))
+    found = []
+    for path in [*repo.files(*SHELL_FILES), *repo.documents(*DOCUMENT_FILES)]:
+        try:
+            text = repo.read(path)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if ".py" not in text and "-m " not in text:
+            continue
+        body = _code_blocks(text) if path.endswith(".md") else text
+        for line, _start, _end, command in _commands(body):
+            for words in _simple_commands(shell_words(command)):
+                launch = _launch(path, line, words, files)
+                if launch is not None:
+                    found.append(launch)
+    return found
+
+
+def _simple_commands(words: list[str]) -> list[list[str]]:
+    """The words of each simple command, split at the control operators (``&&``, ``;``, ``|``)."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word and set(word) <= set(";&|"):
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+def _launch(path: str, line: int, words: list[str], files: set[str]) -> LaunchCommand | None:
+    """The command as a launch of a repository file, or ``None`` (not a launcher, or nothing of ours run)."""
+    words = [w for w in words if not _assignment(w)]  # ``CUDA_VISIBLE_DEVICES=0 python ...``
+    start = next((i for i, w in enumerate(words) if _is_launcher(w)), None)
+    if start is None:
+        return None
+    launcher = _launcher_name(words[start])
+    base = posixpath.dirname(path)
+    index = start + 1
+    while index < len(words):
+        word = words[index]
+        if _is_launcher(word):  # ``srun torchrun ...``: the inner launcher
+            launcher, start = _launcher_name(word), index
+        elif word == "-m" and index + 1 < len(words):
+            module = words[index + 1]
+            if module in TORCHRUN_MODULES:
+                launcher, index = "torchrun", index + 2
+                continue
+            target = _module_file(module, files)
+            if target is None:
+                return None
+            return _made(path, line, launcher, words[start + 1 : index], target, True, words[index + 2 :])
+        elif word.endswith(".py"):
+            target = _script_file(word, base, files)
+            if target is None:
+                return None
+            return _made(path, line, launcher, words[start + 1 : index], target, False, words[index + 1 :])
+        index += 1
+    return None
+
+
+def _is_launcher(word: str) -> bool:
+    """``python``, ``python3.11``, ``/usr/bin/python3``, ``torchrun``... (not ``python_out``)."""
+    name = PurePosixPath(word).name
+    return name in LAUNCHERS or re.fullmatch(r"python[\d.]*", name) is not None
+
+
+def _launcher_name(word: str) -> str:
+    name = PurePosixPath(word).name
+    return "python" if name.startswith("python") else name
+
+
+def _made(
+    path: str, line: int, launcher: str, before: list[str], target: str, as_module: bool, after: list[str]
+) -> LaunchCommand:
+    launcher_flags, _ = _arguments([w for w in before if w != "launch"])
+    flags, positional = _arguments(after)
+    return LaunchCommand(path, line, launcher, target, as_module, launcher_flags, flags, tuple(positional))
+
+
+def _assignment(word: str) -> bool:
+    name, equals, _ = word.partition("=")
+    return bool(equals) and name.isidentifier() and name.isupper()
+
+
+def _script_file(word: str, base: str, files: set[str]) -> str | None:
+    for candidate in (posixpath.join(base, word), word):
+        normal = posixpath.normpath(candidate)
+        if normal in files:
+            return normal
+    return None
+
+
+def _module_file(module: str, files: set[str]) -> str | None:
+    return next((p for p in module_paths(module, SOURCE_ROOTS) if p in files), None)

@@ -1,0 +1,341 @@
+"""The effective configuration of each run of each training entry point, every value with its source.
+
+A run is an entry point as one launch command starts it (an entry point no command starts runs as written:
+``python <entry>``). A value is taken from the sources below in this order, each later one winning:
+
+1. the library default, where the code trains through a ``transformers``/TRL trainer (:data:`TRAINER_DEFAULTS`);
+2. dataclass field defaults of the files the entry point loads (a ``TrainingArguments`` subclass's ``optim``);
+3. the launcher's config: an ``accelerate config`` YAML, then the DeepSpeed config it or a flag names;
+4. the YAML recipes the launch passes (``--config recipe.yaml``);
+5. the launch's flags for the script (``--bf16 True``), then the launcher's own (``--mixed_precision bf16``);
+6. literal values in the code (``Accelerator(mixed_precision="bf16")`` overrides the launcher's flag);
+7. a DeepSpeed ``optimizer`` block or ZeRO optimizer offload, which replace whatever optimizer the trainer
+   would build.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+from dataclasses import dataclass
+
+from optimizations.program.reachability import program_of
+from optimizations.program.repository import RepoContext
+from optimizations.program.runs.code_settings import CodeSettings, code_settings, precision_of
+from optimizations.program.runs.commands import LaunchCommand, launch_commands
+from optimizations.program.runs.launcher_configs import (
+    accelerate_config,
+    deepspeed_config,
+    deepspeed_settings,
+)
+from optimizations.program.runs.settings import FP32, SETTINGS, Setting, reading
+from optimizations.program.yaml_settings import settings as yaml_settings
+
+# Text that shows a file trains: a backward pass, a trainer or a framework's fit.
+TRAINING_MARKERS = (".backward(", "Trainer(", ".fit(", "deepspeed.initialize(", ".train(")
+TRAINER_WORDS = ("TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "TrlParser", "HfArgumentParser")
+TRAINER = "default of transformers' TrainingArguments"
+TRAINER_DEFAULTS = (
+    Setting("mixed_precision", FP32, TRAINER, "bf16=False, fp16=False"),
+    Setting(
+        "optimizer",
+        "adamw_torch_fused",
+        TRAINER,
+        "optim: adamw_torch_fused on torch >= 2.8, else adamw_torch",
+    ),
+    Setting("loader_workers", "0", TRAINER, "dataloader_num_workers=0"),
+    Setting("pin_memory", "on", TRAINER, "dataloader_pin_memory=True"),
+    Setting("compile", "off", TRAINER, "torch_compile=False"),
+    Setting("gradient_checkpointing", "off", TRAINER, "gradient_checkpointing=False"),
+    Setting(
+        "attention", "sdpa", "default of transformers' from_pretrained", "sdpa where the model supports it"
+    ),
+)
+NOTHING = "nothing in the code or its launch sets it"
+PLAIN_DEFAULTS = (
+    Setting("mixed_precision", FP32, NOTHING),
+    Setting("compile", "off", NOTHING),
+    Setting("distribution", "one process", NOTHING),
+    Setting("peft", "off", NOTHING),
+)
+LAUNCHER_SETTINGS = ("mixed_precision", "dynamo_backend")
+DEEPSPEED_FLAGS = ("deepspeed", "deepspeed_config", "deepspeed_config_file")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One way an entry point is run, and the value of each setting in it."""
+
+    entry: str
+    launch: LaunchCommand | None
+    settings: dict[str, Setting]
+
+    @property
+    def name(self) -> str:
+        """The launch's ``path:line``, or that the entry point runs as written."""
+        return self.launch.where if self.launch else f"python {self.entry} (no launch command found)"
+
+    @property
+    def precision(self) -> str | None:
+        """``bf16``/``fp16`` where the run computes in that precision, else None."""
+        return precision_of(self.settings)
+
+
+@dataclass(frozen=True)
+class EntryRuns:
+    """A training entry point and its runs."""
+
+    entry: str
+    files: frozenset[str]  # the repository files its imports load
+    runs: tuple[Run, ...]
+
+    def disagreements(self) -> dict[str, list[Setting]]:
+        """The settings whose value differs between its runs, with each run's value."""
+        found = {}
+        for name in SETTINGS:
+            values = [run.settings[name] for run in self.runs if name in run.settings]
+            if len({v.value for v in values}) > 1:
+                found[name] = values
+        return found
+
+    def every_run_in(self, precision: str) -> list[Setting]:
+        """Where each run sets ``precision`` (``bf16``), or empty when one run does not."""
+        places = []
+        for run in self.runs:
+            if run.precision != precision:
+                return []
+            places.append(run.settings.get("mixed_precision") or run.settings["weights_dtype"])
+        return places
+
+
+def effective_runs(repo: RepoContext) -> list[EntryRuns]:
+    """Every training entry point of the repository with the configuration of each of its runs, once per run
+    of perfbot (``repo.sources`` keeps it)."""
+    key = (repo.root, "effective runs")
+    if key not in repo.sources.facts:
+        repo.sources.facts[key] = _resolve_all(repo)
+    return list(repo.sources.facts[key])
+
+
+def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
+    program = program_of(repo)
+    commands = launch_commands(repo)
+    found = []
+    for entry in program.entry_points:
+        files = program.imported_from(entry)
+        texts = {path: _text(repo, path) for path in files if _own(entry, path)}
+        if not any(marker in text for text in texts.values() for marker in TRAINING_MARKERS):
+            continue
+        trees = {path: repo.sources.syntax(path, text) for path, text in texts.items() if text}
+        launches: list[LaunchCommand | None] = [c for c in commands if c.target == entry] or [None]
+        runs = tuple(_run(repo, entry, launch, texts, trees) for launch in launches)
+        found.append(EntryRuns(entry, files, runs))
+    return found
+
+
+def _own(entry: str, path: str) -> bool:
+    """Whether ``path`` is the entry point's own code: the entry, or a file in its folder or below (a library
+    the entry imports from elsewhere in the repository sets its values under conditions of its own)."""
+    folder = posixpath.dirname(entry)
+    return path == entry or not folder or path.startswith(folder + "/")
+
+
+def _text(repo: RepoContext, path: str) -> str:
+    try:
+        return repo.read(path)
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _run(
+    repo: RepoContext,
+    entry: str,
+    launch: LaunchCommand | None,
+    texts: dict[str, str],
+    trees: dict[str, ast.Module | None],
+) -> Run:
+    values: dict[str, Setting] = {}
+
+    def put(settings: list[Setting] | tuple[Setting, ...]) -> None:
+        for setting in settings:
+            values[setting.name] = setting
+
+    trainer = any(word in text for text in texts.values() for word in TRAINER_WORDS)
+    put(PLAIN_DEFAULTS)
+    if trainer:
+        put(TRAINER_DEFAULTS)
+    read = {path: _code_settings(repo, path, tree) for path, tree in trees.items() if tree is not None}
+    for path in sorted(read):
+        put(read[path].defaults)
+    late: list[Setting] = []
+    if launch is not None:
+        late = _launch_configs(repo, launch, values)
+        put([s for s in late if s.name != "optimizer"])
+        for recipe in launch.recipes:
+            put(_recipe(repo, recipe))
+        put(_flags(launch.flags, launch.where))
+        sharded = values["distribution"].value != PLAIN_DEFAULTS[2].value
+        # Several processes are data parallel unless a DeepSpeed or FSDP config already shards them.
+        put([s for s in _launcher_flags(launch) if not (sharded and s.value.startswith("DDP"))])
+    for path in sorted(read):
+        put(read[path].code)
+    for path, text in texts.items():
+        put(_deepspeed_in_code(path, text, trees.get(path)))
+    put([s for s in late if s.name == "optimizer"])
+    return Run(entry, launch, values)
+
+
+def _code_settings(repo: RepoContext, path: str, tree: ast.Module) -> CodeSettings:
+    """:func:`code_settings` of a file, once per parse."""
+    key = (repo.root, f"code settings of {path}")
+    kept = repo.sources.facts.get(key)
+    if kept is None or kept[0] is not tree:
+        kept = repo.sources.facts[key] = (tree, code_settings(path, tree))
+    return kept[1]
+
+
+def _launch_configs(repo: RepoContext, launch: LaunchCommand, values: dict[str, Setting]) -> list[Setting]:
+    """The settings of the accelerate config and DeepSpeed config this launch names."""
+    found: list[Setting] = []
+    named = None
+    config_file = launch.launcher_flags.get("config_file")
+    if launch.launcher == "accelerate" and config_file:
+        found, named = accelerate_config(repo, config_file)
+    ds_file = (
+        next(
+            (
+                launch.flags.get(f) or launch.launcher_flags.get(f)
+                for f in DEEPSPEED_FLAGS
+                if f in launch.flags or f in launch.launcher_flags
+            ),
+            None,
+        )
+        or named
+    )
+    if ds_file and ds_file.endswith(".json"):
+        flags = _flags(launch.flags, launch.where)
+        trainer = precision_of({s.name: s for s in flags}) or precision_of(values)
+        found += deepspeed_config(repo, ds_file, trainer)
+        if not any(s.name == "distribution" for s in found):
+            found.append(Setting("distribution", "DeepSpeed", launch.where, f"--deepspeed {ds_file}"))
+    return found
+
+
+def _recipe(repo: RepoContext, recipe: str) -> list[Setting]:
+    try:
+        text = repo.read(recipe)
+    except (OSError, UnicodeDecodeError):
+        return []
+    found = []
+    for name in (
+        "bf16",
+        "fp16",
+        "torch_dtype",
+        "dtype",
+        "tf32",
+        "attn_implementation",
+        "optim",
+        "packing",
+        "padding_free",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "torch_compile",
+        "gradient_checkpointing",
+        "use_peft",
+        "fsdp",
+    ):
+        for setting in yaml_settings(recipe, text, name):
+            read = reading(name, setting.value)
+            if read is not None:
+                found.append(Setting(read[0], read[1], f"{recipe}:{setting.line}", f"{name}: {setting.text}"))
+    return found
+
+
+def _flags(flags: dict[str, str], where: str) -> list[Setting]:
+    found = []
+    for name, value in flags.items():
+        read = reading(name, value)
+        if read is not None:
+            found.append(Setting(read[0], read[1], where, f"--{name} {value}"))
+    return found
+
+
+def _launcher_flags(launch: LaunchCommand) -> list[Setting]:
+    flags = launch.launcher_flags
+    found = [s for s in _flags({k: v for k, v in flags.items() if k in LAUNCHER_SETTINGS}, launch.where)]
+    processes = flags.get("nproc_per_node") or flags.get("num_processes") or flags.get("num_gpus")
+    if launch.launcher == "deepspeed" or "use_deepspeed" in flags:
+        stage = flags.get("zero_stage")
+        shown = f"DeepSpeed ZeRO-{stage}" if stage else "DeepSpeed"
+        found.append(Setting("distribution", shown, launch.where, launch.launcher))
+    elif "use_fsdp" in flags:
+        found.append(Setting("distribution", "FSDP", launch.where, "--use_fsdp"))
+    elif processes and processes not in ("1",) and launch.launcher in ("torchrun", "accelerate"):
+        found.append(
+            Setting(
+                "distribution", f"DDP x{processes}", launch.where, f"{launch.launcher} {processes} processes"
+            )
+        )
+    return found
+
+
+def _deepspeed_in_code(path: str, text: str, tree: ast.Module | None) -> list[Setting]:
+    """A DeepSpeed config written as a dict literal in code (``ds_config = {"zero_optimization": ...}``)."""
+    if tree is None or "zero_optimization" not in text:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and k.value == "zero_optimization" for k in node.keys
+        ):
+            data = _constants(node)
+            if isinstance(data, dict):
+                lines = text.splitlines(keepends=True)
+                start = sum(len(line) for line in lines[: node.lineno - 1])
+                shifted = [s for s in deepspeed_settings(data, path, text[start:])]
+                found += [
+                    Setting(
+                        s.name,
+                        s.value,
+                        f"{path}:{node.lineno + int(s.source.rpartition(':')[2]) - 1}",
+                        s.written,
+                    )
+                    for s in shifted
+                ]
+    return found
+
+
+def _constants(node: ast.expr) -> object:
+    """A dict/list literal's constant parts (anything else as None)."""
+    if isinstance(node, ast.Dict):
+        return {
+            k.value: _constants(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if isinstance(k, ast.Constant)
+        }
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_constants(e) for e in node.elts]
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def runs_of(repo: RepoContext, path: str) -> list[Run]:
+    """Every run of every training entry point that loads the file ``path``."""
+    return [run for entry in effective_runs(repo) if path in entry.files for run in entry.runs]
+
+
+def launched_in(repo: RepoContext, path: str, precision: str) -> list[Setting]:
+    """Where each run that loads ``path`` sets ``precision`` (``bf16``) outside the file's own code -- a launch
+    flag, a recipe, a launcher or DeepSpeed config, another file; empty when some run does not, or no run
+    launched by a command loads the file."""
+    runs = runs_of(repo, path)
+    if not runs or any(run.launch is None for run in runs):
+        return []
+    places = []
+    for run in runs:
+        setting = run.settings.get("mixed_precision")
+        if run.precision != precision or setting is None or setting.source.startswith(f"{path}:"):
+            return []
+        if not setting.value.startswith(precision):
+            return []
+        places.append(setting)
+    return places

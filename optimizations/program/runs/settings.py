@@ -1,0 +1,144 @@
+"""What a run configuration holds: one value per setting, each with where it comes from.
+
+The settings are the ones that decide which optimizations are left to make (:data:`SETTINGS`). Each is set
+under several names across libraries and launchers -- ``bf16`` of ``TrainingArguments``, ``mixed_precision``
+of Accelerate, ``precision`` of Lightning, ``dtype`` of a torchtune recipe -- and :data:`NAMES` says which
+setting a name sets and how its value reads (:func:`reading`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The settings of a run, in the order they are shown.
+SETTINGS = (
+    "mixed_precision",
+    "weights_dtype",
+    "tf32",
+    "attention",
+    "optimizer",
+    "packing",
+    "loader_workers",
+    "pin_memory",
+    "compile",
+    "gradient_checkpointing",
+    "distribution",
+    "peft",
+)
+BF16 = "bf16"
+FP16 = "fp16"
+FP32 = "fp32"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting's value in one run and where it comes from: ``path:line`` and what is written there, or the
+    library default it falls back to."""
+
+    name: str
+    value: str
+    source: str  # ``path:line``, or ``default of <what>``
+    written: str = ""  # the text that sets it there (``--bf16 True``, ``bf16: {enabled: true}``)
+
+    def shown(self) -> str:
+        """``value (source: written)``, for tables and reasons."""
+        written = f": `{self.written}`" if self.written else ""
+        return f"{self.value} ({self.source}{written})"
+
+
+def _on_off(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return "on" if value.lower() in ("true", "yes", "1") else "off"
+    return None
+
+
+def _bf16_flag(value: object) -> str | None:
+    flag = _on_off(value)
+    return BF16 if flag == "on" else None
+
+
+def _fp16_flag(value: object) -> str | None:
+    flag = _on_off(value)
+    return FP16 if flag == "on" else None
+
+
+def _precision(value: object) -> str | None:
+    """Accelerate's ``mixed_precision``, Lightning's ``precision``, a recipe's ``dtype``/``precision``."""
+    text = str(value).lower().replace("torch.", "")
+    if text in ("bf16", "bfloat16", "bf16-mixed", "bf16-true", "bf16_mixed"):
+        return BF16
+    if text in ("fp16", "float16", "16", "16-mixed", "16-true", "half"):
+        return FP16
+    if text in ("no", "fp32", "float32", "32", "32-true", "full"):
+        return FP32
+    return None
+
+
+def _dtype(value: object) -> str | None:
+    text = str(value).lower().replace("torch.", "")
+    return {"bfloat16": BF16, "bf16": BF16, "float16": FP16, "fp16": FP16, "half": FP16}.get(
+        text, FP32 if text in ("float32", "fp32", "float") else ("auto" if text == "auto" else None)
+    )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None or isinstance(value, bool) else str(value)
+
+
+def _count(value: object) -> str | None:
+    text = str(value)
+    return text if text.isdigit() else None
+
+
+def _peft(value: object) -> str | None:
+    return _on_off(value)
+
+
+def _fsdp(value: object) -> str | None:
+    if value in (None, "", False) or _on_off(value) == "off":
+        return None
+    return f"FSDP ({value})" if isinstance(value, str) and _on_off(value) is None else "FSDP"
+
+
+Reading = Callable[[object], str | None]
+
+# An argument, flag or YAML key's name -> the setting it sets and how its value reads (None: it sets nothing).
+NAMES: dict[str, tuple[str, Reading]] = {
+    "bf16": ("mixed_precision", _bf16_flag),
+    "fp16": ("mixed_precision", _fp16_flag),
+    "mixed_precision": ("mixed_precision", _precision),
+    "precision": ("mixed_precision", _precision),
+    "torch_dtype": ("weights_dtype", _dtype),
+    "dtype": ("weights_dtype", _dtype),
+    "tf32": ("tf32", _on_off),
+    "allow_tf32": ("tf32", _on_off),
+    "attn_implementation": ("attention", _text),
+    "optim": ("optimizer", _text),
+    "packing": ("packing", _on_off),
+    "packed": ("packing", _on_off),
+    "padding_free": ("packing", lambda v: "padding-free" if _on_off(v) == "on" else None),
+    "dataloader_num_workers": ("loader_workers", _count),
+    "num_workers": ("loader_workers", _count),
+    "dataloader_pin_memory": ("pin_memory", _on_off),
+    "pin_memory": ("pin_memory", _on_off),
+    "torch_compile": ("compile", _on_off),
+    "compile": ("compile", _on_off),
+    "gradient_checkpointing": ("gradient_checkpointing", _on_off),
+    "enable_activation_checkpointing": ("gradient_checkpointing", _on_off),
+    "activation_checkpointing": ("gradient_checkpointing", _on_off),
+    "use_peft": ("peft", _peft),
+    "use_lora": ("peft", _peft),
+    "fsdp": ("distribution", _fsdp),
+}
+
+
+def reading(name: str, value: object) -> tuple[str, str] | None:
+    """``(setting, value as shown)`` that ``name = value`` sets, or ``None``."""
+    known = NAMES.get(name)
+    if known is None:
+        return None
+    shown = known[1](value)
+    return None if shown is None else (known[0], shown)

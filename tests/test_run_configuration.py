@@ -1,0 +1,237 @@
+"""The effective run configuration (``bot scan --explain``) on a fixture of each kind of launch: every value
+with the file and line it comes from, launches that disagree kept apart, and the plan's tiers judged by it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from git_repos import make_repo
+
+from optimizations.program.repository import RepoContext
+from optimizations.program.runs.resolve import EntryRuns, effective_runs
+
+HF_SCRIPT = """\
+from dataclasses import dataclass, field
+
+import transformers
+from transformers import Trainer
+
+
+@dataclass
+class TrainingArguments(transformers.TrainingArguments):
+    optim: str = field(default="adamw_torch")
+    model_max_length: int = 512
+
+
+def train():
+    parser = transformers.HfArgumentParser((TrainingArguments,))
+    (args,) = parser.parse_args_into_dataclasses()
+    model = transformers.AutoModelForCausalLM.from_pretrained("m")
+    Trainer(model=model, args=args).train()
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+ACCELERATE_LOOP = """\
+import torch
+from accelerate import Accelerator
+
+
+def main():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for step in range(10):
+        loss = model(torch.ones(2, 4)).sum()
+        accelerator.backward(loss)
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+TRL_SCRIPT = """\
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
+
+
+def main():
+    script_args, training_args, model_args = TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config()
+    SFTTrainer(model=model_args.model_name_or_path, args=training_args).train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+PLAIN_LOOP = """\
+import torch
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(10):
+    loss = model(torch.ones(2, 4)).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def runs_of(tmp_path: Path, files: dict[str, str]) -> list[EntryRuns]:
+    make_repo(tmp_path, files)
+    return effective_runs(RepoContext(tmp_path))
+
+
+def values(entry: EntryRuns, run: int = 0) -> dict[str, tuple[str, str]]:
+    return {name: (s.value, s.source) for name, s in entry.runs[run].settings.items()}
+
+
+def test_readme_torchrun_flags_and_a_deepspeed_config_that_chooses_the_optimizer(tmp_path: Path) -> None:
+    deepspeed = {
+        "bf16": {"enabled": "auto"},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+    }
+    readme = (
+        "# Train\n\n```bash\ntorchrun --nproc_per_node=4 train.py \\\n    --bf16 True --tf32 True \\\n"
+        "    --deepspeed configs/ds_z3.json --dataloader_num_workers 4\n```\n"
+    )
+    (entry,) = runs_of(
+        tmp_path,
+        {"train.py": HF_SCRIPT, "README.md": readme, "configs/ds_z3.json": json.dumps(deepspeed, indent=2)},
+    )
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16", "README.md:4")  # the config's "auto" follows the flag
+    assert got["tf32"] == ("on", "README.md:4")
+    assert got["loader_workers"] == ("4", "README.md:4")
+    assert got["distribution"] == ("DeepSpeed ZeRO-3", "configs/ds_z3.json:12")
+    # ZeRO offload wins over the config's optimizer block, which wins over the dataclass default
+    assert got["optimizer"][0] == "DeepSpeedCPUAdam (ZeRO offload)"
+    assert entry.every_run_in("bf16")
+
+
+def test_dataclass_default_is_the_optimizer_when_no_launch_sets_it(tmp_path: Path) -> None:
+    (entry,) = runs_of(tmp_path, {"train.py": HF_SCRIPT})
+    got = values(entry)
+    assert got["optimizer"] == ("adamw_torch", "train.py:9")
+    assert got["mixed_precision"][0] == "fp32"
+    assert entry.runs[0].launch is None
+    assert not entry.every_run_in("bf16")
+
+
+def test_accelerate_launch_with_a_config_file(tmp_path: Path) -> None:
+    config = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 8\n"
+    launch = "#!/bin/bash\naccelerate launch --config_file configs/zero3.yaml \\\n  train.py --lr 1e-4\n"
+    (entry,) = runs_of(
+        tmp_path, {"train.py": ACCELERATE_LOOP, "configs/zero3.yaml": config, "scripts/run.sh": launch}
+    )
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16", "configs/zero3.yaml:5")
+    assert got["distribution"] == ("DeepSpeed ZeRO-3", "configs/zero3.yaml:2")
+    assert entry.runs[0].launch is not None and entry.runs[0].launch.where == "scripts/run.sh:2"
+
+
+def test_recipe_yaml_and_a_flag_that_overrides_it(tmp_path: Path) -> None:
+    recipe = (
+        "model_name_or_path: m\nbf16: true\noptim: adamw_torch\npacking: true\ngradient_checkpointing: true\n"
+    )
+    launch = "accelerate launch --mixed_precision bf16 sft.py --config recipes/sft.yaml --packing false\n"
+    (entry,) = runs_of(tmp_path, {"sft.py": TRL_SCRIPT, "recipes/sft.yaml": recipe, "run.sh": launch})
+    got = values(entry)
+    assert got["optimizer"] == ("adamw_torch", "recipes/sft.yaml:3")
+    assert got["gradient_checkpointing"] == ("on", "recipes/sft.yaml:5")
+    assert got["packing"] == ("off", "run.sh:1")  # the flag wins over the recipe
+    assert got["mixed_precision"] == ("bf16", "run.sh:1")
+
+
+def test_launches_that_disagree_are_runs_of_their_own(tmp_path: Path) -> None:
+    (entry,) = runs_of(
+        tmp_path,
+        {
+            "train.py": HF_SCRIPT,
+            "run_bf16.sh": "python train.py --bf16 True\n",
+            "run_fp32.sh": "python train.py --output_dir out\n",
+        },
+    )
+    assert len(entry.runs) == 2
+    assert sorted(run.name for run in entry.runs) == ["run_bf16.sh:1", "run_fp32.sh:1"]
+    assert list(entry.disagreements()) == ["mixed_precision"]
+    assert not entry.every_run_in("bf16")
+
+
+def test_deepspeed_config_written_in_code(tmp_path: Path) -> None:
+    script = PLAIN_LOOP.replace(
+        "model = torch.nn.Linear(4, 4)\n",
+        'import deepspeed\n\nmodel = torch.nn.Linear(4, 4)\nds_config = {\n    "train_batch_size": 8,\n'
+        '    "bf16": {"enabled": True},\n    "zero_optimization": {"stage": 2},\n}\n'
+        "engine, *_ = deepspeed.initialize(model=model, config=ds_config)\n",
+    )
+    (entry,) = runs_of(tmp_path, {"train.py": script, "run.sh": "deepspeed --num_gpus 8 train.py\n"})
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16", "train.py:8")
+    assert got["distribution"][0] == "DeepSpeed ZeRO-2"
+
+
+def test_module_launch_makefile_and_slurm(tmp_path: Path) -> None:
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/train.py": PLAIN_LOOP.replace(
+            "import torch\n", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+        ),
+        "Makefile": "train:\n\tpython -m pkg.train --steps 10\n",
+        "job.slurm": "#!/bin/bash\n#SBATCH --gpus=8\nsrun torchrun --nproc_per_node 8 -m pkg.train\n",
+    }
+    (entry,) = runs_of(tmp_path, files)
+    assert entry.entry == "pkg/train.py"
+    assert sorted(run.name for run in entry.runs) == ["Makefile:2", "job.slurm:3"]
+    by_name = {run.name: run for run in entry.runs}
+    assert by_name["job.slurm:3"].settings["distribution"].value == "DDP x8"
+    assert by_name["Makefile:2"].settings["distribution"].value == "one process"
+    assert by_name["Makefile:2"].settings["tf32"].source == "pkg/train.py:2"
+    assert all(run.launch is not None and run.launch.as_module for run in entry.runs)
+
+
+def test_explain_prints_each_value_with_its_source_and_json_carries_it(tmp_path: Path) -> None:
+    make_repo(
+        tmp_path, {"train.py": HF_SCRIPT, "run.sh": "torchrun --nproc_per_node 2 train.py --bf16 True\n"}
+    )
+    command = [sys.executable, "-m", "bot.cli", "scan", "--explain", str(tmp_path)]
+    text = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert "train.py: 1 run(s)" in text
+    assert "run: run.sh:1" in text
+    line = next(line for line in text.splitlines() if line.strip().startswith("mixed_precision"))
+    assert "bf16" in line and "run.sh:1" in line and "--bf16 True" in line
+    data = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True, check=True).stdout)
+    (entry,) = data
+    settings = entry["runs"][0]["settings"]
+    assert settings["optimizer"] == {
+        "value": "adamw_torch",
+        "source": "train.py:9",
+        "written": "optim = 'adamw_torch'  (default of TrainingArguments)",
+    }
+    assert settings["distribution"]["value"] == "DDP x2"
+
+
+def test_a_bf16_trainer_run_puts_rounding_level_changes_in_the_speedup_tiers(tmp_path: Path) -> None:
+    """A LoRA Trainer script whose every launch passes ``--bf16 True``: attention, regional compile and bf16
+    adapters round no coarser than the run does, so the plan offers them as speedups, not as opt-in changes."""
+    script = HF_SCRIPT.replace(
+        'from_pretrained("m")',
+        'from_pretrained("m", attn_implementation="eager")\n    from peft import LoraConfig, get_peft_model\n'
+        "    model = get_peft_model(model, LoraConfig(r=8))",
+    )
+    make_repo(tmp_path, {"train.py": script, "run.sh": "python train.py --bf16 True\n"})
+    plan = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "scan", "--plan", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    speedups, _, opt_in = plan.partition("change what training computes")
+    assert "(opt:regional_compile)" in speedups
+    assert "(opt:regional_compile)" not in opt_in
