@@ -11,7 +11,6 @@ import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
 from optimizations.edits.expressions import add_keywords, call_expr
-from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.components import Component
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
@@ -27,6 +26,8 @@ from optimizations.program.syntax import (
 from optimizations.program.training_loops import is_method_call
 from optimizations.program.values import dict_items, outcomes
 from optimizations.runtime import GPU_FLAGS_RUNTIME
+
+from .edit_trainer_optim import TrainerOptim
 
 CHECK = "fused_optimizer_supported"
 OPTIMIZERS = ("Adam", "AdamW")
@@ -44,11 +45,12 @@ class _Refused(Exception):
     """A check failed; the message is the reason."""
 
 
-class FuseAdamW(PlannedCodemod):
+class FuseAdamW(TrainerOptim):
     """Gives each Adam/AdamW call (``torch.optim`` or a factory such as litgpt's) a run-time ``fused=`` check
     over a parameter list built once, or reports the call fused already or refused."""
 
     def plan(self, module: cst.Module) -> None:
+        self.plan_trainer_optim()
         for call in self.nodes(cst.Call):
             names = self.names(call.func)
             factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)

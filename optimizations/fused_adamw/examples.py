@@ -2,7 +2,7 @@
 
 from optimizations.registry import Example
 
-EXAMPLES = (
+EXAMPLES: tuple[Example, ...] = (
     Example(
         "litgpt_optimizer_factory",
         before="""\
@@ -218,5 +218,48 @@ def build(model):
     return torch.optim.Adam(params, lr=1e-3)
 """,
         refusal="may be an iterator",
+    ),
+)
+
+TRAINER_OPTIM = """\
+from dataclasses import dataclass, field
+
+import transformers
+
+
+@dataclass
+class TrainingArguments(transformers.TrainingArguments):
+    optim: str = field(default="adamw_torch")
+    model_max_length: int = 512
+
+
+def train():
+    parser = transformers.HfArgumentParser((TrainingArguments,))
+    (args,) = parser.parse_args_into_dataclasses()
+    transformers.Trainer(model=None, args=args).train()
+"""
+
+EXAMPLES = (
+    *EXAMPLES,
+    Example(
+        "trainer_arguments_subclass_pins_unfused_adamw",
+        before=TRAINER_OPTIM,
+        after=TRAINER_OPTIM.replace('default="adamw_torch"', 'default="adamw_torch_fused"'),
+    ),
+    Example(
+        "trainer_optim_chosen_with_a_comment_is_kept",
+        before=TRAINER_OPTIM.replace(
+            'field(default="adamw_torch")',
+            'field(default="adamw_torch")  # the fused kernel diverged on our ROCm nodes',
+        ),
+    ),
+    Example(
+        "trainer_optim_under_a_deepspeed_optimizer_block",
+        before=TRAINER_OPTIM,
+        refusal="DeepSpeed config builds its own optimizer at ds.json",
+        files={
+            "run.sh": "deepspeed train.py --deepspeed ds.json\n",
+            "ds.json": '{\n  "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},\n  "zero_optimization": {"stage": 2}\n}\n',
+        },
     ),
 )

@@ -13,6 +13,7 @@ from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
 
 from .edit import CONFIG_CLASSES, FACTORIES, OPTIMIZERS, FuseAdamW, config_refusal
+from .edit_trainer_optim import UNFUSED, recipe_and_flag_sites
 from .examples import EXAMPLES
 
 
@@ -33,14 +34,14 @@ class FusedAdamW(Optimization):
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (FuseAdamW,)
     examples = EXAMPLES
-    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES))
+    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED)
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where
         its Python code instantiates components; none otherwise."""
+        sites = recipe_and_flag_sites(ctx, self.id)
         if not instantiates_components(ctx):
-            return []
-        sites: list[Site] = []
+            return sites
         for path, original in readable_configs(ctx):
             text = original
             for component in reversed(components(path, text, CONFIG_CLASSES)):

@@ -1,0 +1,200 @@
+"""The fused AdamW of a ``transformers`` Trainer: ``optim="adamw_torch_fused"`` wherever the repository pins the
+unfused ``adamw_torch`` (or the older ``adamw_hf``) -- in a ``TrainingArguments`` subclass's field default, a
+config call's literal keyword, a recipe YAML's ``optim:`` key or a launch script's ``--optim`` flag.
+
+``adamw_torch_fused`` is the Trainer's own default from transformers 4.56 on torch 2.8, so a repository that
+sets nothing gets no edit: only an explicit unfused choice is one. A value with a comment on its line is kept
+as chosen on purpose; a run whose DeepSpeed config builds its own optimizer (an ``optimizer`` block, or ZeRO's
+CPU offload) ignores ``optim``, so the site is refused naming that config line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import libcst as cst
+
+from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.hf import HF_CONFIGS, is_training_config
+from optimizations.program.recipes import launches
+from optimizations.program.repository import RepoContext, Site
+from optimizations.program.runs.resolve import runs_of
+from optimizations.program.syntax import code_of, keyword
+from optimizations.program.yaml_settings import settings
+
+FUSED = "adamw_torch_fused"
+UNFUSED = ("adamw_torch", "adamw_hf")
+# Keys that mark a YAML mapping as a recipe of TrainingArguments (two of them beside ``optim``).
+TRAINING_KEYS = frozenset(
+    {
+        "learning_rate",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_train_epochs",
+        "max_steps",
+        "output_dir",
+        "bf16",
+        "lr_scheduler_type",
+        "warmup_ratio",
+        "logging_steps",
+    }
+)
+MESSAGE = f'optim="{FUSED}": the same AdamW update in one fused kernel'
+
+
+def deepspeed_optimizer(repo: RepoContext, path: str) -> str | None:
+    """Why ``optim`` does not choose the optimizer of the runs that load ``path``: the DeepSpeed config line that
+    builds one, or ``None``."""
+    for run in runs_of(repo, path):
+        setting = run.settings.get("optimizer")
+        if setting is not None and setting.value.startswith("DeepSpeed"):
+            return (
+                f"the run's DeepSpeed config builds its own optimizer at {setting.source} (`{setting.written}`), "
+                "which replaces the Trainer's optim"
+            )
+    return None
+
+
+class TrainerOptim(PlannedCodemod):
+    """The Python sites: a ``TrainingArguments`` subclass's ``optim`` default, and ``optim=`` keywords of
+    TrainingArguments-family calls, set to an unfused AdamW."""
+
+    def plan_trainer_optim(self) -> None:
+        """Switch every unfused ``optim`` literal of the file to the fused one, or say why not."""
+        for value, owner in self._optim_literals():
+            written = code_of(value)
+            if self._commented(value):
+                self.already(value, f"optim {written} chosen on purpose (a comment on its line): kept")
+                continue
+            if (reason := deepspeed_optimizer(self.repo, self.path)) is not None:
+                self.refused(value, MESSAGE, reason)
+                continue
+            self.replacements[value] = _fused_in_quotes_of(written)
+            self.changed(value, f"{owner}: {MESSAGE}")
+
+    def _optim_literals(self) -> Iterator[tuple[cst.SimpleString, str]]:
+        for cls in self.nodes(cst.ClassDef):
+            if not any(is_training_config(self.names(base.value)) for base in cls.bases):
+                continue
+            for statement in cls.body.body:
+                for small in getattr(statement, "body", ()):
+                    if not isinstance(small, cst.AnnAssign) or not isinstance(small.target, cst.Name):
+                        continue
+                    if small.target.value != "optim" or small.value is None:
+                        continue
+                    value = small.value
+                    if isinstance(value, cst.Call) and (default := keyword(value, "default")) is not None:
+                        value = default.value
+                    if self._unfused(value):
+                        yield value, f"the optim default of {cls.name.value}"  # type: ignore[misc]
+        for call in self.nodes(cst.Call):
+            argument = keyword(call, "optim")
+            if (
+                argument is not None
+                and self._unfused(argument.value)
+                and is_training_config(self.names(call.func))
+            ):
+                yield argument.value, f"{code_of(call.func)}(optim=...)"  # type: ignore[misc]
+
+    @staticmethod
+    def _unfused(value: cst.BaseExpression) -> bool:
+        return isinstance(value, cst.SimpleString) and value.evaluated_value in UNFUSED
+
+    def _commented(self, value: cst.CSTNode) -> bool:
+        line = self.line(value)
+        text = self.repo.read(self.path).splitlines()
+        return 0 < line <= len(text) and "#" in text[line - 1].split(code_of(value), 1)[-1]
+
+
+def _fused_in_quotes_of(written: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement writing the fused optimizer's name in the quotes of the string it replaces."""
+    quote = written[0] if written[:1] in ("'", '"') else '"'
+    return lambda _node: cst.SimpleString(f"{quote}{FUSED}{quote}")
+
+
+def recipe_and_flag_sites(repo: RepoContext, optimization: str) -> list[Site]:
+    """The launch flags and recipe YAMLs that pin an unfused AdamW for a Trainer, switched to the fused one."""
+    sites: list[Site] = []
+    parsers = [p for p in repo.python_files() if _fills_training_config(repo, p)]
+    if not parsers:
+        return sites
+    for path in repo.files("*.yaml", "*.yml"):
+        sites += _recipe_sites(repo, path, optimization, parsers[0])
+    for script in parsers:
+        for launch in launches(repo, script):
+            value = launch.flags.get("optim")
+            if value in UNFUSED:
+                reason = deepspeed_optimizer(repo, script) or (
+                    "a documented command: change `--optim` where the run is launched"
+                    if launch.documented
+                    else None
+                )
+                sites.append(
+                    Site(launch.path, launch.line, optimization, f"--optim {FUSED}", False, reason or "")
+                )
+                if reason is None:
+                    sites[-1] = _flip(repo, launch.path, launch.line, value, optimization)
+    return sites
+
+
+def _fills_training_config(repo: RepoContext, path: str) -> bool:
+    try:
+        text = repo.read(path)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return ("HfArgumentParser" in text or "TrlParser" in text) and any(c in text for c in HF_CONFIGS)
+
+
+def _recipe_sites(repo: RepoContext, path: str, optimization: str, script: str) -> list[Site]:
+    try:
+        text = repo.read(path)
+    except (OSError, UnicodeDecodeError):
+        return []
+    if "optim" not in text:
+        return []
+    found = [
+        s
+        for s in settings(path, text, "optim")
+        if s.value in UNFUSED and len(TRAINING_KEYS & s.siblings.keys()) >= 2
+    ]
+    sites = []
+    for setting in reversed(found):  # later spans first, so earlier ones stay where they are
+        comment = text[setting.end :].split("\n", 1)[0].strip()
+        if comment.startswith("#"):
+            sites.append(
+                Site(
+                    path,
+                    setting.line,
+                    optimization,
+                    f"optim: {setting.text} chosen on purpose ({comment}): kept",
+                    False,
+                    already=True,
+                )
+            )
+            continue
+        reason = deepspeed_optimizer(repo, script)
+        if reason is not None:
+            sites.append(Site(path, setting.line, optimization, f"recipe optim: {FUSED}", False, reason))
+            continue
+        text = text[: setting.start] + FUSED + text[setting.end :]
+        sites.append(Site(path, setting.line, optimization, f"recipe optim: {FUSED} (was {setting.text})"))
+    if any(s.applicable for s in sites):
+        repo.edit(path, text)
+    return sorted(sites, key=lambda s: s.line)
+
+
+def _flip(repo: RepoContext, path: str, line: int, value: str, optimization: str) -> Site:
+    """The launch line's ``--optim <value>`` set to the fused AdamW (the shell text is not Python: its words are
+    replaced on their line only)."""
+    lines = repo.read(path).splitlines(keepends=True)
+    for number in range(line - 1, len(lines)):
+        for spelling in (f"--optim {value}", f"--optim={value}", f'--optim "{value}"'):
+            if spelling in lines[number]:
+                lines[number] = lines[number].replace(spelling, spelling.replace(value, FUSED), 1)
+                repo.edit(path, "".join(lines))
+                return Site(path, number + 1, optimization, f"launch flag --optim {FUSED} (was {value})")
+        if not lines[number].rstrip().endswith("\\"):
+            break
+    return Site(
+        path, line, optimization, f"--optim {FUSED}", False, "the flag is not written on the command's lines"
+    )
