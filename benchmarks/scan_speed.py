@@ -3,8 +3,8 @@
     python -m benchmarks.scan_speed REPO [--repeats N] [--json]
 
 ``REPO`` is a git repository (it is only read). Each repeat runs, as separate subprocesses, a libcst parse of
-every tracked Python file once (``cst.parse_module`` on each ``git ls-files '*.py'``) and ``python -m bot.cli
-scan REPO``. The table gives the median, min and max wall time and the median CPU time (user + system) of
+every tracked Python file once (``cst.parse_module`` on each ``git ls-files '*.py'``) plus a YAML parse of every
+tracked config (``yaml.compose_all`` on each ``*.yaml``/``*.yml``), and ``python -m bot.cli scan REPO``. The table gives the median, min and max wall time and the median CPU time (user + system) of
 each, and the ratio of the scan's median to the parse's, wall and CPU: on a shared machine, wall time well
 above CPU time means the command waited for a core, so the CPU ratio is the steadier one. Exit code 0 when
 every scan succeeded.
@@ -24,11 +24,19 @@ from benchmarks.cli_speed import ROOT, timed_run
 PARSE_EVERY_FILE = """\
 import subprocess, sys
 import libcst as cst
+import yaml
 root = sys.argv[1]
 paths = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True, check=True)
 for path in paths.stdout.split():
     with open(f"{root}/{path}", encoding="utf-8") as file:
         cst.parse_module(file.read())
+configs = subprocess.run(["git", "ls-files", "*.yaml", "*.yml"], cwd=root, capture_output=True, text=True, check=True)
+for path in configs.stdout.split():
+    with open(f"{root}/{path}", encoding="utf-8") as file:
+        try:
+            list(yaml.compose_all(file.read(), Loader=yaml.SafeLoader))
+        except yaml.YAMLError:
+            pass
 """
 
 
