@@ -346,3 +346,33 @@ def test_a_vendored_helper_is_imported_after_the_sys_path_setup_its_package_need
         "from functools import partial\n",
         "from functools import partial\nfrom lit_gpt._perfbot_gpu_flags import fused_optimizer_supported\n\n",
     )
+
+
+ENVIRONMENT_SETUP = """\
+import os
+os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
+from model import GPT
+
+STEPS = 10
+"""
+
+
+def test_a_vendored_helper_is_imported_below_the_environment_its_torch_import_reads():
+    """A script that sets ``CUDA_VISIBLE_DEVICES`` before it imports torch: a helper (which imports torch)
+    imported above that line would initialise torch before the variable is set."""
+    context = CodemodContext(filename="train.py")
+    AddImportsVisitor.add_needed_import(context, "_perfbot_precision", "bf16_supported")
+    added = add_imports(context, cst.parse_module(ENVIRONMENT_SETUP)).code
+    assert added == ENVIRONMENT_SETUP.replace(
+        "from model import GPT\n", "from model import GPT\nfrom _perfbot_precision import bf16_supported\n"
+    )
+    # torch imported before the environment is set: the environment cannot reach it, the import stays on top
+    early = ENVIRONMENT_SETUP.replace("import os\n", "import os\nimport torch\n", 1)
+    context = CodemodContext(filename="train.py")
+    AddImportsVisitor.add_needed_import(context, "_perfbot_precision", "bf16_supported")
+    assert (
+        "import torch\nfrom _perfbot_precision import bf16_supported\n"
+        in add_imports(context, cst.parse_module(early)).code
+    )

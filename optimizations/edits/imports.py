@@ -1,5 +1,5 @@
 """Where new statements and imports go in a module: after its import block, and a vendored helper's import below
-the file's ``sys.path`` setup."""
+the file's ``sys.path`` setup and below an environment set before imports (``os.environ[...] = ...``)."""
 
 from __future__ import annotations
 
@@ -88,17 +88,21 @@ def add_imports(context: CodemodContext, module: cst.Module) -> cst.Module:
     )
     before = {id(statement) for statement in body[:end]}
     added = [statement for statement in head if id(statement) not in before]
-    setup = _import_path_setup(body, end)
+    path_setup = _import_path_setup(body, end)
     importable = _top_level_packages(body[:end])  # the helper's package imported before the setup needs none
-    vendored = (
-        [
-            statement
-            for statement in added
-            if _imports_vendored(statement) and _imported_package(statement) not in importable
-        ]
-        if setup is not None
-        else []
-    )
+    # Every helper imports torch: below the environment an import of torch further down would read.
+    environment = None if "torch" in importable else _environment_setup(body, end)
+    vendored = [
+        statement
+        for statement in added
+        if _imports_vendored(statement)
+        and (
+            environment is not None
+            or path_setup is not None
+            and _imported_package(statement) not in importable
+        )
+    ]
+    setup = max((i for i in (path_setup, environment) if i is not None), default=None)
     if not vendored or setup is None:  # no vendored import to move without a setup
         return module.with_changes(
             body=[*head, follower.with_changes(leading_lines=moved.leading_lines), *body[end + 1 :]]
@@ -138,6 +142,29 @@ def _import_path_setup(body: Sequence[cst.BaseStatement], start: int) -> int | N
             for small in statement.body
         ):
             found = index
+    return found
+
+
+ENVIRONMENT_SETUP = ("os.environ[", "os.environ.setdefault(", "os.environ.update(", "os.putenv(")
+
+
+def _environment_setup(body: Sequence[cst.BaseStatement], start: int) -> int | None:
+    """The index of the last top-level environment change (``os.environ["CUDA_VISIBLE_DEVICES"] = ...``,
+    ``os.environ.setdefault(...)``) from ``start`` that an import after it, before the first definition, may
+    read: a helper imported above it would import torch before the variable is set."""
+    found, imports_after = None, False
+    for index in range(start, len(body)):
+        statement = body[index]
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if _is_import_line(statement) and found is not None:
+            imports_after = True
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            code_of(small).replace(" ", "").startswith(ENVIRONMENT_SETUP) for small in statement.body
+        ):
+            found, imports_after = index, False
+    if found is not None and not imports_after:
+        return _environment_setup(body[:found], start) if found > start else None
     return found
 
 
