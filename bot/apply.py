@@ -274,11 +274,11 @@ class TierRun:
         if any(same_file(path, hint) for path in touched for hint in focus):
             return change, ""
         where = ", ".join(focus)
-        found = ", ".join(sorted({s.path for s in change.sites})) or "nowhere"
-        return (
-            change,
-            f"the plan points at {where}, which holds no site of {optimization.id}; bot scan finds it in {found}; ",
+        paths = sorted({s.path for s in change.sites})
+        found = (
+            f"bot scan finds it in {', '.join(paths)}" if paths else "bot scan finds no site of it anywhere"
         )
+        return change, f"the plan points at {where}, which holds no site of {optimization.id}; {found}; "
 
     def _apply_row(self, row: Row, optimization: Optimization, issue: int | str) -> str | None:
         """Apply one optimization and commit it; the row says what happened. The sha, or None."""
