@@ -43,11 +43,13 @@ def explain_text(entries: list[EntryRuns]) -> str:
         for run in entry.runs:
             lines.append(f"  run: {run.name}")
             width = max(len(name) for name in SETTINGS)
-            for name in SETTINGS:
-                setting = run.settings.get(name)
-                if setting is not None:
-                    written = f"  `{setting.written}`" if setting.written else ""
-                    lines.append(f"    {name:<{width}}  {setting.value:<22} {setting.source}{written}")
+            shown = [run.settings[name] for name in SETTINGS if name in run.settings]
+            values = max(len(setting.value) for setting in shown)
+            for setting in shown:
+                written = f"  `{setting.written}`" if setting.written else ""
+                lines.append(
+                    f"    {setting.name:<{width}}  {setting.value:<{values}}  {setting.source}{written}"
+                )
         for name, values in entry.disagreements().items():
             shown = "; ".join(f"{v.value} ({v.source})" for v in values)
             lines.append(f"  launches disagree on {name}: {shown}: each launch is a run of its own")

@@ -43,16 +43,17 @@ MESSAGE = f'optim="{FUSED}": the same AdamW update in one fused kernel'
 
 
 def deepspeed_optimizer(repo: RepoContext, path: str) -> str | None:
-    """Why ``optim`` does not choose the optimizer of the runs that load ``path``: the DeepSpeed config line that
-    builds one, or ``None``."""
-    for run in runs_of(repo, path):
-        setting = run.settings.get("optimizer")
-        if setting is not None and setting.value.startswith("DeepSpeed"):
-            return (
-                f"the run's DeepSpeed config builds its own optimizer at {setting.source} (`{setting.written}`), "
-                "which replaces the Trainer's optim"
-            )
-    return None
+    """Why ``optim`` chooses the optimizer of no run that loads ``path``: the DeepSpeed config line that builds
+    one in each of them; ``None`` when some run builds the Trainer's (a README's FSDP commands beside a ZeRO
+    offload one: the default still matters to those)."""
+    runs = runs_of(repo, path)
+    settings = [run.settings.get("optimizer") for run in runs]
+    if not runs or not all(s is not None and s.value.startswith("DeepSpeed") for s in settings):
+        return None
+    places = "; ".join(dict.fromkeys(f"{s.source} (`{s.written}`)" for s in settings if s is not None))
+    return (
+        f"every run's DeepSpeed config builds its own optimizer, which replaces the Trainer's optim: {places}"
+    )
 
 
 class TrainerOptim(PlannedCodemod):

@@ -256,7 +256,7 @@ EXAMPLES = (
     Example(
         "trainer_optim_under_a_deepspeed_optimizer_block",
         before=TRAINER_OPTIM,
-        refusal="DeepSpeed config builds its own optimizer at ds.json",
+        refusal="every run's DeepSpeed config builds its own optimizer",
         files={
             "run.sh": "deepspeed train.py --deepspeed ds.json\n",
             "ds.json": '{\n  "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},\n  "zero_optimization": {"stage": 2}\n}\n',

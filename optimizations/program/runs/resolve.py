@@ -213,6 +213,7 @@ def _launch_configs(repo: RepoContext, launch: LaunchCommand, values: dict[str, 
         or named
     )
     if ds_file and ds_file.endswith(".json"):
+        ds_file = posixpath.normpath(ds_file)
         flags = _flags(launch.flags, launch.where)
         trainer = precision_of({s.name: s for s in flags}) or precision_of(values)
         found += deepspeed_config(repo, ds_file, trainer)
