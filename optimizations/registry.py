@@ -41,6 +41,7 @@ from optimizations.program.repository import (
     SourceCache,
     check_compiles,
 )
+from optimizations.program.runs.resolve import sharded_in_every_run
 from optimizations.program.shapes import ProgramShape
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ class Optimization:
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
+    # It compiles the model (or its layers): refused where every run shards the model (:meth:`run_refusal`).
+    compiles_model: ClassVar[bool] = False
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -223,7 +226,13 @@ class Optimization:
             for done, path in enumerate(paths, start=1):
                 source = ctx.read(path)
                 if self.might_apply(source):
+                    vendored = dict(ctx.vendored)
                     result = self.transform_source(source, path, ctx, sites_only=sites_only)
+                    refusal = self.run_refusal(ctx, path) if any(s.applicable for s in result.sites) else None
+                    if refusal is not None:  # the runs of this file rule the edit out: sites kept, no edit
+                        sites.extend(s if not s.applicable else _refused(s, refusal) for s in result.sites)
+                        ctx.vendored = vendored
+                        continue
                     sites.extend(result.sites)
                     if result.source != source and not sites_only:
                         check_compiles(result.source, path)
@@ -239,6 +248,12 @@ class Optimization:
                 if not (root / target).exists() or (root / target).read_text(encoding="utf-8") != text:
                     files[target] = text
         return Change(self.id, files, sites)
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
+        configuration it rests on: an optimization that compiles the model is refused where every run shards
+        it (FSDP, ZeRO-3)."""
+        return sharded_in_every_run(ctx, path) if self.compiles_model else None
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Sites in the repository's config files that no Python file's transform reaches (an optimizer a YAML
@@ -275,6 +290,11 @@ class Optimization:
         """True when a plan row's text names this optimization."""
         lowered = text.lower()
         return f"opt:{self.id}" in lowered or any(k in lowered for k in self.keywords)
+
+
+def _refused(site: Site, reason: str) -> Site:
+    """A site to change, refused for ``reason`` instead."""
+    return Site(site.path, site.line, site.optimization, site.message, False, reason)
 
 
 class RegistryError(Exception):

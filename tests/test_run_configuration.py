@@ -12,6 +12,7 @@ from git_repos import make_repo
 
 from optimizations.program.repository import RepoContext
 from optimizations.program.runs.resolve import EntryRuns, effective_runs
+from optimizations.registry import registry
 
 HF_SCRIPT = """\
 from dataclasses import dataclass, field
@@ -235,3 +236,16 @@ def test_a_bf16_trainer_run_puts_rounding_level_changes_in_the_speedup_tiers(tmp
     speedups, _, opt_in = plan.partition("change what training computes")
     assert "(opt:regional_compile)" in speedups
     assert "(opt:regional_compile)" not in opt_in
+
+
+def test_compiling_is_refused_where_every_run_shards_the_model(tmp_path: Path) -> None:
+    """stanford_alpaca's shape: every documented launch runs the Trainer under FSDP or ZeRO-3, so compiling its
+    decoder layers is refused, naming the launch lines; one unsharded launch lets the edit through."""
+    launch = 'torchrun --nproc_per_node=4 train.py --bf16 True --fsdp "full_shard auto_wrap"\n'
+    make_repo(tmp_path, {"train.py": HF_SCRIPT, "run.sh": launch})
+    compile_layers = registry()["regional_compile"]
+    sites = compile_layers.dry_run(tmp_path).sites
+    assert sites and all(not s.applicable for s in sites)
+    assert "every run shards the model (FSDP (full_shard auto_wrap) at run.sh:1)" in sites[0].reason
+    (tmp_path / "single.sh").write_text("python train.py --bf16 True\n")
+    assert any(s.applicable for s in compile_layers.dry_run(tmp_path).sites)

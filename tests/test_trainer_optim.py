@@ -21,7 +21,7 @@ RECIPE = """\
 # Zephyr SFT
 bf16: true
 learning_rate: 2.0e-05
-optim: adamw_torch   
+optim: adamw_torch
 per_device_train_batch_size: 16
 """
 KEPT = "learning_rate: 1.0e-05\nnum_train_epochs: 1\noptim: adamw_torch  # fused diverged with fp16 here\n"
@@ -50,6 +50,6 @@ def test_recipe_and_flag_switched_and_a_commented_choice_kept(tmp_path: Path) ->
 
 def test_no_edit_where_nothing_pins_the_optimizer(tmp_path: Path) -> None:
     """The Trainer's own default is the fused AdamW on torch >= 2.8: nothing set, nothing to change."""
-    make_repo(tmp_path, {"sft.py": SCRIPT, "recipe.yaml": RECIPE.replace("optim: adamw_torch   \n", "")})
+    make_repo(tmp_path, {"sft.py": SCRIPT, "recipe.yaml": RECIPE.replace("optim: adamw_torch\n", "")})
     change = registry()["fused_adamw"].dry_run(tmp_path)
     assert not change.files and not change.sites

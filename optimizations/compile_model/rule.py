@@ -33,6 +33,7 @@ class CompileModel(Optimization):
     keywords = ("inductor",)
     capabilities = ("compile model", "torch.compile")
     codemods = (CompileLoopModel,)
+    compiles_model = True
     needs = (BACKWARD,)
     examples = EXAMPLES
 

@@ -35,5 +35,6 @@ class DecoderGraphs(Optimization):
     keywords = ("cuda graphs", "cudagraphs", "graph replay", "replayed as graphs")
     capabilities = ("cuda graphs",)
     codemods = (ReplayGraphs,)
+    compiles_model = True
     needs = (FIXED_BUDGET,)
     examples = EXAMPLES

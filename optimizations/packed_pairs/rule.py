@@ -32,5 +32,6 @@ class PackedPairs(Optimization):
     keywords = ("packed pairs", "pairs packed", "padding-free dpo", "packed into one token budget")
     capabilities = ("static shapes",)
     codemods = (PackPairs,)
+    compiles_model = True
     needs = (COMPILE_REPEATED_LAYERS,)
     examples = EXAMPLES

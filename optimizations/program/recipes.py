@@ -57,7 +57,7 @@ class Launch:
         HfArgumentParser scripts read ``sys.argv[1]``), relative to the repository root, ``{a,b}`` expanded."""
         given = [self.flags["config"]] if "config" in self.flags else []
         given += [word for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
-        return [str(PurePosixPath(p)) for word in given for p in _expand_braces(word)]
+        return [str(PurePosixPath(p)) for word in given for p in expand_braces(word)]
 
     @property
     def documented(self) -> bool:
@@ -65,16 +65,16 @@ class Launch:
         return not self.path.endswith(".sh")
 
 
-def _expand_braces(word: str) -> list[str]:
+def expand_braces(word: str) -> list[str]:
     """The words the shell's brace expansion makes of ``word`` (``c_{a,b}.yaml``: ``c_a.yaml``, ``c_b.yaml``)."""
     match = re.search(r"\{([^{}]*,[^{}]*)\}", word)
     if match is None:
         return [word]
     head, tail = word[: match.start()], word[match.end() :]
-    return [w for part in match.group(1).split(",") for w in _expand_braces(head + part + tail)]
+    return [w for part in match.group(1).split(",") for w in expand_braces(head + part + tail)]
 
 
-def _code_blocks(text: str) -> str:
+def code_blocks(text: str) -> str:
     """A Markdown text with every line outside fenced code blocks blanked, so offsets and lines still hold."""
     kept, fenced = [], False
     for raw in text.splitlines(keepends=True):
@@ -104,7 +104,7 @@ def parser_types(call: cst.Call, assigns: list[cst.Assign]) -> list[cst.BaseExpr
     return [] if types is None else [types]
 
 
-def _commands(text: str) -> list[tuple[int, int, int, str]]:
+def shell_commands(text: str) -> list[tuple[int, int, int, str]]:
     """``(line, start, end, command)`` for each logical line of a shell script, continuations joined."""
     commands = []
     pending, first_line, first_start, offset = "", 1, 0, 0
@@ -123,7 +123,7 @@ def _commands(text: str) -> list[tuple[int, int, int, str]]:
     return commands
 
 
-def _arguments(words: list[str]) -> tuple[dict[str, str], list[str]]:
+def flag_arguments(words: list[str]) -> tuple[dict[str, str], list[str]]:
     """The ``--key value`` and ``--key=value`` arguments (a flag followed by another flag is ``"true"``), and the
     words that are no flag's value (positional arguments)."""
     flags: dict[str, str] = {}
@@ -156,7 +156,7 @@ def shell_words(command: str) -> list[str]:
 
 def launches(repo: RepoContext, script: str) -> list[Launch]:
     """The commands that run ``script`` with python/accelerate/torchrun, or a script that imports and calls
-    its code (:func:`_runs_code_of`): those of the repository's shell scripts, and those its Markdown documents
+    its code (:func:`runs_code_of`): those of the repository's shell scripts, and those its Markdown documents
     show in code blocks."""
     found = []
     entries: dict[str, bool] = {}
@@ -165,7 +165,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
             continue
-        for line, start, end, command in _commands(text if path.endswith(".sh") else _code_blocks(text)):
+        for line, start, end, command in shell_commands(text if path.endswith(".sh") else code_blocks(text)):
             words = shell_words(command)
             runs = next((i for i, w in enumerate(words) if _runs(repo, w, script, path, entries)), None)
             if runs is None or not any(PurePosixPath(w).name in LAUNCHERS for w in words[:runs]):
@@ -174,7 +174,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             ends = next(
                 (i for i, w in enumerate(arguments) if w and set(w) <= set(OPERATORS)), len(arguments)
             )
-            flags, positional = _arguments(arguments[:ends])
+            flags, positional = flag_arguments(arguments[:ends])
             found.append(Launch(path, line, start, end, flags, tuple(positional)))
     return found
 
@@ -191,11 +191,11 @@ def _runs(repo: RepoContext, word: str, script: str, shell: str, entries: dict[s
     if entry is None or entry == script:
         return False
     if entry not in entries:
-        entries[entry] = _runs_code_of(repo, entry, script)
+        entries[entry] = runs_code_of(repo, entry, script)
     return entries[entry]
 
 
-def _runs_code_of(repo: RepoContext, entry: str, script: str) -> bool:
+def runs_code_of(repo: RepoContext, entry: str, script: str) -> bool:
     """Whether the script ``entry`` imports a function of ``script``'s module and calls it when run (at its top
     level, or under ``if __name__ == "__main__":``), as lm-sys/FastChat's ``train_mem.py`` runs ``train()`` of
     ``fastchat/train/train.py`` after patching attention."""

@@ -33,5 +33,6 @@ class RegionalCompile(Optimization):
     )
     capabilities = ("compile model", "torch.compile")
     codemods = (CompileLayers,)
+    compiles_model = True
     needs = ("Trainer",)
     examples = EXAMPLES

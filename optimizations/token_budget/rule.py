@@ -38,5 +38,6 @@ class TokenBudget(Optimization):
     )
     capabilities = ("static shapes",)
     codemods = (FixBudget,)
+    compiles_model = True
     needs = (COMPILE_REPEATED_LAYERS,)
     examples = EXAMPLES

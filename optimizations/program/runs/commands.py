@@ -15,10 +15,10 @@ from pathlib import PurePosixPath
 
 from optimizations.program.recipes import (
     RECIPE_SUFFIXES,
-    _arguments,
-    _code_blocks,
-    _commands,
-    _expand_braces,
+    code_blocks,
+    expand_braces,
+    flag_arguments,
+    shell_commands,
     shell_words,
 )
 from optimizations.program.repository import SOURCE_ROOTS, RepoContext, module_paths
@@ -59,7 +59,7 @@ class LaunchCommand:
         """The YAML recipes it passes (``--config``, or a positional ``.yaml``), braces expanded."""
         given = [self.flags["config"]] if "config" in self.flags else []
         given += [word for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
-        return [posixpath.normpath(p) for word in given for p in _expand_braces(word)]
+        return [posixpath.normpath(p) for word in given for p in expand_braces(word)]
 
 
 def launch_commands(repo: RepoContext) -> list[LaunchCommand]:
@@ -81,8 +81,8 @@ def _read_all(repo: RepoContext) -> list[LaunchCommand]:
             continue
         if ".py" not in text and "-m " not in text:
             continue
-        body = _code_blocks(text) if path.endswith(".md") else text
-        for line, _start, _end, command in _commands(body):
+        body = code_blocks(text) if path.endswith(".md") else text
+        for line, _start, _end, command in shell_commands(body):
             for words in _simple_commands(shell_words(command)):
                 launch = _launch(path, line, words, files)
                 if launch is not None:
@@ -146,8 +146,8 @@ def _launcher_name(word: str) -> str:
 def _made(
     path: str, line: int, launcher: str, before: list[str], target: str, as_module: bool, after: list[str]
 ) -> LaunchCommand:
-    launcher_flags, _ = _arguments([w for w in before if w != "launch"])
-    flags, positional = _arguments(after)
+    launcher_flags, _ = flag_arguments([w for w in before if w != "launch"])
+    flags, positional = flag_arguments(after)
     return LaunchCommand(path, line, launcher, target, as_module, launcher_flags, flags, tuple(positional))
 
 

@@ -20,6 +20,7 @@ import posixpath
 from dataclasses import dataclass
 
 from optimizations.program.reachability import program_of
+from optimizations.program.recipes import runs_code_of
 from optimizations.program.repository import RepoContext
 from optimizations.program.runs.code_settings import CodeSettings, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
@@ -59,6 +60,8 @@ PLAIN_DEFAULTS = (
     Setting("peft", "off", NOTHING),
 )
 LAUNCHER_SETTINGS = ("mixed_precision", "dynamo_backend")
+# Distributions that shard the parameters themselves.
+SHARDED = ("FSDP", "DeepSpeed ZeRO-3")
 DEEPSPEED_FLAGS = ("deepspeed", "deepspeed_config", "deepspeed_config_file")
 
 
@@ -124,13 +127,21 @@ def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
     for entry in program.entry_points:
         files = program.imported_from(entry)
         texts = {path: _text(repo, path) for path in files if _own(entry, path)}
-        if not any(marker in text for text in texts.values() for marker in TRAINING_MARKERS):
+        if not _trains(repo, entry, texts):
             continue
         trees = {path: repo.sources.syntax(path, text) for path, text in texts.items() if text}
         launches: list[LaunchCommand | None] = [c for c in commands if c.target == entry] or [None]
         runs = tuple(_run(repo, entry, launch, texts, trees) for launch in launches)
         found.append(EntryRuns(entry, files, runs))
     return found
+
+
+def _trains(repo: RepoContext, entry: str, texts: dict[str, str]) -> bool:
+    """Whether the entry point trains: it holds a backward pass, a trainer or a fit itself, or it calls a function
+    of a file that does when it runs (FastChat's ``train_mem.py`` runs ``train()`` of ``train.py``); a tool that
+    imports a helper of the training script (stanford_alpaca's ``weight_diff.py``) does not."""
+    training = [path for path, text in texts.items() if any(marker in text for marker in TRAINING_MARKERS)]
+    return entry in training or any(runs_code_of(repo, entry, path) for path in training)
 
 
 def _own(entry: str, path: str) -> bool:
@@ -340,3 +351,17 @@ def launched_in(repo: RepoContext, path: str, precision: str) -> list[Setting]:
             return []
         places.append(setting)
     return places
+
+
+def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
+    """Why compiling code of ``path`` is no tier-level edit: every run that loads it shards the model (FSDP, or
+    DeepSpeed ZeRO-3), each named where it is set; ``None`` when some run does not, or none is known."""
+    runs = runs_of(repo, path)
+    settings = [run.settings.get("distribution") for run in runs]
+    if not runs or not all(s is not None and s.value.startswith(SHARDED) for s in settings):
+        return None
+    places = "; ".join(dict.fromkeys(f"{s.value} at {s.source}" for s in settings if s is not None))
+    return (
+        f"every run shards the model ({places}): compiling its layers inside the sharding wrapper is a change "
+        "to test on that setup first, not a tier-level edit"
+    )
