@@ -163,6 +163,7 @@ def test_a_wheel_source_has_no_commit_and_names_its_files(tmp_path: Path) -> Non
 
 def test_the_corpus_files_are_valid() -> None:
     manifests = load_all()
+    assert {m.name for m in manifests if m.kind == "pypi"} >= {"pypi__trl-scripts", "pypi__litgpt"}
     assert all(m.expects for m in manifests)
 
 
