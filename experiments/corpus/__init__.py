@@ -1,1 +1,0 @@
-"""The corpus: perfbot on training programs it did not write, installed from the package registry."""
