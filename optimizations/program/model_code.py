@@ -139,21 +139,33 @@ def _registers(call: cst.Call, attribute: str) -> bool:
 
 def factors(node: cst.BaseExpression) -> list[tuple[cst.BaseExpression, int]]:
     """A product read as ``(factor, +1)`` and, for divisors, ``(factor, -1)``: ``a * b / c`` →
-    ``[(a, 1), (b, 1), (c, -1)]``."""
-    node = bare(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-        return factors(node.left) + factors(node.right)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-        return factors(node.left) + [(f, -s) for f, s in factors(node.right)]
-    return [(node, 1)]
+    ``[(a, 1), (b, 1), (c, -1)]``. Read with a stack, not recursion: a product of a thousand factors (a
+    generated expression) is read as any other."""
+    found: list[tuple[cst.BaseExpression, int]] = []
+    pending: list[tuple[cst.BaseExpression, int]] = [(node, 1)]
+    while pending:
+        current, sign = pending.pop()
+        current = bare(current)
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Multiply):
+            pending += [(current.right, sign), (current.left, sign)]
+        elif isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Divide):
+            pending += [(current.right, -sign), (current.left, sign)]
+        else:
+            found.append((current, sign))
+    return found
 
 
 def terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """A sum read as its terms: ``a + b + c`` → ``[a, b, c]`` (subtraction is one term)."""
-    node = bare(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return terms(node.left) + terms(node.right)
-    return [node]
+    """A sum read as its terms: ``a + b + c`` → ``[a, b, c]`` (subtraction is one term); read with a stack."""
+    found: list[cst.BaseExpression] = []
+    pending = [node]
+    while pending:
+        current = bare(pending.pop())
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Add):
+            pending += [current.right, current.left]
+        else:
+            found.append(current)
+    return found
 
 
 def constant(node: cst.BaseExpression, names: Callable[[cst.CSTNode], Iterable[str]]) -> float | None:

@@ -156,4 +156,25 @@ class LayerNorm(nn.Module):
 """,
         refusal="eps is added to the standard deviation",
     ),
+    Example(
+        "no_site_rms_norm_that_rebinds_its_input",
+        # GaLore's modeling_llama.py: `hidden_states = hidden_states * ...` names itself; reading its factors
+        # through the intermediate names once recursed without end.
+        before="""\
+import torch
+from torch import nn
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states
+""",
+    ),
 )

@@ -77,14 +77,16 @@ class LayerNormForward:
             node, seen = bare(self.intermediates[node.value]), seen + 1
         return node
 
-    def _flat(self, node: cst.BaseExpression) -> list[tuple[cst.BaseExpression, int]]:
-        """:func:`factors`, through the forward's intermediate names."""
+    def _flat(
+        self, node: cst.BaseExpression, expanded: frozenset[int] = frozenset()
+    ) -> list[tuple[cst.BaseExpression, int]]:
+        """:func:`factors`, through the forward's intermediate names; a product already being expanded is a
+        factor of its own (``x = x * scale`` names itself: GaLore's ``torchrun_main.py``)."""
         out: list[tuple[cst.BaseExpression, int]] = []
         for part, sign in factors(self._resolve(node)):
             part = self._resolve(part)
-            inner = factors(part)
-            if len(inner) > 1:
-                out += [(p, s * sign) for p, s in self._flat(part)]
+            if len(factors(part)) > 1 and id(part) not in expanded:
+                out += [(p, s * sign) for p, s in self._flat(part, expanded | {id(part)})]
             else:
                 out.append((part, sign))
         return out
