@@ -73,6 +73,16 @@ def describe_refusals(sites: list[Site]) -> str:
     return "; ".join(f"{', '.join(places)}: {advice}" for advice, places in by_advice.items())
 
 
+def describe_kept(sites: list[Site]) -> str:
+    """The kept sites, each as ``kept: chosen on purpose (path:line): <what it chose>``."""
+    return "; ".join(f"{site.kept_note}: {site.message}" for site in sites)
+
+
+def describe_proposal(site: Site, expected: str) -> str:
+    """A proposed site as the progress comment lists it: where, what, the expected effect, why not committed."""
+    return f"{site.where}: {site.message} ({site.optimization}) — expected {expected}; not committed: {site.reason}"
+
+
 def focus_files(plan: Plan, row: Row) -> tuple[str, ...]:
     """Every file the row's plan items point at (a row may name several, an item "same set" in another file
     adds its own); empty (the whole repository) when any item names none. A preference, not a filter: see
@@ -105,6 +115,12 @@ def _commit_body(
         lines += ["", "Changed:"] + [f"- {s.path}:{s.line} {s.message}" for s in changed]
     if refused:
         lines += ["", "Left alone:"] + [f"- {s.path}:{s.line} {s.reason}" for s in refused]
+    if kept := [s for s in sites if s.kept]:
+        lines += ["", "Kept as chosen:"] + [f"- {s.kept_note}: {s.message}; {s.reason}" for s in kept]
+    if proposals := [s for s in sites if s.proposal]:
+        lines += ["", "Proposed to a person, not in this commit:"] + [
+            f"- {s.where} {s.message}" for s in proposals
+        ]
     return "\n".join(lines)
 
 
@@ -177,6 +193,10 @@ class TierRun:
         progress.behavioural = [
             f"{i.key}: {i.change} ({i.location}) — {i.why_not}".strip() for i in plan.behavioural
         ]
+        progress.proposals = [
+            f"{i.key}: {i.location}: {i.change} — expected {i.expected}; not committed: {i.why_not}"
+            for i in plan.proposals
+        ]
         progress.skipped = [unparsed.reason for unparsed in self.skipped]
 
         def publish(headline: str) -> None:
@@ -198,7 +218,7 @@ class TierRun:
                 row.status = ItemStatus.APPLYING
                 stage = f"at {number}/{len(todo)} ({row.optimization})"
                 publish(f"Applying {number}/{len(todo)}: {row.optimization}")
-                sha = self._apply_row(row, known[row.optimization], issue)
+                sha = self._apply_row(row, known[row.optimization], issue, progress)
                 if sha:
                     commits.append(sha)
                 if on_step is not None:
@@ -280,8 +300,11 @@ class TierRun:
         )
         return change, f"the plan points at {where}, which holds no site of {optimization.id}; {found}; "
 
-    def _apply_row(self, row: Row, optimization: Optimization, issue: int | str) -> str | None:
-        """Apply one optimization and commit it; the row says what happened. The sha, or None."""
+    def _apply_row(
+        self, row: Row, optimization: Optimization, issue: int | str, progress: Progress
+    ) -> str | None:
+        """Apply one optimization and commit it; the row says what happened, and ``progress`` lists the changes
+        it proposes to a person (never committed). The sha, or None."""
         workspace = self.workspace
         untidied = None
         try:
@@ -295,11 +318,28 @@ class TierRun:
             workspace.discard()
             row.status, row.note = ItemStatus.FAILED, f"{type(exc).__name__}: {exc}"
             return None
+        expected = optimization.expected_for(self.shapes)
+        listed = set(progress.proposals)
+        progress.proposals += [
+            p for s in change.proposals if (p := describe_proposal(s, expected)) not in listed
+        ]
+        parts = [
+            f"{label}: {text}"
+            for label, text in (
+                ("left alone", describe_refusals(change.refused)),
+                ("proposed to a person", "; ".join(f"{s.where} {s.message}" for s in change.proposals)),
+                ("kept", describe_kept(change.kept)),
+            )
+            if text
+        ]
+        aside = "".join(f" ({part})" for part in parts)
         if not change.files and change.already:
             row.status = ItemStatus.ALREADY
-            row.note = missed + "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already)
-            if change.refused:
-                row.note += " (left alone: " + describe_refusals(change.refused) + ")"
+            row.note = missed + "; ".join(f"{s.path}:{s.line} {s.message}" for s in change.already) + aside
+            return None
+        if not change.files and (change.proposals or change.kept):
+            row.status = ItemStatus.PROPOSED if change.proposals else ItemStatus.KEPT
+            row.note = missed + "; ".join(parts)
             return None
         if not change.files:
             row.status = ItemStatus.NOT_APPLICABLE
@@ -324,9 +364,7 @@ class TierRun:
         )
         row.commit = workspace.commit(change.files, message)  # cut short: run's interrupt handling recovers
         row.status = ItemStatus.LANDED
-        row.note = missed + "; ".join(f"{s.path}:{s.line}" for s in change.applied)
-        if change.refused:
-            row.note += " (left alone: " + describe_refusals(change.refused) + ")"
+        row.note = missed + "; ".join(f"{s.path}:{s.line}" for s in change.applied) + aside
         if untidied:
             row.note += f" (not tidied: {untidied})"
         return row.commit

@@ -43,12 +43,12 @@ def explain_text(entries: list[EntryRuns]) -> str:
         for run in entry.runs:
             lines.append(f"  run: {run.name}")
             width = max(len(name) for name in SETTINGS)
-            shown = [run.settings[name] for name in SETTINGS if name in run.settings]
-            values = max(len(setting.value) for setting in shown)
-            for setting in shown:
+            settings = [run.settings[name] for name in SETTINGS if name in run.settings]
+            column = max(len(setting.value) for setting in settings)
+            for setting in settings:
                 written = f"  `{setting.written}`" if setting.written else ""
                 lines.append(
-                    f"    {setting.name:<{width}}  {setting.value:<{values}}  {setting.source}{written}"
+                    f"    {setting.name:<{width}}  {setting.value:<{column}}  {setting.source}{written}"
                 )
         for name, values in entry.disagreements().items():
             shown = "; ".join(f"{v.value} ({v.source})" for v in values)

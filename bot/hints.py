@@ -67,9 +67,9 @@ def choose_by_sites(
     sources: SourceCache | None = None,
 ) -> Plan:
     """The plan with each item's plain-words alternatives narrowed to those whose scan finds a site here (one
-    to change, or one where the program already does it): "compile the model" is ``compile_model`` for a
-    hand-written loop and ``regional_compile`` for a Trainer. When none finds a site, all are kept, and each
-    reports why it has none."""
+    to change or to propose, or one where the program already does it or chose otherwise): "compile the model"
+    is ``compile_model`` for a hand-written loop and ``regional_compile`` for a Trainer. When none finds a site,
+    all are kept, and each reports why it has none."""
     known = {o.id: o for o in optimizations}
     found: dict[str, bool] = {}
     items = []
@@ -80,7 +80,7 @@ def choose_by_sites(
         for i in item.alternatives:
             if i not in found and i in known:
                 sites = known[i].find(root, exclude, sources=sources)
-                found[i] = any(site.applicable or site.already for site in sites)
+                found[i] = any(not site.refused for site in sites)
         dropped = {i for i in item.alternatives if not found.get(i)}
         if dropped == set(item.alternatives):
             items.append(item)

@@ -61,6 +61,8 @@ class PlanItem:
     auto_apply: bool = True
     why_not: str = ""
     follow_on: bool = False
+    # A change that needs restructuring, proposed to a person: listed, never applied (``auto_apply`` is False).
+    proposal: bool = False
 
     @property
     def target_hint(self) -> tuple[str, int] | None:
@@ -119,7 +121,13 @@ class Plan:
 
     @property
     def behavioural(self) -> list[PlanItem]:
-        return [i for i in self.items if not i.auto_apply]
+        """Items listed and never applied (behavioural changes, refused sites), proposals aside."""
+        return [i for i in self.items if not i.auto_apply and not i.proposal]
+
+    @property
+    def proposals(self) -> list[PlanItem]:
+        """Changes that need restructuring, proposed to a person: never applied."""
+        return [i for i in self.items if i.proposal]
 
     @property
     def unmatched(self) -> list[PlanItem]:
@@ -243,7 +251,7 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
     heading_tier: int | None = None
     document_tier: int | None = None
     list_depth = 0
-    already_done = 0  # the entries of a drafted plan's "Already done" list
+    already_done = 0  # the entries of a drafted plan's "Already done" and "Kept" lists
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -272,7 +280,7 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
                         sum(1 for x in items if x.tier == heading_tier) + 1,
                     )
                 )
-            elif entry and "already done" in lowered:
+            elif entry and ("already done" in lowered or "chosen on purpose" in lowered):
                 already_done += 1
             context = caption or context
             if heading_tier is not None and list_depth == 1:
@@ -303,13 +311,13 @@ def parse_plan(text: str, optimizations: Iterable[Optimization], source: str = "
         where = f" in {source}" if source else ""
         if already_done and not items:
             raise PlanError(
-                f"the plan{where} has no items to apply: the {already_done} sites it lists are done"
+                f"the plan{where} has no items to apply: the {already_done} sites it lists are done or kept"
             )
         if held := [item for item in items if not item.auto_apply]:
             done = f"; done already: {already_done} listed site(s)" if already_done else ""
             raise PlanError(
                 f"the plan{where} has no items to apply: its {len(held)} item(s) need a person "
-                f"(refused sites or behavioural changes){done}"
+                f"(refused sites, proposals or behavioural changes){done}"
             )
         raise PlanError(f"no plan found{where}: {EXPECTED_SHAPE}")
     criteria = [replace(c, tier=document_tier) for c in criteria]
@@ -430,6 +438,7 @@ def _items_from_table(
     why_col = _column(header, "why not", "why")
     lowered = context.lower()
     behavioural = "behavio" in lowered or why_col is not None
+    proposal = behavioural and "proposal" in lowered
     tier_match = _TIER.search(context)
     tier = int(tier_match.group(1)) if tier_match else default_tier
 
@@ -450,6 +459,7 @@ def _items_from_table(
                 **(NO_MATCHES if behavioural else _matched(change, optimizations)),
                 auto_apply=not behavioural,
                 why_not=cell(row, why_col),
+                proposal=proposal,
             )
         )
     return items

@@ -46,6 +46,8 @@ class Progress:
     head: str = ""
     rows: list[Row] = field(default_factory=list)
     behavioural: list[str] = field(default_factory=list)
+    # Changes that need restructuring, proposed to a person and never committed: the plan's and the run's.
+    proposals: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # files left out: they do not parse, and why
     bench: dict[str, Any] = field(default_factory=dict)
 

@@ -101,9 +101,10 @@ def render_plan(
     root: Path, findings: list[Finding], sources: SourceCache | None = None, scope: Scope | None = None
 ) -> str:
     """A plan issue in the seed's shape: one table per tier of pure speedups, the changes to what training
-    computes in a last tier of their own that the user opts into (:func:`pure_speedup`), refused sites
-    flagged for a human, and what the program already does listed (no item: nothing to apply). ``sources``:
-    the scan's parses; ``scope``: the scan's (default: the ``[tool.bot] exclude`` globs alone)."""
+    computes in a last tier of their own that the user opts into (:func:`pure_speedup`), changes that need
+    restructuring proposed to a person (never applied), refused sites flagged for a human, and what the
+    program already does or chose on purpose listed (no item: nothing to apply). ``sources``: the scan's
+    parses; ``scope``: the scan's (default: the ``[tool.bot] exclude`` globs alone)."""
     exclude = excluded(root) if scope is None else scope.exclude
     repo = RepoContext(root, exclude, sources=sources)
     shapes = program_shapes(repo)
@@ -140,15 +141,31 @@ def render_plan(
 
     tiers = {tier: [row(f) for f in rows] for tier, rows in sorted(speedups.items())}
     opt_in = [row(f) for f in numerics_changes]
+    proposals = [
+        {
+            "key": next(keys),
+            "location": s.where,
+            "change": f"{s.message} ({finding.optimization.id})",
+            "expected": finding.optimization.expected_for(shapes),
+            "why": s.reason,
+        }
+        for finding in findings
+        for s in finding.proposals
+    ]
     flagged = [
-        {"key": next(keys), "location": f"{s.path}:{s.line}", "change": s.message, "why": s.reason}
+        {"key": next(keys), "location": s.where, "change": s.message, "why": s.reason}
         for finding in findings
         for s in finding.refused
     ]
     already = [
-        {"location": f"{s.path}:{s.line}", "what": s.message, "optimization": finding.optimization.id}
+        {"location": s.where, "what": s.message, "optimization": finding.optimization.id}
         for finding in findings
         for s in finding.already
+    ]
+    kept = [
+        {"location": s.where, "what": s.message, "why": s.reason, "optimization": finding.optimization.id}
+        for finding in findings
+        for s in finding.kept
     ]
     return render(
         "plan.md.j2",
@@ -158,6 +175,8 @@ def render_plan(
         # One past every optimization's default tier: never a tier of pure speedups, whatever the scan found.
         opt_in_tier=1 + max((f.optimization.tier for f in findings), default=0),
         in_bf16=in_bf16,
+        proposals=proposals,
         flagged=flagged,
         already=already,
+        kept=kept,
     )

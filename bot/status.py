@@ -17,6 +17,8 @@ class ItemStatus(StrEnum):
     NOT_APPLICABLE = "not_applicable"
     FAILED = "failed"
     NEEDS_HUMAN = "needs_human"
+    KEPT = "kept"  # the program chose otherwise on purpose: not overridden
+    PROPOSED = "proposed"  # the change needs restructuring: proposed to a person, never committed
     REVERTED = "reverted"
     INTERRUPTED = "interrupted"
 
@@ -45,6 +47,8 @@ _LABELS = {
     ItemStatus.NOT_APPLICABLE: "➖ not applicable",
     ItemStatus.FAILED: "❌ failed",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
+    ItemStatus.KEPT: "✋ kept (chosen on purpose)",
+    ItemStatus.PROPOSED: "💡 proposal for a person",
     ItemStatus.REVERTED: "↩️ reverted (regression)",
     ItemStatus.INTERRUPTED: "⏹ interrupted",
 }
@@ -56,6 +60,8 @@ _COUNTED = (
     (ItemStatus.ALREADY, "already done"),
     (ItemStatus.NOT_APPLICABLE, "not applicable"),
     (ItemStatus.NEEDS_HUMAN, "need a human"),
+    (ItemStatus.KEPT, "kept on purpose"),
+    (ItemStatus.PROPOSED, "proposed to a person"),
     (ItemStatus.REVERTED, "reverted"),
     (ItemStatus.PENDING, "pending"),
     (ItemStatus.APPLYING, "applying"),
@@ -63,6 +69,8 @@ _COUNTED = (
 )
 # On the branch before the run started: a commit of an earlier run, or code that did it already.
 _ON_THE_BRANCH = (ItemStatus.RESUMED, ItemStatus.ALREADY)
+# Finished with nothing for the run to commit: no site, a person's to make, chosen on purpose, or a proposal.
+_NOTHING_TO_COMMIT = (ItemStatus.NOT_APPLICABLE, ItemStatus.NEEDS_HUMAN, ItemStatus.KEPT, ItemStatus.PROPOSED)
 
 
 def tally(statuses: Iterable[ItemStatus]) -> str:
@@ -78,7 +86,7 @@ def finished_headline(statuses: Iterable[ItemStatus], benchmarked: bool) -> str:
     """The headline of an apply that ran to its end: ``Done: <tally>``; where it committed nothing and no
     item failed (a rerun), it says so plainly: ``Nothing to do: all 4 items are already on the branch``."""
     statuses = list(statuses)
-    if any(s not in (*_ON_THE_BRANCH, ItemStatus.NOT_APPLICABLE, ItemStatus.NEEDS_HUMAN) for s in statuses):
+    if any(s not in (*_ON_THE_BRANCH, *_NOTHING_TO_COMMIT) for s in statuses):
         return f"Done: {tally(statuses)}"
     prefix = "Benchmarked; nothing new to commit" if benchmarked else "Nothing to do"
     on_branch = sum(s in _ON_THE_BRANCH for s in statuses)

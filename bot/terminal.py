@@ -102,7 +102,8 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[str]], *, wide: b
 
 
 def print_progress(progress: RunProgress) -> None:
-    """A run's tier, branch, one line per optimization, and its headline (never the JSON state)."""
+    """A run's tier, branch, one line per optimization, the changes proposed to a person, and its headline
+    (never the JSON state)."""
     head = f", head {progress.head[:10]}" if progress.head else ""
     print(f"tier {progress.tier} · branch {progress.branch} (baseline {progress.baseline[:10]}{head})")
     print_table(
@@ -112,6 +113,8 @@ def print_progress(progress: RunProgress) -> None:
             for r in progress.rows
         ],
     )
+    for proposal in progress.proposals:
+        print(f"proposal for a person (not committed): {proposal}")
     print(progress.headline)
 
 

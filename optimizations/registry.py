@@ -109,8 +109,9 @@ def identifiers(source: str) -> frozenset[str]:
 class Example:
     """A before/after pair the test-suite runs: ``after=None`` means the transform must change nothing.
 
-    ``refusal`` is a fragment of the reason the transform must report for a refused site. ``files`` are other
-    files of the example repository (a config the transform reads, say).
+    ``refusal`` is a fragment of the reason the transform must report for a refused site; ``kept`` of the
+    evidence of a site kept as chosen on purpose; ``proposal`` of why a proposed site is not committed (both
+    change nothing). ``files`` are other files of the example repository (a config the transform reads, say).
     """
 
     name: str
@@ -119,6 +120,8 @@ class Example:
     refusal: str | None = None
     path: str = "train.py"
     files: dict[str, str] = field(default_factory=dict)
+    kept: str | None = None
+    proposal: str | None = None
 
 
 def _editable(ctx: RepoContext, path: str) -> bool:
@@ -133,7 +136,7 @@ class Optimization:
     ``codemods`` are :class:`optimizations.edits.codemod.OptimizationCodemod` subclasses, constructed as
     ``codemod(context, optimization, repo)``. :meth:`transform_source` runs them over one file in order, each
     over the previous one's output; the ones after the first are follow-ups that run only where an earlier
-    one changed something. An optimization that is not a codemod overrides :meth:`transform_source` instead.
+    one changed something. ``proposers`` run over the file as it is, for proposals alone. An optimization that is not a codemod overrides :meth:`transform_source` instead.
     ``needs`` are words a file must contain one of for the codemods to find anything in it (a class or method
     name they match): other files are skipped unparsed. A :class:`Word` must be there as a whole identifier, a
     plain string anywhere in the text, and each word of an :class:`AllOf` together.
@@ -152,6 +155,9 @@ class Optimization:
     capabilities: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
+    # Codemods that find changes needing restructuring (a precompute pass a hand-written loop lacks): run over each
+    # file for their sites alone, proposals for a person, never an edit.
+    proposers: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
     # It compiles the model (or its layers): refused where every run shards the model (:meth:`run_refusal`).
     compiles_model: ClassVar[bool] = False
@@ -200,6 +206,10 @@ class Optimization:
                 editor = codemod(CodemodContext(filename=path), self, ctx)
                 edited = editor.transform_parsed(ctx.sources.parse(path, result.source))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
+        for proposer in self.proposers:
+            finder = proposer(CodemodContext(filename=path), self, ctx)
+            finder.transform_parsed(ctx.sources.parse(path, source), sites_only=True)
+            result = FileResult(result.source, result.sites + finder.sites)
         return result
 
     def dry_run(

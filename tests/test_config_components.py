@@ -154,17 +154,19 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
         ("configs/commented.yaml", 3): (
             False,
             False,
-            "the config comments on compile: false (# True increases speed); a commented choice is a human's",
+            "the config comments on compile: false: `# True increases speed`",
         ),
         ("configs/explained.yaml", 6): (
             False,
             False,
-            "the config comments on compile: False (# compile True: torch.compile every component); "
-            "a commented choice is a human's",
+            "the config comments on compile: False: `# compile True: torch.compile every component`",
         ),
         ("configs/titled.yaml", 4): (True, False, ""),
         ("configs/on.yaml", 3): (False, True, ""),
     }
+    # A commented choice is the author's: kept, not flagged for a human.
+    assert {s.path for s in change.kept} == {"configs/commented.yaml", "configs/explained.yaml"}
+    assert not change.refused
     assert change.files == {
         "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: True\n",
         "configs/titled.yaml": "model:\n  _component_: m.build\n# Memory management / performance\ncompile: True\n",

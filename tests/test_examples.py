@@ -3,7 +3,8 @@
 An example named ``already…`` is a program that already does what the optimization would do: it must edit
 nothing and report only ``already`` sites, at least one (never "no site", never a refusal). An example named
 ``no_site…`` is code the optimization has no business in (a config no trainer reads): no site at all, not even
-a refusal."""
+a refusal. An example with ``kept`` (a setting chosen on purpose) or ``proposal`` (a change that needs
+restructuring) edits nothing and reports such a site, with that fragment in its reason, and none to change."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def test_example(optimization, example, tmp_path):
         assert any(example.refusal in s.reason for s in refused), [s.reason for s in refused]
     if example.after is not None:
         assert any(s.applicable for s in result.sites)
+    for kind, fragment in (("kept", example.kept), ("proposal", example.proposal)):
+        if fragment is not None:
+            assert example.after is None and not ctx.edits, f"a `{kind}` example edits nothing"
+            found = [s for s in result.sites if s.kind == kind]
+            assert any(fragment in s.reason for s in found), [(s.kind, s.reason) for s in result.sites]
+            assert not any(s.applicable for s in result.sites), [s.message for s in result.sites]
     if example.name.startswith("already"):
         assert example.after is None and example.refusal is None and not ctx.edits, "`already` edits nothing"
         assert result.sites, "an `already` example reports where the program already does it"
@@ -58,8 +65,11 @@ def test_example_is_idempotent(optimization, example, tmp_path):
 
 
 def test_every_optimization_has_examples_of_each_kind():
+    """Each shows a change (or, where every change needs restructuring, a proposal), a refusal and a program
+    left unchanged."""
     for optimization in registry().values():
         kinds = {
-            ("changes" if e.after else "refuses" if e.refusal else "unchanged") for e in optimization.examples
+            ("changes" if e.after else "proposes" if e.proposal else "refuses" if e.refusal else "unchanged")
+            for e in optimization.examples
         }
-        assert kinds == {"changes", "refuses", "unchanged"}, optimization.id
+        assert {"refuses", "unchanged"} <= kinds and kinds & {"changes", "proposes"}, optimization.id

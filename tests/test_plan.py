@@ -107,7 +107,16 @@ def test_body_without_a_plan_is_a_clear_error(body):
 def test_a_drafted_plan_that_lists_only_what_is_done_says_so():
     already = [{"location": f"train.py:{line}", "what": "TF32 on", "optimization": "tf32"} for line in (3, 9)]
     drafted = render(
-        "plan.md.j2", repo="r", tiers={}, opt_in=[], opt_in_tier=3, in_bf16=False, flagged=[], already=already
+        "plan.md.j2",
+        repo="r",
+        tiers={},
+        opt_in=[],
+        opt_in_tier=3,
+        in_bf16=False,
+        proposals=[],
+        flagged=[],
+        already=already,
+        kept=[],
     )
     with pytest.raises(
         PlanError, match="the plan in r-plan.md has no items to apply: the 2 sites it lists are done"
@@ -139,8 +148,10 @@ def test_a_drafted_plan_whose_sites_all_need_a_person_says_so():
         opt_in=[],
         opt_in_tier=3,
         in_bf16=False,
+        proposals=[],
         flagged=flagged,
         already=already,
+        kept=[],
     )
     with pytest.raises(
         PlanError,

@@ -152,7 +152,7 @@ def test_a_document_that_is_not_utf8_is_skipped_not_a_crash(tmp_path):
     assert [(f.path, f.line) for f in launches(ctx, "sft.py")] == [("run.sh", 1)]
 
 
-def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_is_already_done(tmp_path):
+def test_a_recipe_false_with_a_reason_is_kept_and_an_explicit_true_is_already_done(tmp_path):
     ctx = _repo(
         tmp_path,
         {
@@ -163,10 +163,7 @@ def test_a_recipe_false_with_a_reason_is_refused_and_an_explicit_true_is_already
         },
     )
     sites = switch(ctx, "sft.py", PACKING, "packing")
-    assert [(s.path, s.line, s.refused, s.already) for s in sites] == [
-        ("off.yaml", 2, True, False),
-        ("on.yaml", 1, False, True),
-    ]
+    assert [(s.path, s.line, s.kind) for s in sites] == [("off.yaml", 2, "kept"), ("on.yaml", 1, "already")]
     assert "one example per row" in sites[0].reason and not ctx.edits
 
 

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     for tier in sorted({i.tier for i in plan.items}):
         print(f"\nTier {tier}:")
         for item in (i for i in plan.items if i.tier == tier):
-            if not item.auto_apply:
+            if item.proposal:
+                flag = "proposal for a person, never applied"
+            elif not item.auto_apply:
                 flag = "behavioural, never applied"
             elif item.optimizations:
                 flag = "auto-apply"

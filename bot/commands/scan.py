@@ -57,9 +57,14 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
         return 0
     for finding in findings:
         opt = finding.optimization
-        already = f", already at {len(finding.already)}" if finding.already else ""
+        others = (
+            ("already at", finding.already),
+            ("kept at", finding.kept),
+            ("proposed at", finding.proposals),
+        )
+        counted = "".join(f", {label} {len(sites)}" for label, sites in others if sites)
         print(
-            f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applied)} site(s) to change{already}"
+            f"{opt.id} (tier {opt.tier}, {opt.expected}): {len(finding.applied)} site(s) to change{counted}"
         )
         for site in finding.sites:
             print(f"  {site.describe()}")

@@ -57,6 +57,11 @@ def render_note(
             shipped.append(f"{label} ({commit_link(row.commit, commit_url)}): {effect}")
         elif status is ItemStatus.ALREADY:
             unchanged.append(f"{label}: already done ({clip(row.note, 240)})")
+        elif status is ItemStatus.KEPT:
+            unchanged.append(f"{label}: kept as the program chose it ({clip(row.note, 240)})")
+        elif status is ItemStatus.PROPOSED:
+            unchanged.append(f"{label}: proposed to a person, not committed")
+            follow_ups.append(f"Proposal for a person: {label} ({clip(row.note, 240)})")
         elif status is ItemStatus.NOT_APPLICABLE:
             unchanged.append(f"{label}: not applicable ({clip(row.note or 'no site found', 240)})")
         elif status is ItemStatus.FAILED:
@@ -79,6 +84,11 @@ def render_note(
         follow_ups.append(
             f"Decide on behavioural item **{item.key}**: {item.change}"
             + (f" — {item.why_not}" if item.why_not else "")
+        )
+    for item in plan.proposals if plan else []:
+        follow_ups.append(
+            f"Proposal for a person **{item.key}**: {item.change} ({item.location})"
+            + (f" — expected {item.expected}" if item.expected else "")
         )
     for standing in verdict.adherence:
         if standing.status == ItemStatus.NEEDS_HUMAN.label and not any(standing.key in r.keys for r in rows):

@@ -77,8 +77,9 @@ def plan_adherence(
 
 
 def _adherence_finding(keys: str, change: str, status: str, note: str, findings: list[Finding]) -> None:
-    """A concern for an item that failed to apply; a minor finding for one left to a person. What apply
-    refused (not applicable, with its reason) or found already done asks nothing."""
+    """A concern for an item that failed to apply; a minor finding for one left to a person (a proposal
+    included). What apply refused (not applicable, with its reason), found already done or kept as chosen on
+    purpose asks nothing."""
     if status == ItemStatus.FAILED.label:
         findings.append(
             Finding(
@@ -97,6 +98,16 @@ def _adherence_finding(keys: str, change: str, status: str, note: str, findings:
                 f"Plan item {keys} was interrupted",
                 (note or status,),
                 "Run the same `bot apply` again: it resumes and skips what landed",
+            )
+        )
+    elif status == ItemStatus.PROPOSED.label:
+        findings.append(
+            Finding(
+                MINOR,
+                "adherence",
+                f"Plan item {keys}: {status}",
+                (note or change,),
+                "It needs restructuring, so it was not committed: make it by hand if its effect is worth it",
             )
         )
     elif status in (ItemStatus.NEEDS_HUMAN.label, NOT_LANDED):

@@ -70,7 +70,13 @@ def _target(criterion: Criterion) -> str:
 
 
 def _applied(adherence: Sequence[Adherence]) -> tuple[str, str]:
-    done = {ItemStatus.LANDED.label, ItemStatus.RESUMED.label, ItemStatus.ALREADY.label}
+    # Kept on purpose: nothing left to apply, as for an item already done.
+    done = {
+        ItemStatus.LANDED.label,
+        ItemStatus.RESUMED.label,
+        ItemStatus.ALREADY.label,
+        ItemStatus.KEPT.label,
+    }
     items = [a for a in adherence if a.status not in (BEHAVIOURAL, BEHAVIOURAL_CHANGED)]
     if not items:
         return "no plan items to check", UNMEASURED

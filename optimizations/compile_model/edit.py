@@ -9,6 +9,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.choices import compile_turned_off
 from optimizations.program.frameworks import LIGHTNING
 from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
 from optimizations.program.training_loops import argument_for, is_method_call
@@ -51,12 +52,16 @@ class CompileLoopModel(PlannedCodemod):
         if framework is not None:
             self.already(framework, f"the program has its own compilation: `{code_of(framework)}`")
             return
+        loops = self.training_loops()
+        if loops and (off := compile_turned_off(self.parsed)) is not None:
+            self.kept(off.line, "compilation turned off", off.evidence)
+            return
         self.compiled = next((c for c in calls if "torch.compile" in self.names(c.func)), None)
         self.wrapped = next(
             (c for c in calls if any(n.rsplit(".", 1)[-1] in WRAPPERS for n in self.names(c.func))), None
         ) or self._fabric_setup(calls)
         seen: list[cst.CSTNode] = []
-        for loop in self.training_loops():
+        for loop in loops:
             owner = self.enclosing_body(loop)
             if all(owner is not s for s in seen):
                 seen.append(owner)

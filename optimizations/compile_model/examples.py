@@ -272,4 +272,21 @@ def main(model, loader, rank):
 """,
         refusal="compile the inner module",
     ),
+    Example(
+        "kept_compile_turned_off_with_a_reason",
+        before="""\
+import torch
+
+compile = False  # torch.compile breaks on our custom CUDA op
+
+
+def train(model, loader, optimizer):
+    model = model.to("cuda")
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+        kept="torch.compile breaks on our custom CUDA op",
+    ),
 )

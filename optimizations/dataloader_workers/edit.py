@@ -13,6 +13,7 @@ from libcst.helpers import parse_template_expression, parse_template_statement
 from optimizations.edits.expressions import add_keywords, replace_keyword
 from optimizations.edits.imports import insert_after_imports
 from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.program.choices import WORKER_TOPICS, commented
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import ARGUMENT_PARSERS, is_training_config
 from optimizations.program.recipes import parser_types
@@ -167,6 +168,12 @@ class AddWorkers(LoaderRefusals):
             )
             self.already(original_node, f"{callee}(...): {shown}")
             return updated_node
+        count = literal_value(current.value) if current is not None else None
+        if current is not None and count == 0 and not isinstance(count, bool):
+            line = self.line(keyword(original_node, label) or original_node)
+            if (choice := commented(self.parsed, line, WORKER_TOPICS, above=1)) is not None:
+                self.kept(line, f"{callee}(...): {label}=0", choice.evidence)
+                return updated_node
         message = f"{callee}(...): {label}={WORKERS}" + "".join(
             f", {words}"
             for key, words in SETTING_WORDS.items()

@@ -420,4 +420,38 @@ def train(model, dataset, optimizer):
 """,
     ),
     *SETTINGS_AND_DATASETS,
+    Example(
+        "kept_no_workers_with_a_reason",
+        before="""\
+from torch.utils.data import DataLoader
+
+
+def main(dataset, model, optimizer):
+    # no workers: the dataset holds an open LMDB handle that must not be forked
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0)
+    for batch in loader:
+        model(batch).sum().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main(None, None, None)
+""",
+        kept="must not be forked",
+    ),
+    Example(
+        "kept_no_trainer_workers_with_a_reason",
+        before="""\
+from transformers import Trainer, TrainingArguments
+
+
+def main(model, data):
+    args = TrainingArguments(
+        output_dir="out",
+        dataloader_num_workers=0,  # workers deadlock with our tokenizer's threads
+    )
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+        kept="workers deadlock",
+    ),
 )

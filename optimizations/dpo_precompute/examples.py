@@ -140,6 +140,41 @@ def train(model, tokenizer, rows, eval_rows):
 """,
     ),
     Example(
+        "proposal_hand_written_loop_runs_the_reference_each_step",
+        before="""\
+import torch
+import torch.nn.functional as F
+
+
+def train(policy, ref_model, loader, optimizer, beta=0.1):
+    for batch in loader:
+        chosen, rejected = policy(batch["chosen"]), policy(batch["rejected"])
+        with torch.no_grad():
+            ref_chosen, ref_rejected = ref_model(batch["chosen"]), ref_model(batch["rejected"])
+        margin = (chosen - ref_chosen) - (rejected - ref_rejected)
+        loss = -F.logsigmoid(beta * margin).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        proposal="a precompute pass the loop lacks",
+    ),
+    Example(
+        "no_site_hand_written_loop_with_reference_log_probs_read_from_the_batch",
+        before="""\
+import torch.nn.functional as F
+
+
+def train(policy, loader, optimizer, beta=0.1):
+    for batch in loader:
+        chosen, rejected = policy(batch["chosen"]), policy(batch["rejected"])
+        margin = (chosen - batch["ref_chosen"]) - (rejected - batch["ref_rejected"])
+        loss = -F.logsigmoid(beta * margin).mean()
+        loss.backward()
+        optimizer.step()
+""",
+    ),
+    Example(
         "already_precomputes",
         before="""\
 from trl import DPOConfig

@@ -3,9 +3,10 @@ What it changes and when it refuses: README.md."""
 
 from __future__ import annotations
 
-from optimizations.registry import Numerics, Optimization
+from optimizations.registry import Numerics, Optimization, Word
 
 from .edit import Precompute, SharedCache
+from .edit_loops import PREFERENCE_LOSS, ReferencePerStep
 from .examples import EXAMPLES
 
 
@@ -30,6 +31,8 @@ class DpoPrecompute(Optimization):
     )
     # Where precompute is switched on, the trainers' datasets get one cache file for every rank.
     codemods = (Precompute, SharedCache)
-    needs = Precompute.needs()
+    # A hand-written DPO loop lacks the precompute pass: proposed to a person, never an edit.
+    proposers = (ReferencePerStep,)
+    needs = (*Precompute.needs(), Word(PREFERENCE_LOSS))
 
     examples = EXAMPLES

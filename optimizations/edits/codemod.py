@@ -182,3 +182,15 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
         self.sites.append(
             Site(self.path, self.line(node), self.optimization.id, message, False, already=True)
         )
+
+    def kept(self, line: int, message: str, evidence: str) -> None:
+        """The program chose otherwise on purpose at ``line``: ``message`` says what it chose, ``evidence`` why
+        perfbot reads it as deliberate (a comment, a custom mask); left as it is."""
+        self.sites.append(Site(self.path, line, self.optimization.id, message, False, evidence, kept=True))
+
+    def proposed(self, node: cst.CSTNode, message: str, why: str) -> None:
+        """A change at ``node`` that needs restructuring: written into the plan for a person (``why``: why it is
+        not committed), never edited."""
+        self.sites.append(
+            Site(self.path, self.line(node), self.optimization.id, message, False, why, proposal=True)
+        )

@@ -1,6 +1,6 @@
 """Edits to the mappings a YAML config builds objects from (torchtune's ``_component_``, Hydra's ``_target_``;
 :mod:`optimizations.program.components`): a keyword added to one without disturbing the rest of the file, and a
-boolean setting of such a config switched on, or refused where the config's author commented on it."""
+boolean setting of such a config switched on, or kept where the config's author commented on it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ def switch_on(
     text: str, setting: YamlSetting, optimization: str, why: str, blocked: str | None = None
 ) -> tuple[str, Site]:
     """The file with a false boolean ``setting`` turned true in its own spelling, and its site (``why``: what
-    turning it on does). Already done where it is true; refused where it is not a boolean, where ``blocked``
-    says why, or where a comment is on it (a commented choice is the author's, quoted for a human): on its line,
-    or in the comment lines right above it that name its key."""
+    turning it on does). Already done where it is true; kept as chosen on purpose where a comment is on it (on
+    its line, or in the comment lines right above it that name its key); refused where it is not a boolean or
+    where ``blocked`` says why."""
     message = f"{setting.key}: {setting.text} -> true ({why})"
     comment = _comment_on(text, setting)
     if setting.value is True:
@@ -26,10 +26,10 @@ def switch_on(
     reasons = []
     if setting.value is not False:
         reasons.append(f"{setting.key} is not a boolean here")
-    if comment.startswith("#"):
-        reasons.append(
-            f"the config comments on {setting.key}: {setting.text} ({comment}); a commented choice is a human's"
-        )
+    elif comment.startswith("#"):  # a commented choice is the author's: kept
+        why = f"the config comments on {setting.key}: {setting.text}: `{comment}`"
+        chosen = f"{setting.key}: {setting.text}"
+        return text, Site(setting.path, setting.line, optimization, chosen, False, why, kept=True)
     if blocked is not None:
         reasons.append(blocked)
     if reasons:

@@ -19,6 +19,8 @@ class FixBudget(TrainerFollowUp):
     TRAINER = "SFTTrainer"
     CHANGE = "one token budget per packed batch, the decoder compiled whole"
     GIVEN_THE_TRAINER = "the trainer's collator padded once it is built"
+    # Why the keyword is proposed to a person instead of committed (what the helper then patches); empty: committed.
+    PROPOSAL = ""
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if (follow_up := self.pending_keywords(original_node, updated_node)) is not None:
@@ -55,6 +57,9 @@ class FixBudget(TrainerFollowUp):
             assigned = self.links.assigned_line(original_node)  # a follow-up call needs an assigned trainer
             config = assigned[0] if assigned is not None else config
             message += f" ({self.GIVEN_THE_TRAINER})"
+        if self.PROPOSAL:
+            self.proposed(original_node, f"{message} (`{FIXED_BUDGET}={code_of(config)}`)", self.PROPOSAL)
+            return updated_node
         self.changed(original_node, message)
         return self.add_helper_keywords(
             original_node, updated_node, compiled, [(FIXED_BUDGET, config.deep_clone())]

@@ -3,8 +3,8 @@
 (the flag wins over the recipe; a README's line is documentation, so a flag there that keeps the setting off is
 refused for a human), else the recipe YAML the line passes with ``--config`` (keys added, comments and order
 kept), else flags added to a shell script's command. A value the repository set on purpose is respected: a flag
-or recipe key that already turns the setting on is left alone, and a recipe whose ``false`` carries a comment
-(the reason it is off) is refused for a human, quoting the comment.
+or recipe key that already turns the setting on is left alone, and a recipe whose value carries a comment (the
+reason it is off) is kept as chosen on purpose, quoting the comment.
 """
 
 from __future__ import annotations
@@ -191,9 +191,10 @@ def _switch_recipe(repo: RepoContext, path: str, setting: RecipeSetting, optimiz
     if reason is None and current is not None:
         comment = text[current.end :].split("\n", 1)[0].strip()
         if comment.startswith("#"):
-            reason = (
-                f"the recipe sets {setting.key}: {current.text} on purpose ({comment}); change it by hand"
-            )
+            why = f"the recipe sets {setting.key}: {current.text} with a comment: `{comment}`"
+            return [
+                Site(path, line, optimization, f"recipe {setting.key}: {current.text}", False, why, kept=True)
+            ]
     if reason is not None:
         return [Site(path, line, optimization, message, False, reason)]
     values = {k: v for k, v in setting.companions.items() if k not in siblings}

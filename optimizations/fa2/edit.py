@@ -103,6 +103,12 @@ class PickAttention(AttentionDecisions):
         if reason is None and fallback is None and current is not None:  # no setting falls back to "None"
             self._already_chosen(original_node, code_of(func), current.value)
             return updated_node
+        chosen = self._chosen_on_purpose(current.value if current else None, classes)
+        if current is not None and chosen is not None:
+            self.kept(
+                self.line(current), f"{code_of(func)}: attn_implementation={code_of(current.value)}", chosen
+            )
+            return updated_node
         message = site_message(code_of(func), fallback)
         function = self.links.values.function_of(original_node)
         parents = self.parsed.parents()
@@ -204,6 +210,10 @@ class PickAttention(AttentionDecisions):
         fallback, reason = self._fallback(current)
         if reason is None and fallback is None and current is not None:  # no setting falls back to "None"
             self._already_chosen(original, callee, current)
+            return updated
+        chosen = self._chosen_on_purpose(current, [])
+        if current is not None and chosen is not None:
+            self.kept(self.line(current), f"{callee}: attn_implementation={code_of(current)}", chosen)
             return updated
         message = site_message(callee, fallback)
         dtype = entries.get("dtype", entries.get("torch_dtype"))

@@ -8,6 +8,13 @@ from typing import cast
 import libcst as cst
 
 from optimizations.edits.expressions import call_expr, expr
+from optimizations.program.choices import (
+    ATTENTION_TOPICS,
+    attention_weights_read,
+    commented,
+    custom_masks,
+    eager_family,
+)
 from optimizations.program.syntax import code_of, literal_value
 
 from .edit_sites import AttentionSites
@@ -42,6 +49,28 @@ class AttentionDecisions(AttentionSites):
             f"attn_implementation is set from `{code_of(current)}`; perfbot does not guess what it holds: "
             "choose the implementation where that value is defined"
         )
+
+    def _chosen_on_purpose(self, current: cst.BaseExpression | None, classes: list[str]) -> str | None:
+        """Why an explicit ``"eager"``/``"sdpa"`` is a deliberate choice to keep, or ``None``: a comment in reach
+        gives a reason for it, the file builds attention masks of its own (FlashAttention takes none), or, for
+        eager, the model family trains with eager attention or the file reads attention weights."""
+        literal = literal_value(current) if current is not None else None
+        if current is None or literal not in REPLACEABLE:
+            return None
+        if (comment := commented(self.parsed, self.line(current), ATTENTION_TOPICS)) is not None:
+            return comment.evidence
+        if (masks := custom_masks(self.parsed)) is not None:
+            return f"{masks.evidence}, which FlashAttention does not take"
+        if literal != "eager":
+            return None
+        strings = [node for node in self.nodes(cst.SimpleString) if isinstance(literal_value(node), str)]
+        named = [(name, None) for name in classes] + [(str(literal_value(s)), s) for s in strings]
+        for text, node in named:
+            if (why := eager_family(text)) is not None:
+                where = f" (line {self.line(node)})" if node is not None else ""
+                return f"the file names `{text}`{where}: {why}"
+        weights = attention_weights_read(self.parsed)
+        return weights.evidence if weights is not None else None
 
     def _already_chosen(self, node: cst.CSTNode, callee: str, current: cst.BaseExpression) -> None:
         """The call already picks attention at run time, or names a faster implementation than sdpa/eager."""

@@ -1,6 +1,9 @@
-"""The ``fa2`` examples the registry runs: model-loading calls and TRL configs, edited, refused or left alone."""
+"""The ``fa2`` examples the registry runs: model-loading calls and TRL configs, edited, refused or left alone; those
+kept as chosen on purpose are in :mod:`.examples_kept`."""
 
 from optimizations.registry import Example
+
+from .examples_kept import KEPT
 
 EXAMPLES = (
     Example(
@@ -264,7 +267,7 @@ import transformers
 def load(size):
     model = transformers.Qwen2ForCausalLM.from_pretrained(
         download(size),  # fetched once, cached
-        attn_implementation="eager",  # was needed for output_attentions
+        attn_implementation="eager",  # from the old config
         torch_dtype=torch.bfloat16,
     )
     return model
@@ -278,7 +281,7 @@ from _perfbot_attention import pick_attention_implementation
 def load(size):
     model = transformers.Qwen2ForCausalLM.from_pretrained(
         download(size),  # fetched once, cached
-        attn_implementation=pick_attention_implementation(transformers.Qwen2ForCausalLM, dtype=torch.bfloat16, fallback="eager"),  # was needed for output_attentions
+        attn_implementation=pick_attention_implementation(transformers.Qwen2ForCausalLM, dtype=torch.bfloat16, fallback="eager"),  # from the old config
         torch_dtype=torch.bfloat16,
     )
     return model
@@ -585,4 +588,5 @@ def train(cfg, data):
 """,
         refusal="`model_id` is assigned after this line",
     ),
+    *KEPT,
 )

@@ -1,4 +1,5 @@
-"""The registry examples of ``packed_pairs``: DPO trainers whose pairs are packed into a token budget, and the ones it leaves or refuses."""
+"""The registry examples of ``packed_pairs``: DPO trainers whose pairs it proposes to pack into a token budget (never
+committed), and the ones it leaves or refuses."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from optimizations.registry import Example
 
 EXAMPLES = (
     Example(
-        "regionally_compiled_lora_model_into_dpo_trainer",
+        "proposal_regionally_compiled_lora_model_into_dpo_trainer",
         before="""\
 from trl import DPOConfig, DPOTrainer
 from _perfbot_compile import compile_repeated_layers
@@ -17,19 +18,10 @@ def train(model, dataset):
     trainer = DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset)
     trainer.train()
 """,
-        after="""\
-from trl import DPOConfig, DPOTrainer
-from _perfbot_compile import compile_repeated_layers
-
-
-def train(model, dataset):
-    config = DPOConfig(output_dir="out", precompute_ref_log_probs=True, max_length=1024)
-    trainer = DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset)
-    trainer.train()
-""",
+        proposal="a rewritten training step",
     ),
     Example(
-        "config_from_settings_is_read_at_run_time",
+        "proposal_config_from_settings_is_read_at_run_time",
         before="""\
 from trl import DPOConfig, DPOTrainer
 from _perfbot_compile import compile_repeated_layers
@@ -39,15 +31,7 @@ def train(model, dataset, settings):
     config = DPOConfig(output_dir="out", precompute_ref_log_probs=settings.get("precompute", True))
     DPOTrainer(model=compile_repeated_layers(model), args=config, train_dataset=dataset, data_collator=settings["collate"]).train()
 """,
-        after="""\
-from trl import DPOConfig, DPOTrainer
-from _perfbot_compile import compile_repeated_layers
-
-
-def train(model, dataset, settings):
-    config = DPOConfig(output_dir="out", precompute_ref_log_probs=settings.get("precompute", True))
-    DPOTrainer(model=compile_repeated_layers(model, fixed_budget=config), args=config, train_dataset=dataset, data_collator=settings["collate"]).train()
-""",
+        proposal="repacks TRL's padded DPO batch",
     ),
     Example(
         "reference_computed_each_step_is_not_a_site",
@@ -62,7 +46,7 @@ def train(model, dataset):
 """,
     ),
     Example(
-        "built_dpo_trainer_is_given",
+        "proposal_built_dpo_trainer_is_given",
         before="""\
 from trl import DPOConfig, DPOTrainer
 from _perfbot_compile import compile_repeated_layers
@@ -73,16 +57,7 @@ def train(name, dataset):
     compile_repeated_layers(trainer.model)
     trainer.train()
 """,
-        after="""\
-from trl import DPOConfig, DPOTrainer
-from _perfbot_compile import compile_repeated_layers
-
-
-def train(name, dataset):
-    trainer = DPOTrainer(model=name, args=DPOConfig(output_dir="out", precompute_ref_log_probs=True), train_dataset=dataset)
-    compile_repeated_layers(trainer.model, fixed_budget=trainer)
-    trainer.train()
-""",
+        proposal="a rewritten training step",
     ),
     Example(
         "inline_config_is_refused",

@@ -1,5 +1,6 @@
-"""The codemod: AdamW in a hand-written loop and the optimizer a trainer builds become the per-layer stepper of
-the vendored helper (``helper.py``, vendored as ``_perfbot_per_layer_stepper.py``)."""
+"""The codemod: AdamW in a hand-written loop becomes the per-layer stepper of the vendored helper (``helper.py``,
+vendored as ``_perfbot_per_layer_stepper.py``); the optimizer a trainer builds is proposed for a person, never
+committed, as the helper would rebuild the trainer's own optimizer outside it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ from optimizations.program.trainer_calls import is_plain_reference
 RUNTIME = RuntimeHelper("per_layer_stepper", "optimizations.per_layer_stepper")
 LOOP_FACTORY = "per_layer_adamw"
 TRAINER_WRAPPER = "with_per_layer_adamw"
+# Why a trainer's stepper is proposed, not committed (issue #51: small, mergeable diffs); a loop's AdamW is one call.
+TRAINER_RESTRUCTURING = (
+    "a patch of Trainer internals: the vendored helper rebuilds what the Trainer's create_optimizer builds (decay "
+    "groups, hyperparameters read from the trainer) outside it and sets trainer.optimizer; a person should check "
+    "it against the trainer class and release in use before wrapping the trainer in `with_per_layer_adamw(...)`"
+)
 # AdamW settings the stepper does not run, and the literal value that asks for them.
 UNSUPPORTED = {"amsgrad": True, "capturable": True, "differentiable": True, "foreach": True, "fused": False}
 
@@ -33,7 +40,7 @@ def _is_none_pair(node: cst.BaseExpression) -> bool:
 
 
 class StreamAdamW(PlannedCodemod):
-    """``torch.optim.AdamW(...)`` → ``per_layer_adamw(..., model=...)``; a trainer call →
+    """``torch.optim.AdamW(...)`` → ``per_layer_adamw(..., model=...)``; a trainer call: a proposal of
     ``with_per_layer_adamw(Trainer(...))``."""
 
     def plan(self, module: cst.Module) -> None:
@@ -137,9 +144,4 @@ class StreamAdamW(PlannedCodemod):
         except _Refused as refusal:
             self.refused(call, message, str(refusal))
             return
-        # The updated node of a call is a call.
-        self.replacements[call] = lambda updated: cst.Call(
-            func=cst.Name(TRAINER_WRAPPER), args=[cst.Arg(cast(cst.Call, updated))]
-        )
-        self.runtime_imports.add((RUNTIME, TRAINER_WRAPPER))
-        self.changed(call, message)
+        self.proposed(call, f"{message} (`{TRAINER_WRAPPER}({callee}(...))`)", TRAINER_RESTRUCTURING)

@@ -98,7 +98,7 @@ def train(model):
 """,
     ),
     Example(
-        "trainer",
+        "proposal_trainer",
         before="""\
 from trl import SFTConfig, SFTTrainer
 
@@ -112,20 +112,7 @@ def main(model, dataset):
     )
     trainer.train()
 """,
-        after="""\
-from trl import SFTConfig, SFTTrainer
-from _perfbot_per_layer_stepper import with_per_layer_adamw
-
-
-def main(model, dataset):
-    config = SFTConfig(output_dir="out", learning_rate=2e-5)
-    trainer = with_per_layer_adamw(SFTTrainer(
-        model=model,
-        args=config,
-        train_dataset=dataset,  # tokenized
-    ))
-    trainer.train()
-""",
+        proposal="a patch of Trainer internals",
     ),
     Example(
         "already_streamed",

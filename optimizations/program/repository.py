@@ -2,8 +2,8 @@
 
 :class:`RepoContext` knows which files are in scope and shares their parses (:class:`SourceCache`, one
 :class:`ParsedFile` per file text, its libcst metadata resolved once for every optimization that reads it);
-:class:`Site` is one place an optimization looked at, :class:`FileResult` and :class:`Change` what it did to
-a file and to the repository.
+:class:`Site` is one place an optimization looked at (changed, refused, already done, kept on purpose, or
+proposed to a person), :class:`FileResult` and :class:`Change` what it did to a file and to the repository.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class TransformError(Exception):
 
 @dataclass(frozen=True)
 class Site:
-    """One place in a repository an optimization looked at: changed, or refused with a reason."""
+    """One place in a repository an optimization looked at: changed, refused with a reason, already done, kept
+    as the program chose it on purpose, or proposed to a person (a restructuring, never committed)."""
 
     path: str
     line: int
@@ -46,17 +47,52 @@ class Site:
     applicable: bool = True
     reason: str = ""
     already: bool = False  # the program already does it here: ``message`` says what, nothing to change
+    # The program chose otherwise on purpose here: ``reason`` cites the evidence (a comment, a custom mask).
+    kept: bool = False
+    # The change needs restructuring (a monkeypatch of library internals, a precompute pass the loop lacks):
+    # written into the plan for a person, never committed; ``reason`` says why.
+    proposal: bool = False
+
+    def __post_init__(self) -> None:
+        if sum((self.applicable, self.already, self.kept, self.proposal)) > 1:
+            raise ValueError(f"{self.where}: a site is one of changed, already, kept or proposed")
+
+    @property
+    def where(self) -> str:
+        """``path:line``."""
+        return f"{self.path}:{self.line}"
 
     @property
     def refused(self) -> bool:
-        """Left alone for a reason a human must act on (not a change, not already done)."""
-        return not self.applicable and not self.already
+        """Left alone for a reason a human must act on (not a change, not done, not kept, not a proposal)."""
+        return not (self.applicable or self.already or self.kept or self.proposal)
+
+    @property
+    def kind(self) -> str:
+        """``change``, ``already``, ``kept``, ``proposal`` or ``refused``."""
+        kinds = (
+            ("change", self.applicable),
+            ("already", self.already),
+            ("kept", self.kept),
+            ("proposal", self.proposal),
+        )
+        return next((name for name, holds in kinds if holds), "refused")
+
+    @property
+    def kept_note(self) -> str:
+        """``kept: chosen on purpose (path:line)``, as the plan, the terminal and the progress comment say it."""
+        return f"kept: chosen on purpose ({self.where})"
 
     def describe(self) -> str:
-        """``path:line  message`` plus the refusal reason, or that it is already done, for terminal output."""
-        text = f"{self.path}:{self.line}  {self.message}"
+        """``path:line  message`` plus the refusal reason, or that it is already done, kept or proposed, for
+        terminal output."""
+        text = f"{self.where}  {self.message}"
         if self.already:
             return f"{text}  [already]"
+        if self.kept:
+            return f"{text}  [{self.kept_note}: {self.reason}]"
+        if self.proposal:
+            return f"{text}  [proposal for a person: {self.reason}]"
         return text if self.applicable else f"{text}  [refused: {self.reason}]"
 
 
@@ -69,7 +105,7 @@ class FileResult:
 
 
 class SiteKinds:
-    """An optimization's ``sites`` by kind: to change, refused, already done."""
+    """An optimization's ``sites`` by kind: to change, refused, already done, kept, proposed."""
 
     sites: list[Site]
 
@@ -85,6 +121,16 @@ class SiteKinds:
     def already(self) -> list[Site]:
         """Where the program already does what the optimization would change."""
         return [s for s in self.sites if s.already]
+
+    @property
+    def kept(self) -> list[Site]:
+        """Where the program chose otherwise on purpose: not overridden."""
+        return [s for s in self.sites if s.kept]
+
+    @property
+    def proposals(self) -> list[Site]:
+        """Restructurings written into the plan for a person, never committed."""
+        return [s for s in self.sites if s.proposal]
 
 
 @dataclass

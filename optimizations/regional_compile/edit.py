@@ -10,6 +10,7 @@ import libcst.matchers as m
 
 from optimizations.edits.expressions import call_expr, replace_keyword
 from optimizations.edits.trainer_follow_up import TrainerFollowUp
+from optimizations.program.choices import compile_turned_off
 from optimizations.program.hf import is_training_config, trainer_class
 from optimizations.program.kbit import kbit_preparation
 from optimizations.program.syntax import code_of, keyword, literal_value
@@ -37,6 +38,7 @@ class CompileLayers(TrainerFollowUp):
         ]
         self.too_late = [c for c in compiles if self._after_its_trainers(c, trainers)]
         self.compiles = next((c for c in compiles if c not in self.too_late), None)
+        self.turned_off = compile_turned_off(self.parsed)
         self.whole_model = next(
             (
                 c
@@ -56,6 +58,10 @@ class CompileLayers(TrainerFollowUp):
             return updated_node
         if self.calls(model, COMPILE_REPEATED_LAYERS):
             self.already(original_node, f"{code_of(original_node.func)}(...): model=`{code_of(model)}`")
+            return updated_node
+        if self.turned_off is not None:  # one kept site for the file's switch, however many trainers read it
+            if not any(site.kept for site in self.sites):
+                self.kept(self.turned_off.line, "compilation turned off", self.turned_off.evidence)
             return updated_node
         message = f"{code_of(original_node.func)}(...): compile the model's repeated layers (on CUDA)"
         function = self.links.values.function_of(original_node)

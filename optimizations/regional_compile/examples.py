@@ -271,4 +271,20 @@ def evaluate(model, batches):
         return [model(b).logits.argmax(-1) for b in batches]
 """,
     ),
+    Example(
+        "kept_torch_compile_turned_off_with_a_reason",
+        before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, dataset):
+    config = SFTConfig(
+        output_dir="out",
+        # compile stays off: recompiles on every new sequence length of our unpacked data
+        torch_compile=False,
+    )
+    SFTTrainer(model=model, args=config, train_dataset=dataset).train()
+""",
+        kept="compile stays off",
+    ),
 )

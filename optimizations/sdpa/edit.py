@@ -9,6 +9,7 @@ import libcst as cst
 
 from optimizations.edits.expressions import call_expr
 from optimizations.edits.model_code import drop_unused_imports, functional
+from optimizations.program.choices import commented, custom_masks
 from optimizations.program.model_code import bare
 from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
@@ -69,7 +70,10 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
         except NotAttention:
             return []
         except Refused as refusal:
-            self.refused(self._top(chain), message, str(refusal))
+            if not self._kept(chain):
+                self.refused(self._top(chain), message, str(refusal))
+            return []
+        if self._kept(chain):
             return []
         dropped = chain.consumed + [s for s in local_masks if self._only_read_in(function, s, chain)]
         self._rewrite(chain, q, k, dropped)
@@ -77,6 +81,16 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
             self._top(chain), message + " (the mask buffer, if any, stays for state-dict compatibility)"
         )
         return [*dropped, output]
+
+    def _kept(self, chain: Chain) -> bool:
+        """Keep the hand-written attention (a site reported as kept) where it is written so on purpose: a comment
+        right above or on its first line gives a reason, or the file builds attention masks of its own, which a
+        causal SDPA call would drop."""
+        line = self.line(self._top(chain))
+        choice = commented(self.parsed, line) or custom_masks(self.parsed)
+        if choice is not None:
+            self.kept(line, "hand-written attention, written out on purpose", choice.evidence)
+        return choice is not None
 
     def _top(self, chain: Chain) -> cst.BaseStatement:
         """The chain's first statement."""

@@ -1,4 +1,5 @@
-"""The registry examples of ``steady_bookkeeping``: trainers wrapped in the bookkeeping helper, and the ones it leaves or refuses."""
+"""The registry examples of ``steady_bookkeeping``: trainers it proposes to wrap in the bookkeeping helper (never
+committed), and the ones it leaves or refuses."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from optimizations.registry import Example
 
 EXAMPLES = (
     Example(
-        "assigned_sft_trainer",
+        "proposal_assigned_sft_trainer",
         before="""\
 from trl import SFTConfig, SFTTrainer
 
@@ -15,18 +16,10 @@ def train(model, dataset):
     trainer = SFTTrainer(model=model, args=SFTConfig(output_dir="out"), train_dataset=dataset)
     trainer.train()
 """,
-        after="""\
-from trl import SFTConfig, SFTTrainer
-from _perfbot_trainer_steps import steady_bookkeeping
-
-
-def train(model, dataset):
-    trainer = steady_bookkeeping(SFTTrainer(model=model, args=SFTConfig(output_dir="out"), train_dataset=dataset))
-    trainer.train()
-""",
+        proposal="a monkeypatch of library internals",
     ),
     Example(
-        "trainer_trained_at_once",
+        "proposal_trainer_trained_at_once",
         before="""\
 import transformers
 
@@ -34,14 +27,7 @@ import transformers
 def main(net, args, data):
     return transformers.Trainer(net, args, train_dataset=data).train()
 """,
-        after="""\
-import transformers
-from _perfbot_trainer_steps import steady_bookkeeping
-
-
-def main(net, args, data):
-    return steady_bookkeeping(transformers.Trainer(net, args, train_dataset=data)).train()
-""",
+        proposal="rebinds the model's num_parameters()",
     ),
     Example(
         "model_built_by_model_init",

@@ -1,0 +1,72 @@
+"""The ``fa2`` examples of an explicit ``"eager"``/``"sdpa"`` chosen on purpose: kept, never overridden."""
+
+from optimizations.registry import Example
+
+KEPT = (
+    Example(
+        "kept_eager_with_a_reason_above_it",
+        before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(
+        path,
+        # eager: the probe reads attention weights, which SDPA and FlashAttention do not return
+        attn_implementation="eager",
+        dtype=torch.bfloat16,
+    )
+""",
+        kept="the comment at line 8",
+    ),
+    Example(
+        "kept_eager_for_a_family_that_trains_with_it",
+        before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+CHECKPOINT = "google/gemma-2-2b"
+
+
+def load():
+    return AutoModelForCausalLM.from_pretrained(CHECKPOINT, attn_implementation="eager", dtype=torch.bfloat16)
+""",
+        kept="transformers asks to train Gemma 2 and 3 with eager attention",
+    ),
+    Example(
+        "kept_sdpa_in_a_file_that_builds_4d_masks",
+        before="""\
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.modeling_attn_mask_utils import _prepare_4d_causal_attention_mask
+
+
+def load(path):
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.bfloat16)
+
+
+def mask(batch, embeds):
+    return _prepare_4d_causal_attention_mask(batch["attention_mask"], batch["input_ids"].shape, embeds, 0)
+""",
+        kept="builds 4D attention masks, which FlashAttention does not take",
+    ),
+    Example(
+        "kept_eager_in_model_init_kwargs_with_a_reason",
+        before="""\
+from trl import SFTConfig, SFTTrainer
+
+
+def train(model, data):
+    config = SFTConfig(
+        output_dir="out",
+        model_init_kwargs={
+            "dtype": "bfloat16",
+            "attn_implementation": "eager",  # needed: our collator passes 4D masks
+        },
+    )
+    return SFTTrainer(model=model, args=config, train_dataset=data)
+""",
+        kept="needed: our collator passes 4D masks",
+    ),
+)
