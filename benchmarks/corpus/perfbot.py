@@ -73,7 +73,7 @@ def bot(args: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> Step:
 
 @dataclass(frozen=True)
 class Site:
-    """A site of `bot scan --json`: its kind is `change`, `already` or `refused`."""
+    """A site of `bot scan --json`: its kind is `change`, `already`, `refused`, `kept` or `proposal`."""
 
     optimization: str
     path: str
@@ -85,7 +85,8 @@ class Site:
     @classmethod
     def of(cls, optimization: str, data: dict[str, Any]) -> Site:
         """From one JSON object of the scan."""
-        kind = "already" if data.get("already") else "change" if data.get("applicable") else "refused"
+        kinds = ("kept", "proposal", "already")
+        kind = next((k for k in kinds if data.get(k)), "change" if data.get("applicable") else "refused")
         return cls(
             optimization, data["path"], int(data["line"]), data["message"], data.get("reason", ""), kind
         )
@@ -97,8 +98,8 @@ class Site:
 
     @property
     def proposal(self) -> bool:
-        """A refused site that perfbot words as a proposal for the plan (no commit)."""
-        return self.kind == "refused" and "proposal" in self.text.lower()
+        """A proposal for a person (no commit), or a refused site worded as one."""
+        return self.kind == "proposal" or (self.kind == "refused" and "proposal" in self.text.lower())
 
 
 @dataclass(frozen=True)

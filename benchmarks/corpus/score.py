@@ -105,7 +105,8 @@ def judge(expect: Expect, sites: list[Site], committed: set[str]) -> Judged:
     mine = [s for s in sites if s.optimization == expect.optimization]
     there = [s for s in mine if expect.covers(s.path)]
     touched = sorted(f for f in committed if expect.covers(f))
-    by_kind = {kind: [s for s in there if s.kind == kind] for kind in ("change", "already", "refused")}
+    kinds = ("change", "already", "refused", "kept", "proposal")
+    by_kind = {kind: [s for s in there if s.kind == kind] for kind in kinds}
     found, how = False, ""
     if expect.verdict == "change":
         if by_kind["change"]:
@@ -117,14 +118,14 @@ def judge(expect: Expect, sites: list[Site], committed: set[str]) -> Judged:
         if by_kind[kind]:
             found, how = True, f"{kind} site {_where(by_kind[kind][0])}"
     elif expect.verdict == "keep":
-        worded = [s for s in by_kind["already"] + by_kind["refused"] if KEPT.search(s.text)]
+        worded = by_kind["kept"] + [s for s in by_kind["already"] + by_kind["refused"] if KEPT.search(s.text)]
         other = by_kind["already"] + by_kind["refused"]
         if worded:
             found, how = True, f"said kept: {_where(worded[0])}"
         elif other:
             found, how = True, f"{other[0].kind} site {_where(other[0])} (not worded as kept)"
     elif expect.verdict == "proposal":
-        proposals = [s for s in by_kind["refused"] if s.proposal]
+        proposals = [s for s in by_kind["proposal"] + by_kind["refused"] if s.proposal]
         if touched:
             how = f"committed {touched[0]}"
         elif proposals or by_kind["refused"]:
