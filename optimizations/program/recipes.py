@@ -74,7 +74,7 @@ def _expand_braces(word: str) -> list[str]:
     return [w for part in match.group(1).split(",") for w in _expand_braces(head + part + tail)]
 
 
-def _code_blocks(text: str) -> str:
+def code_blocks(text: str) -> str:
     """A Markdown text with every line outside fenced code blocks blanked, so offsets and lines still hold."""
     kept, fenced = [], False
     for raw in text.splitlines(keepends=True):
@@ -104,7 +104,7 @@ def parser_types(call: cst.Call, assigns: list[cst.Assign]) -> list[cst.BaseExpr
     return [] if types is None else [types]
 
 
-def _commands(text: str) -> list[tuple[int, int, int, str]]:
+def commands(text: str) -> list[tuple[int, int, int, str]]:
     """``(line, start, end, command)`` for each logical line of a shell script, continuations joined."""
     commands = []
     pending, first_line, first_start, offset = "", 1, 0, 0
@@ -165,7 +165,7 @@ def launches(repo: RepoContext, script: str) -> list[Launch]:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
             continue
-        for line, start, end, command in _commands(text if path.endswith(".sh") else _code_blocks(text)):
+        for line, start, end, command in commands(text if path.endswith(".sh") else code_blocks(text)):
             words = shell_words(command)
             runs = next((i for i, w in enumerate(words) if _runs(repo, w, script, path, entries)), None)
             if runs is None or not any(PurePosixPath(w).name in LAUNCHERS for w in words[:runs]):
