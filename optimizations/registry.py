@@ -185,6 +185,9 @@ class Optimization:
         no tree is turned back into code (the result's ``source`` is the text given)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
+        from optimizations.edits.codemod import refuse_all
+
+        written = dict(ctx.vendored), dict(ctx.edits)
         result = FileResult(source)
         for position, codemod in enumerate(self.codemods):
             if position and not any(site.applicable for site in result.sites):
@@ -193,9 +196,14 @@ class Optimization:
             edited = finder.transform_parsed(
                 ctx.sources.parse(path, source), sites_only=sites_only or position > 0
             )
+            unplaceable = finder.unplaceable
             if position and not sites_only:  # the edit builds on the one before it
                 editor = codemod(CodemodContext(filename=path), self, ctx)
                 edited = editor.transform_parsed(ctx.sources.parse(path, result.source))
+                unplaceable = unplaceable or editor.unplaceable
+            if unplaceable:  # a helper no copy can serve: the file keeps its text, every change refused
+                ctx.vendored, ctx.edits = written
+                return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
         return result
 
