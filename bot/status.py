@@ -16,6 +16,9 @@ class ItemStatus(StrEnum):
     ALREADY = "already"
     NOT_APPLICABLE = "not_applicable"
     FAILED = "failed"
+    DROPPED = (
+        "dropped"  # its change was made, then dropped uncommitted: an import it added would break a launch
+    )
     NEEDS_HUMAN = "needs_human"
     REVERTED = "reverted"
     INTERRUPTED = "interrupted"
@@ -44,6 +47,7 @@ _LABELS = {
     ItemStatus.ALREADY: "✔ already",
     ItemStatus.NOT_APPLICABLE: "➖ not applicable",
     ItemStatus.FAILED: "❌ failed",
+    ItemStatus.DROPPED: "🚫 dropped (would break a launch)",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
     ItemStatus.REVERTED: "↩️ reverted (regression)",
     ItemStatus.INTERRUPTED: "⏹ interrupted",
@@ -53,6 +57,7 @@ _LABELS = {
 _COUNTED = (
     (ItemStatus.LANDED, "landed"),
     (ItemStatus.FAILED, "failed"),
+    (ItemStatus.DROPPED, "dropped"),
     (ItemStatus.ALREADY, "already done"),
     (ItemStatus.NOT_APPLICABLE, "not applicable"),
     (ItemStatus.NEEDS_HUMAN, "need a human"),
