@@ -288,3 +288,24 @@ def test_the_gate_byte_compiles_and_checks_only_imports_the_change_added(tmp_pat
     (tmp_path / "pkg/train.py").write_text("import os\nfrom pkg import model\nfrom .model import x\n")
     [problem] = import_problems(tmp_path, ["pkg/train.py"], committed)
     assert problem.startswith("pkg/train.py:3 `from .model import x` would not import: run.sh:2 runs it")
+
+
+def test_the_gate_refuses_a_new_module_of_a_package_the_readme_installs_from_the_registry(tmp_path):
+    files = {
+        "mylib/__init__.py": LIBRARY,
+        "scripts/train.py": "from mylib import build_model\n",
+        "pyproject.toml": '[project]\nname = "mylib"\n',
+        "README.md": "```bash\npip install mylib\npython scripts/train.py\n```\n",
+    }
+    make_repo(tmp_path, files)
+    edits = {
+        "scripts/train.py": "from mylib import build_model\nfrom mylib._perfbot_x import f\n",
+        "mylib/_perfbot_x.py": "",
+    }
+    for path, text in edits.items():
+        (tmp_path / path).write_text(text)
+    [problem] = import_problems(tmp_path, edits, files.get)
+    assert problem.startswith(
+        "scripts/train.py:2 `from mylib._perfbot_x import f` would not import: README.md:3 runs"
+    )
+    assert "README.md:2 installs mylib from the package registry (`pip install mylib`)" in problem

@@ -75,15 +75,14 @@ def vendor(repo: RepoContext, helper: RuntimeHelper, next_to: str, syntax: ast.M
             if why is None:
                 repo.vendored[home] = helper.source()
                 return target
-            broken = broken or f"{home} as `{target}`: {why}"
+            broken = broken or (f"as `{target}`: {why}" if copies else f"{home} as `{target}`: {why}")
     where = (
         f"{module}'s one copy, {copies[0]}, cannot be imported every way this file runs"
         if copies
         else f"{module} has no place that every way this file runs can import it from"
     )
     raise HelperRefused(
-        f"{where} ({broken}): import {helper.path} by hand where every launch of the file finds it, or launch "
-        "the file one way"
+        f"{where} ({broken}): import {helper.path} by hand where every launch of the file finds it"
     )
 
 
