@@ -13,6 +13,7 @@ from bot.benchmarking import BenchOptions, bench_and_report, bench_spec, require
 from bot.conventions import TRAILER_ISSUE, TRAILER_ITEM, TRAILER_OPTIMIZATION, TRAILER_TIER, branch_name
 from bot.errors import BadInput
 from bot.hints import choose_by_sites, match_by_location
+from bot.import_gate import import_problems
 from bot.interrupts import shielded
 from bot.plan import Plan
 from bot.progress import Progress, Row, publish_progress
@@ -258,7 +259,8 @@ class TierRun:
             with contextlib.suppress(Exception):  # best effort: the error itself is what the caller sees
                 publish(f"Stopped {stage}: {type(stopped).__name__}: {stopped}")
             raise
-        failed = any(r.status is ItemStatus.FAILED for r in self.rows) or progress.bench.get("failed_runs", 0)
+        failed = any(r.status in (ItemStatus.FAILED, ItemStatus.DROPPED) for r in self.rows)
+        failed = failed or progress.bench.get("failed_runs", 0)
         return ApplyResult(progress, 1 if failed else 0, commits, pull_request)
 
     def _record_interrupt(
@@ -307,6 +309,7 @@ class TierRun:
         it proposes to a person (never committed). The sha, or None."""
         workspace = self.workspace
         untidied = None
+        broken: list[str] = []
         try:
             change, missed = self._dry_run(optimization, focus_files(self.plan, row))
             if change.files:
@@ -314,9 +317,17 @@ class TierRun:
                 untidied = tidy(
                     workspace.root, {path: workspace.committed_text(path) for path in change.files}
                 )
+                broken = import_problems(
+                    workspace.root, change.files, workspace.committed_text, self.exclude, self.sources
+                )
         except Exception as exc:  # a transform bug must not stop the run or leave edits behind
             workspace.discard()
             row.status, row.note = ItemStatus.FAILED, f"{type(exc).__name__}: {exc}"
+            return None
+        if broken:  # a file that would not compile or import some way it runs: nothing of it is committed
+            workspace.discard()
+            row.status = ItemStatus.DROPPED
+            row.note = missed + "dropped, not committed: " + "; ".join(broken)
             return None
         expected = optimization.expected_for(self.shapes)
         listed = set(progress.proposals)

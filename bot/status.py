@@ -16,6 +16,9 @@ class ItemStatus(StrEnum):
     ALREADY = "already"
     NOT_APPLICABLE = "not_applicable"
     FAILED = "failed"
+    DROPPED = (
+        "dropped"  # its change was made, then dropped uncommitted: an import it added would break a launch
+    )
     NEEDS_HUMAN = "needs_human"
     KEPT = "kept"  # the program chose otherwise on purpose: not overridden
     PROPOSED = "proposed"  # the change needs restructuring: proposed to a person, never committed
@@ -46,6 +49,7 @@ _LABELS = {
     ItemStatus.ALREADY: "✔ already",
     ItemStatus.NOT_APPLICABLE: "➖ not applicable",
     ItemStatus.FAILED: "❌ failed",
+    ItemStatus.DROPPED: "🚫 dropped (would break a launch)",
     ItemStatus.NEEDS_HUMAN: "🙋 needs a human",
     ItemStatus.KEPT: "✋ kept (chosen on purpose)",
     ItemStatus.PROPOSED: "💡 proposal for a person",
@@ -57,6 +61,7 @@ _LABELS = {
 _COUNTED = (
     (ItemStatus.LANDED, "landed"),
     (ItemStatus.FAILED, "failed"),
+    (ItemStatus.DROPPED, "dropped"),
     (ItemStatus.ALREADY, "already done"),
     (ItemStatus.NOT_APPLICABLE, "not applicable"),
     (ItemStatus.NEEDS_HUMAN, "need a human"),

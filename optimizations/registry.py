@@ -41,7 +41,6 @@ from optimizations.program.repository import (
     SourceCache,
     check_compiles,
 )
-from optimizations.program.runs.resolve import sharded_in_every_run
 from optimizations.program.shapes import ProgramShape
 
 if TYPE_CHECKING:
@@ -194,6 +193,9 @@ class Optimization:
         no tree is turned back into code (the result's ``source`` is the text given)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
+        from optimizations.edits.codemod import refuse_all
+
+        written = dict(ctx.vendored), dict(ctx.edits)
         result = FileResult(source)
         for position, codemod in enumerate(self.codemods):
             if position and not any(site.applicable for site in result.sites):
@@ -202,9 +204,14 @@ class Optimization:
             edited = finder.transform_parsed(
                 ctx.sources.parse(path, source), sites_only=sites_only or position > 0
             )
+            unplaceable = finder.unplaceable
             if position and not sites_only:  # the edit builds on the one before it
                 editor = codemod(CodemodContext(filename=path), self, ctx)
                 edited = editor.transform_parsed(ctx.sources.parse(path, result.source))
+                unplaceable = unplaceable or editor.unplaceable
+            if unplaceable:  # a helper no copy can serve: the file keeps its text, every change refused
+                ctx.vendored, ctx.edits = written
+                return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
         for proposer in self.proposers:
             finder = proposer(CodemodContext(filename=path), self, ctx)
@@ -263,6 +270,9 @@ class Optimization:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
         configuration it rests on: an optimization that compiles the model is refused where every run shards
         it (FSDP, ZeRO-3)."""
+        # imported here: listing optimizations loads no libcst, which the run configuration's readers use
+        from optimizations.program.runs.resolve import sharded_in_every_run
+
         return sharded_in_every_run(ctx, path) if self.compiles_model else None
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

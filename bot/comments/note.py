@@ -67,6 +67,9 @@ def render_note(
         elif status is ItemStatus.FAILED:
             unchanged.append(f"{label}: the transform failed ({clip(row.note, 240)})")
             follow_ups.append(f"Fix or apply by hand: {label} ({clip(row.note, 240)})")
+        elif status is ItemStatus.DROPPED:
+            unchanged.append(f"{label}: dropped before committing ({clip(row.note, 240)})")
+            follow_ups.append(f"Apply by hand where every launch imports it: {label} ({clip(row.note, 240)})")
         elif status is ItemStatus.NEEDS_HUMAN:
             follow_ups.append(f"Needs a human: {label}" + (f" ({clip(row.note, 240)})" if row.note else ""))
     if not rows:

@@ -90,6 +90,16 @@ def _adherence_finding(keys: str, change: str, status: str, note: str, findings:
                 "Fix the transform (or make the change by hand); `bot apply` resumes and skips what landed",
             )
         )
+    elif status == ItemStatus.DROPPED.label:
+        findings.append(
+            Finding(
+                MAJOR,
+                "adherence",
+                f"Plan item {keys} was dropped: its change would break a launch",
+                (note or status,),
+                "Fix where the optimization places its imports (or make the change by hand); `bot apply` resumes",
+            )
+        )
     elif status == ItemStatus.INTERRUPTED.label:
         findings.append(
             Finding(

@@ -15,7 +15,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import BaseMetadataProvider, ParentNodeProvider
 
 from optimizations.edits.imports import add_imports
-from optimizations.edits.vendoring import RuntimeHelper, vendor
+from optimizations.edits.vendoring import HelperRefused, RuntimeHelper, vendor
 from optimizations.program.queries import FileQueries
 from optimizations.program.repository import ParsedFile, RepoContext, Site
 from optimizations.program.syntax import imported_modules
@@ -97,6 +97,8 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
         self.imported_modules: set[str] = set()
         # Only the sites are wanted (a scan): the edited tree is thrown away, so a codemod may skip building it.
         self.sites_only = False
+        # Why a helper its edits need cannot be imported every way the file runs: then it edits nothing here.
+        self.unplaceable = ""
 
     def transform_parsed(self, parsed: ParsedFile, *, sites_only: bool = False) -> cst.Module:
         """``transform_module`` over a file parsed once for the run: the metadata comes from the file's shared
@@ -107,11 +109,16 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
         self.sites_only = sites_only
         self.context = replace(self.context, wrapper=parsed.wrapper)
         self.metadata = LazyMetadata(parsed, self.get_inherited_dependencies())
+        written = dict(self.repo.vendored), dict(self.repo.edits)
         try:
             tree = self.transform_module_impl(parsed.module)
         finally:
             self.context = replace(self.context, wrapper=None)
             self.metadata = {}
+        if self.unplaceable:  # the file is left as it is, each of its changes refused with the reason
+            self.repo.vendored, self.repo.edits = written
+            self.sites = refuse_all(self.sites, self.unplaceable)
+            return parsed.module
         if sites_only:
             return tree
         if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
@@ -165,9 +172,14 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
             AddImportsVisitor.add_needed_import(self.context, module)
 
     def import_runtime(self, helper: RuntimeHelper, name: str) -> None:
-        """Vendor the run-time ``helper`` where this file can import it
-        (:func:`~optimizations.edits.vendoring.vendor`) and import ``name`` from it."""
-        target = vendor(self.repo, helper, self.path, self.parsed.syntax())
+        """Vendor the run-time ``helper`` where this file can import it every way it runs
+        (:func:`~optimizations.edits.vendoring.vendor`) and import ``name`` from it; where no copy can serve
+        it, the file's changes are refused instead (:attr:`unplaceable` says why)."""
+        try:
+            target = vendor(self.repo, helper, self.path, self.parsed.syntax())
+        except HelperRefused as refused:
+            self.unplaceable = self.unplaceable or str(refused)
+            return
         relative = 1 if target.startswith(".") else 0
         AddImportsVisitor.add_needed_import(self.context, target.lstrip("."), name, relative=relative)
 
@@ -194,3 +206,8 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
         self.sites.append(
             Site(self.path, self.line(node), self.optimization.id, message, False, why, proposal=True)
         )
+
+
+def refuse_all(sites: list[Site], reason: str) -> list[Site]:
+    """``sites`` with every change among them refused for ``reason``."""
+    return [replace(site, applicable=False, reason=reason) if site.applicable else site for site in sites]

@@ -1,15 +1,21 @@
-"""Run-time helpers perfbot ships, and where a target repository gets its copy: vendored verbatim as
-``_perfbot_<name>.py`` where the edited file can import it however it runs."""
+"""Run-time helpers perfbot ships, and where a target repository gets its one copy of each: vendored verbatim
+as ``_perfbot_<name>.py`` where every file that uses it can import it, however each runs
+(:mod:`optimizations.program.launch_modes`)."""
 
 from __future__ import annotations
 
 import ast
 import posixpath
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 
+from optimizations.program.import_resolution import evidence, module_level_imports, package_root
+from optimizations.program.launch_modes import launch_modes
 from optimizations.program.repository import SOURCE_ROOTS, VENDORED_PREFIX, RepoContext, import_roots
+
+
+class HelperRefused(Exception):
+    """No copy of a helper can serve a file every way it runs; the message says which launch would break."""
 
 
 @dataclass(frozen=True, order=True)
@@ -38,8 +44,9 @@ class RuntimeHelper:
 
 
 def vendor(repo: RepoContext, helper: RuntimeHelper, next_to: str, syntax: ast.Module | None) -> str:
-    """Copy the run-time ``helper`` where the file ``next_to`` (``syntax``: its text as
-    Python parses it) can import it; return the import target.
+    """Place the one copy of the run-time ``helper`` where the file ``next_to`` (``syntax``: its text as
+    Python parses it) can import it every way it runs; return the import target. A copy the repository (or
+    this run) has already is the only place tried: a helper is never copied twice. Otherwise, in order:
 
     * A file that imports a neighbour relatively runs only as part of its package: beside it, imported as
       ``._perfbot_x``.
@@ -47,16 +54,62 @@ def vendor(repo: RepoContext, helper: RuntimeHelper, next_to: str, syntax: ast.M
       beside it), imported absolutely as ``pkg._perfbot_x``. Whatever makes the file's own imports work
       makes this one work, however the file runs: as a module, as a script, or by path through
       ``runpy.run_path`` (torchtune's ``tune run``), which puts neither a parent package nor the file's
-      folder on the path.
-    * Otherwise beside it: ``._perfbot_x`` in a package, ``_perfbot_x`` in a script directory.
+      folder on the path -- unless the package comes from the registry, whose copy has no helper.
+    * Otherwise beside it: ``._perfbot_x`` in a package, ``_perfbot_x`` in a script directory; else at the
+      repository's root.
+
+    Each place and spelling is checked against every way the file runs (a relative import fails in a file
+    launched as ``python pkg/file.py``); :class:`HelperRefused` names the launch that breaks where none fits.
     """
     module = helper.module
-    directory = posixpath.dirname(next_to)
+    name = f"{module}.py"
+    copies = sorted(
+        {p for p in repo.vendored if posixpath.basename(p) == name} | set(repo.listed(name, f"*/{name}"))
+    )
+    modes, known = launch_modes(repo), evidence(syntax)
+    broken = ""
+    for home in copies or _homes(repo, next_to, syntax, name):
+        for target in _spellings(repo, next_to, home, syntax):
+            level = len(target) - len(target.lstrip("."))
+            why = modes.first_break(next_to, level, target.lstrip("."), known, planned=(home,))
+            if why is None:
+                repo.vendored[home] = helper.source()
+                return target
+            broken = broken or (f"as `{target}`: {why}" if copies else f"{home} as `{target}`: {why}")
+    where = (
+        f"{module}'s one copy, {copies[0]}, cannot be imported every way this file runs"
+        if copies
+        else f"{module} has no place that every way this file runs can import it from"
+    )
+    raise HelperRefused(
+        f"{where} ({broken}): import {helper.path} by hand where every launch of the file finds it"
+    )
+
+
+def _homes(repo: RepoContext, path: str, syntax: ast.Module | None, name: str) -> list[str]:
+    """Where a first copy may go, best first: the package the file imports absolutely, beside the file, the
+    repository's root."""
+    directory = posixpath.dirname(path)
     in_package = bool(directory) and (repo.root / directory / "__init__.py").exists()
-    home = _absolute_home(repo, next_to, syntax, in_package)
-    folder, package = home or (directory, "" if in_package else None)
-    repo.vendored[posixpath.join(folder, f"{module}.py")] = helper.source()
-    return module if package is None else f"{package}.{module}"
+    home = _absolute_home(repo, path, syntax, in_package)
+    folders = dict.fromkeys([*([home[0]] if home else []), directory, ""])
+    return [posixpath.join(folder, name) for folder in folders]
+
+
+def _spellings(repo: RepoContext, path: str, home: str, syntax: ast.Module | None) -> list[str]:
+    """The imports that can reach ``home`` from the file ``path``, in the file's own style first: relative
+    (beside it, in a package), absolute through the package chain, and as a top-level module."""
+    folder, module = posixpath.dirname(home), posixpath.basename(home).removesuffix(".py")
+
+    def exists(file: str) -> bool:
+        return (repo.root / file).is_file()
+
+    chain = package_root(exists, folder)
+    beside = [f".{module}"] if chain is not None and folder == posixpath.dirname(path) else []
+    dotted = [f"{chain[1]}.{module}"] if chain is not None else []
+    in_package = package_root(exists, posixpath.dirname(path)) is not None
+    absolute_style = _absolute_home(repo, path, syntax, in_package) is not None
+    return [*(dotted + beside if absolute_style else beside + dotted), module]
 
 
 def _absolute_home(
@@ -70,7 +123,7 @@ def _absolute_home(
         return None
     if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(syntax)):
         return None
-    imports = list(_module_level_imports(syntax))
+    imports = list(module_level_imports(syntax))
     names = [a.name for n in imports if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in imports if isinstance(n, ast.ImportFrom) and n.module]
     top_levels = list(dict.fromkeys(name.partition(".")[0] for name in names))
@@ -88,12 +141,3 @@ def _absolute_home(
             if (repo.root / folder / "__init__.py").exists():
                 return folder, name
     return None
-
-
-def _module_level_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The imports a module runs when it is loaded (outside its functions' bodies), in source order."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, (ast.Import, ast.ImportFrom)):
-            yield child
-        elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            yield from _module_level_imports(child)

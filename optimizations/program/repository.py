@@ -278,6 +278,11 @@ class RepoContext:
         scope.exclude = tuple(pattern for pattern in scope.exclude if pattern != DOCS)
         return [p for p in self._listing(patterns) if scope.in_scope(p)]
 
+    def listed(self, *patterns: str) -> list[str]:
+        """Every file matching ``patterns`` as the tree holds it now, in scope or not: unlike :meth:`files`,
+        listed afresh (a helper an earlier commit of the run vendored is there)."""
+        return self._list(patterns)
+
     def _listing(self, patterns: tuple[str, ...]) -> list[str]:
         """:meth:`_list`, once per run (``sources`` keeps it)."""
         key = (self.root, patterns)
