@@ -51,7 +51,13 @@ def explain_text(entries: list[EntryRuns]) -> str:
                     f"    {setting.name:<{width}}  {setting.value:<{column}}  {setting.source}{written}"
                 )
         for name, values in entry.disagreements().items():
-            shown = "; ".join(f"{v.value} ({v.source})" for v in values)
+            by_value: dict[str, list[str]] = {}
+            for value in values:
+                by_value.setdefault(value.value, []).append(value.source)
+            shown = "; ".join(
+                f"{value} in {len(sources)} run(s) ({sources[0]}{', ...' if len(set(sources)) > 1 else ''})"
+                for value, sources in by_value.items()
+            )
             lines.append(f"  launches disagree on {name}: {shown}: each launch is a run of its own")
         lines.append("")
     return "\n".join(lines)

@@ -160,6 +160,10 @@ class Optimization:
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
     # It compiles the model (or its layers): refused where every run shards the model (:meth:`run_refusal`).
     compiles_model: ClassVar[bool] = False
+    # The run-configuration setting that says it is done, and the test of its value (a name of
+    # :data:`optimizations.program.runs.settings.DONE`): where a run sets it so outside Python (a launch flag,
+    # a recipe, a launcher config), that line is a site of "already done".
+    done_by_setting: ClassVar[tuple[str, str] | None] = None
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -257,6 +261,7 @@ class Optimization:
                 if on_step is not None:
                     on_step(done, len(paths), path)
         sites.extend(site for site in self.config_sites(ctx) if _editable(ctx, site.path))
+        sites.extend(self._done_by_runs(ctx, {(s.path, s.line) for s in sites}))
         for path, text in ctx.edits.items():
             if _editable(ctx, path) and text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
@@ -268,12 +273,28 @@ class Optimization:
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
-        configuration it rests on: an optimization that compiles the model is refused where every run shards
-        it (FSDP, ZeRO-3)."""
+        configuration it rests on: the library of a framework its commands drive by recipe, and for an
+        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3)."""
         # imported here: listing optimizations loads no libcst, which the run configuration's readers use
-        from optimizations.program.runs.resolve import sharded_in_every_run
+        from optimizations.program.runs.resolve import framework_library, sharded_in_every_run
 
-        return sharded_in_every_run(ctx, path) if self.compiles_model else None
+        library = framework_library(ctx, path)
+        return library or (sharded_in_every_run(ctx, path) if self.compiles_model else None)
+
+    def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
+        """The lines outside Python where a run of an entry point sets :attr:`done_by_setting`, once per line
+        and not where a site is already reported."""
+        if self.done_by_setting is None:
+            return []
+        from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
+
+        found: dict[tuple[str, int], Site] = {}
+        for entry, setting in done_by_runs(ctx, *self.done_by_setting):
+            path, _, line = setting.source.rpartition(":")
+            if (path, int(line)) not in seen and (path, int(line)) not in found:
+                message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"
+                found[path, int(line)] = Site(path, int(line), self.id, message, False, already=True)
+        return list(found.values())
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Sites in the repository's config files that no Python file's transform reaches (an optimizer a YAML

@@ -249,3 +249,45 @@ def test_compiling_is_refused_where_every_run_shards_the_model(tmp_path: Path) -
     assert "every run shards the model (FSDP (full_shard auto_wrap) at run.sh:1)" in sites[0].reason
     (tmp_path / "single.sh").write_text("python train.py --bf16 True\n")
     assert any(s.applicable for s in compile_layers.dry_run(tmp_path).sites)
+
+
+FRAMEWORK = {
+    "pyproject.toml": '[project]\nname = "fw"\nversion = "0.1"\n\n[project.scripts]\nfw = "fw.cli:main"\n',
+    "fw/__init__.py": "",
+    "fw/cli.py": "import sys\n\nfrom fw.train import train\n\n\ndef main():\n    train(sys.argv[2])\n",
+    "fw/train.py": (
+        "import transformers\n\n\ndef train(recipe):\n"
+        '    model = transformers.AutoModelForCausalLM.from_pretrained("m")\n'
+        "    transformers.Trainer(model=model).train()\n"
+    ),
+    "examples/lora.yaml": (
+        "base_model: m\nlearning_rate: 2.0e-4\nbf16: true\ndataloader_num_workers: 4\nflash_attention: true\n"
+    ),
+    "examples/chat.yaml": "base_model: m\ntemperature: 0.7\n",
+    "README.md": "# fw\n\n```bash\nfw train examples/lora.yaml\nfw chat examples/chat.yaml\n```\n",
+}
+
+
+def test_a_framework_driven_by_its_console_script_and_recipes(tmp_path: Path) -> None:
+    """axolotl's and LLaMA-Factory's shape: `fw train recipe.yaml` is a run of the console script's file, its
+    settings come from the recipe (a `chat` recipe trains nothing), the recipe lines are "already done" sites,
+    and the framework's own library is no place for an edit."""
+    (entry,) = runs_of(tmp_path, FRAMEWORK)
+    assert entry.entry == "fw/cli.py"
+    assert [run.name for run in entry.runs] == ["README.md:4"]
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16", "examples/lora.yaml:3")
+    assert got["loader_workers"] == ("4", "examples/lora.yaml:4")
+    assert got["attention"] == ("flash_attention_2", "examples/lora.yaml:5")
+    done = {
+        opt: [(s.path, s.line) for s in registry()[opt].find(tmp_path) if s.already]
+        for opt in ("bf16_autocast", "dataloader_workers", "fa2")
+    }
+    assert done == {
+        "bf16_autocast": [("examples/lora.yaml", 3)],
+        "dataloader_workers": [("examples/lora.yaml", 4)],
+        "fa2": [("examples/lora.yaml", 5)],
+    }
+    refused = [s for s in registry()["fa2"].find(tmp_path) if s.path == "fw/train.py"]
+    assert refused and not refused[0].applicable
+    assert "library of a framework its commands drive by recipe (`fw` at README.md:4)" in refused[0].reason

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from optimizations.program.frameworks import FRAMEWORK_WORDS
 from optimizations.program.repository import RepoContext, Site
-from optimizations.program.runs.resolve import effective_runs
-from optimizations.program.runs.settings import BF16
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
@@ -40,11 +38,11 @@ class Bf16Autocast(Optimization):
     codemods = (Bf16AutocastCodemod,)
     examples = EXAMPLES
     needs = (BACKWARD, *FRAMEWORK_WORDS)
+    done_by_setting = ("mixed_precision", "bf16")
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
-        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16, and each launch
-        flag, recipe or launcher config that sets bf16 for every run of an entry point: already done."""
-        return launched_bf16(ctx, self.id) + [
+        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done."""
+        return [
             Site(
                 s.path,
                 s.line,
@@ -55,21 +53,3 @@ class Bf16Autocast(Optimization):
             )
             for s in configured_bf16(ctx)
         ]
-
-
-def launched_bf16(ctx: RepoContext, optimization: str) -> list[Site]:
-    """Where the launches of an entry point whose every run computes in bf16 set it outside Python (``--bf16
-    True`` in each README command, ``bf16: true`` in its recipes, ``mixed_precision: bf16`` in an accelerate
-    config): one already-done site per line."""
-    places: dict[tuple[str, int], str] = {}
-    for entry in effective_runs(ctx):
-        for setting in entry.every_run_in(BF16):
-            path, _, line = setting.source.rpartition(":")
-            if path and not path.endswith(".py") and line.isdigit():
-                places.setdefault(
-                    (path, int(line)), f"bf16 for every run of {entry.entry} (`{setting.written}`)"
-                )
-    return [
-        Site(path, line, optimization, message, False, already=True)
-        for (path, line), message in sorted(places.items())
-    ]

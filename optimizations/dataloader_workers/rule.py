@@ -41,6 +41,7 @@ class DataloaderWorkers(Optimization):
         "pin memory",
     )
     codemods = (AddWorkers,)
+    done_by_setting = ("loader_workers", "positive")
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = EXAMPLES

@@ -35,6 +35,7 @@ class FlashAttention(Optimization):
     )
     capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (PickAttention,)
+    done_by_setting = ("attention", "flash")
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 
     examples = EXAMPLES

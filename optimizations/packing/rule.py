@@ -33,6 +33,7 @@ class Packing(Optimization):
         "enable packing",
     )
     codemods = (PackSamples,)
+    done_by_setting = ("packing", "on")
     needs = PackSamples.needs()
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

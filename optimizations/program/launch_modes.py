@@ -237,6 +237,13 @@ class LaunchModes:
             return posixpath.join(relative, "__main__.py"), dotted
         return None
 
+    def console_scripts(self) -> dict[str, str]:
+        """Each console script of the root project (``axolotl``, ``llamafactory-cli``) and the file it runs."""
+        found = {}
+        for path, mode in self._console_scripts():
+            found[mode.command.partition(" = ")[0]] = path
+        return found
+
     def _console_scripts(self) -> Iterator[tuple[str, Mode]]:
         """The modules the root project's console scripts run, each as its installed package's module."""
         registry = bool(self.installation.registry)

@@ -3,7 +3,8 @@
 Commands are read from shell scripts, Slurm batch files, Makefiles and the code blocks of Markdown documents,
 line continuations joined, split into words with :mod:`shlex` (never run). A command is a launcher (``python``,
 ``accelerate launch``, ``torchrun``, ``deepspeed``, ``srun``...), the launcher's own flags, the target (a
-``.py`` file of the repository, or ``-m`` one of its modules) and the target's flags.
+``.py`` file of the repository, or ``-m`` one of its modules) and the target's flags. A console script of the
+repository's own project (``axolotl train recipe.yml``) is a launch of the file it runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from optimizations.program.launch_modes import launch_modes
 from optimizations.program.recipes import (
     RECIPE_SUFFIXES,
     code_blocks,
@@ -50,6 +52,11 @@ class LaunchCommand:
         return f"{self.path}:{self.line}"
 
     @property
+    def console(self) -> bool:
+        """A console script of the repository's project, not a launcher of a file (``axolotl train ...``)."""
+        return not _is_launcher(self.launcher)
+
+    @property
     def documented(self) -> bool:
         """Shown in a document, not run by a script of the repository."""
         return self.path.endswith(DOCUMENT_FILES[0][1:])
@@ -73,18 +80,19 @@ def launch_commands(repo: RepoContext) -> list[LaunchCommand]:
 
 def _read_all(repo: RepoContext) -> list[LaunchCommand]:
     files = set(repo.files("*.py"))
+    consoles = launch_modes(repo).console_scripts()
     found = []
     for path in [*repo.files(*SHELL_FILES), *repo.documents(*DOCUMENT_FILES)]:
         try:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
             continue
-        if ".py" not in text and "-m " not in text:
+        if not any(word in text for word in (".py", "-m ", *consoles)):
             continue
         body = code_blocks(text) if path.endswith(".md") else text
         for line, _start, _end, command in shell_commands(body):
             for words in _simple_commands(shell_words(command)):
-                launch = _launch(path, line, words, files)
+                launch = _launch(path, line, words, files) or _console_launch(path, line, words, consoles)
                 if launch is not None:
                     found.append(launch)
     return found
@@ -141,6 +149,16 @@ def _is_launcher(word: str) -> bool:
 def _launcher_name(word: str) -> str:
     name = PurePosixPath(word).name
     return "python" if name.startswith("python") else name
+
+
+def _console_launch(path: str, line: int, words: list[str], consoles: dict[str, str]) -> LaunchCommand | None:
+    """A console script of the repository run with a recipe (``axolotl train examples/lora.yml``,
+    ``llamafactory-cli train examples/train_lora/llama3_lora_sft.yaml``): its subcommand words are positional."""
+    words = [w for w in words if not _assignment(w)]
+    if not words or words[0] not in consoles:
+        return None
+    flags, positional = flag_arguments(words[1:])
+    return LaunchCommand(path, line, words[0], consoles[words[0]], False, {}, flags, tuple(positional))
 
 
 def _made(

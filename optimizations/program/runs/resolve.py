@@ -29,7 +29,7 @@ from optimizations.program.runs.launcher_configs import (
     deepspeed_config,
     deepspeed_settings,
 )
-from optimizations.program.runs.settings import FP32, SETTINGS, Setting, reading
+from optimizations.program.runs.settings import DONE, FP32, NAMES, SETTINGS, Setting, reading
 from optimizations.program.yaml_settings import settings as yaml_settings
 
 # Text that shows a file trains: a backward pass, a trainer or a framework's fit.
@@ -53,6 +53,10 @@ TRAINER_DEFAULTS = (
     ),
 )
 NOTHING = "nothing in the code or its launch sets it"
+# Keys of a recipe YAML that are settings (a recipe's ``num_workers``/``compile`` may be anything else's).
+RECIPE_KEYS = tuple(
+    name for name in NAMES if name not in ("num_workers", "pin_memory", "precision", "compile")
+)
 PLAIN_DEFAULTS = (
     Setting("mixed_precision", FP32, NOTHING),
     Setting("compile", "off", NOTHING),
@@ -124,13 +128,18 @@ def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
     program = program_of(repo)
     commands = launch_commands(repo)
     found = []
-    for entry in program.entry_points:
+    launched = {command.target for command in commands}
+    for entry in sorted({*program.entry_points, *launched}):
         files = program.imported_from(entry)
         texts = {path: _text(repo, path) for path in files if _own(entry, path)}
-        if not _trains(repo, entry, texts):
+        with_recipe = any(c.target == entry and c.console and _trains_by_recipe(repo, c) for c in commands)
+        if not (with_recipe or _trains(repo, entry, texts)):
             continue
         trees = {path: repo.sources.syntax(path, text) for path, text in texts.items() if text}
-        launches: list[LaunchCommand | None] = [c for c in commands if c.target == entry] or [None]
+        mine = [c for c in commands if c.target == entry and (not c.console or _trains_by_recipe(repo, c))]
+        if not mine and any(c.target == entry for c in commands) and entry not in program.entry_points:
+            continue  # a framework's console script that no command trains with (``chat``, ``export``)
+        launches: list[LaunchCommand | None] = list(mine) or [None]
         runs = tuple(_run(repo, entry, launch, texts, trees) for launch in launches)
         found.append(EntryRuns(entry, files, runs))
     return found
@@ -142,6 +151,29 @@ def _trains(repo: RepoContext, entry: str, texts: dict[str, str]) -> bool:
     imports a helper of the training script (stanford_alpaca's ``weight_diff.py``) does not."""
     training = [path for path, text in texts.items() if any(marker in text for marker in TRAINING_MARKERS)]
     return entry in training or any(runs_code_of(repo, entry, path) for path in training)
+
+
+# Keys of a recipe that trains (an inference or export recipe has none of them).
+TRAINING_KEYS = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+)
+
+
+def _trains_by_recipe(repo: RepoContext, launch: LaunchCommand) -> bool:
+    """A framework's console script run with a recipe that sets how to train (``learning_rate``...)."""
+    for recipe in launch.recipes:
+        try:
+            text = repo.read(recipe)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any(yaml_settings(recipe, text, key) for key in TRAINING_KEYS):
+            return True
+    return False
 
 
 def _own(entry: str, path: str) -> bool:
@@ -175,7 +207,10 @@ def _run(
     put(PLAIN_DEFAULTS)
     if trainer:
         put(TRAINER_DEFAULTS)
-    read = {path: _code_settings(repo, path, tree) for path, tree in trees.items() if tree is not None}
+    # A framework's console script (``llamafactory-cli train recipe.yaml``) runs its library, whose code sets
+    # values under conditions its recipe decides: the recipe, not the library's code, is the run's setting.
+    framework = launch is not None and launch.console
+    read = {} if framework else {p: _code_settings(repo, p, t) for p, t in trees.items() if t is not None}
     for path in sorted(read):
         put(read[path].defaults)
     late: list[Setting] = []
@@ -239,23 +274,7 @@ def _recipe(repo: RepoContext, recipe: str) -> list[Setting]:
     except (OSError, UnicodeDecodeError):
         return []
     found = []
-    for name in (
-        "bf16",
-        "fp16",
-        "torch_dtype",
-        "dtype",
-        "tf32",
-        "attn_implementation",
-        "optim",
-        "packing",
-        "padding_free",
-        "dataloader_num_workers",
-        "dataloader_pin_memory",
-        "torch_compile",
-        "gradient_checkpointing",
-        "use_peft",
-        "fsdp",
-    ):
+    for name in RECIPE_KEYS:
         for setting in yaml_settings(recipe, text, name):
             read = reading(name, setting.value)
             if read is not None:
@@ -365,3 +384,38 @@ def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
         f"every run shards the model ({places}): compiling its layers inside the sharding wrapper is a change "
         "to test on that setup first, not a tier-level edit"
     )
+
+
+def done_by_runs(repo: RepoContext, name: str, done: str) -> list[tuple[str, Setting]]:
+    """``(entry, setting)`` for each run that sets ``name`` to a value the test ``done`` (:data:`DONE`) accepts,
+    where the value is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config): that
+    line says the optimization is done already for that run."""
+    accepts = DONE[done]
+    found = []
+    for entry in effective_runs(repo):
+        for run in entry.runs:
+            setting = run.settings.get(name)
+            if setting is None or not accepts(setting.value):
+                continue
+            path, _, line = setting.source.rpartition(":")
+            if path and not path.endswith(".py") and line.isdigit():
+                found.append((entry.entry, setting))
+    return found
+
+
+def framework_library(repo: RepoContext, path: str) -> str | None:
+    """Why ``path`` is no place for an edit: it is the library of a framework that the repository's commands
+    drive by its console script and recipes (``llamafactory-cli train examples/...yaml``), where a setting
+    belongs in the recipes its schema validates, not in a patch of the library's code; else ``None``."""
+    for entry in effective_runs(repo):
+        launch = next((r.launch for r in entry.runs if r.launch is not None and r.launch.console), None)
+        if launch is None:
+            continue
+        parts = entry.entry.split("/")
+        package = "/".join(parts[:2] if parts[0] == "src" else parts[:1])
+        if path.startswith(package + "/"):
+            return (
+                f"`{package}` is the library of a framework its commands drive by recipe (`{launch.launcher}` "
+                f"at {launch.where}): set it in the recipes, not in a patch of the library"
+            )
+    return None

@@ -56,8 +56,22 @@ def _on_off(value: object) -> str | None:
 
 
 def _bf16_flag(value: object) -> str | None:
+    if str(value).lower() == "auto":  # axolotl's default: bf16 wherever the GPU has it
+        return f"{BF16} (auto: where the GPU has it)"
     flag = _on_off(value)
     return BF16 if flag == "on" else None
+
+
+def _flash(value: object) -> str | None:
+    """axolotl's ``flash_attention: true``, LLaMA-Factory's ``flash_attn: fa2``/``auto``/``sdpa``/``disabled``."""
+    text = str(value).lower()
+    if _on_off(value) == "on" or text in ("fa2", "fa3"):
+        return "flash_attention_2" if text != "fa3" else "flash_attention_3"
+    return {
+        "auto": "auto (FlashAttention 2 where installed, else SDPA)",
+        "sdpa": "sdpa",
+        "disabled": "eager",
+    }.get(text)
 
 
 def _fp16_flag(value: object) -> str | None:
@@ -116,6 +130,10 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "tf32": ("tf32", _on_off),
     "allow_tf32": ("tf32", _on_off),
     "attn_implementation": ("attention", _text),
+    "flash_attention": ("attention", _flash),
+    "flash_attn": ("attention", _flash),
+    "sample_packing": ("packing", _on_off),
+    "optimizer": ("optimizer", _text),
     "optim": ("optimizer", _text),
     "packing": ("packing", _on_off),
     "packed": ("packing", _on_off),
@@ -142,3 +160,14 @@ def reading(name: str, value: object) -> tuple[str, str] | None:
         return None
     shown = known[1](value)
     return None if shown is None else (known[0], shown)
+
+
+# What a setting's value must be for an optimization to be done already, by name (an optimization's
+# ``done_by_setting``): the run configuration's sites of "already done".
+DONE: dict[str, Callable[[str], bool]] = {
+    "on": lambda value: value == "on",
+    "positive": lambda value: value.isdigit() and int(value) > 0,
+    "bf16": lambda value: value.startswith(BF16),
+    "fused": lambda value: "fused" in value.lower(),
+    "flash": lambda value: value.startswith("flash") or "flash-attn" in value or "flash_attn" in value,
+}
