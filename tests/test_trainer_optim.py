@@ -44,7 +44,7 @@ def test_recipe_and_flag_switched_and_a_commented_choice_kept(tmp_path: Path) ->
     assert change.files["run.sh"].endswith("    --optim adamw_torch_fused\n")
     assert "recipes/old.yaml" not in change.files
     kept = [s for s in change.sites if s.path == "recipes/old.yaml"]
-    assert len(kept) == 1 and kept[0].already and "on purpose" in kept[0].message
+    assert len(kept) == 1 and kept[0].kept and "fused diverged with fp16 here" in kept[0].reason
     assert {(s.path, s.line) for s in change.applied} == {("recipes/sft.yaml", 4), ("run.sh", 2)}
 
 

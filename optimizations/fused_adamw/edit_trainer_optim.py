@@ -42,6 +42,16 @@ TRAINING_KEYS = frozenset(
 MESSAGE = f'optim="{FUSED}": the same AdamW update in one fused kernel'
 
 
+# Optimizers chosen to save memory (8-bit and paged states, factored moments): a fused AdamW would give that up.
+MEMORY_SAVERS = ("8bit", "paged", "adafactor", "galore", "lomo", "apollo")
+MEMORY_SAVING = "an optimizer chosen to save memory; the fused AdamW would give that saving up"
+
+
+def memory_saving(optim: str) -> bool:
+    """``paged_adamw_32bit``, ``adamw_bnb_8bit``, ``adafactor``, ``galore_adamw``...: chosen for memory."""
+    return any(word in optim.lower() for word in MEMORY_SAVERS)
+
+
 def deepspeed_optimizer(repo: RepoContext, path: str) -> str | None:
     """Why ``optim`` chooses the optimizer of no run that loads ``path``: the DeepSpeed config line that builds
     one in each of them; ``None`` when some run builds the Trainer's (a README's FSDP commands beside a ZeRO
@@ -64,8 +74,11 @@ class TrainerOptim(PlannedCodemod):
         """Switch every unfused ``optim`` literal of the file to the fused one, or say why not."""
         for value, owner in self._optim_literals():
             written = code_of(value)
+            if isinstance(value, cst.SimpleString) and memory_saving(str(value.evaluated_value)):
+                self.kept(self.line(value), f"optim {written}", MEMORY_SAVING)
+                continue
             if self._commented(value):
-                self.already(value, f"optim {written} chosen on purpose (a comment on its line): kept")
+                self.kept(self.line(value), f"optim {written}", "a comment on its line gives the reason")
                 continue
             if (reason := deepspeed_optimizer(self.repo, self.path)) is not None:
                 self.refused(value, MESSAGE, reason)
@@ -99,7 +112,11 @@ class TrainerOptim(PlannedCodemod):
 
     @staticmethod
     def _unfused(value: cst.BaseExpression) -> bool:
-        return isinstance(value, cst.SimpleString) and value.evaluated_value in UNFUSED
+        """An unfused AdamW, or a memory-saving optimizer (reported as kept)."""
+        if not isinstance(value, cst.SimpleString):
+            return False
+        chosen = str(value.evaluated_value)
+        return chosen in UNFUSED or memory_saving(chosen)
 
     def _commented(self, value: cst.CSTNode) -> bool:
         line = self.line(value)
@@ -156,21 +173,17 @@ def _recipe_sites(repo: RepoContext, path: str, optimization: str, script: str) 
     found = [
         s
         for s in settings(path, text, "optim")
-        if s.value in UNFUSED and len(TRAINING_KEYS & s.siblings.keys()) >= 2
+        if len(TRAINING_KEYS & s.siblings.keys()) >= 2 and (s.value in UNFUSED or memory_saving(str(s.value)))
     ]
     sites = []
     for setting in reversed(found):  # later spans first, so earlier ones stay where they are
         comment = text[setting.end :].split("\n", 1)[0].strip()
-        if comment.startswith("#"):
+        evidence = (
+            MEMORY_SAVING if memory_saving(str(setting.value)) else comment if comment.startswith("#") else ""
+        )
+        if evidence:
             sites.append(
-                Site(
-                    path,
-                    setting.line,
-                    optimization,
-                    f"optim: {setting.text} chosen on purpose ({comment}): kept",
-                    False,
-                    already=True,
-                )
+                Site(path, setting.line, optimization, f"optim: {setting.text}", False, evidence, kept=True)
             )
             continue
         reason = deepspeed_optimizer(repo, script)

@@ -252,6 +252,12 @@ EXAMPLES = (
             'field(default="adamw_torch")',
             'field(default="adamw_torch")  # the fused kernel diverged on our ROCm nodes',
         ),
+        kept="a comment on its line",
+    ),
+    Example(
+        "trainer_optim_paged_for_memory_is_kept",
+        before=TRAINER_OPTIM.replace('default="adamw_torch"', 'default="paged_adamw_32bit"'),
+        kept="chosen to save memory",
     ),
     Example(
         "trainer_optim_under_a_deepspeed_optimizer_block",
