@@ -217,6 +217,10 @@ class Optimization:
                 ctx.vendored, ctx.edits = written
                 return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
+        refusal = self.run_refusal(ctx, path) if any(s.applicable for s in result.sites) else None
+        if refusal is not None:  # the runs of this file rule the edit out: its sites stand, refused
+            ctx.vendored, ctx.edits = written
+            result = FileResult(source, refuse_all(result.sites, refusal))
         for proposer in self.proposers:
             finder = proposer(CodemodContext(filename=path), self, ctx)
             finder.transform_parsed(ctx.sources.parse(path, source), sites_only=True)
@@ -247,13 +251,7 @@ class Optimization:
             for done, path in enumerate(paths, start=1):
                 source = ctx.read(path)
                 if self.might_apply(source):
-                    vendored = dict(ctx.vendored)
                     result = self.transform_source(source, path, ctx, sites_only=sites_only)
-                    refusal = self.run_refusal(ctx, path) if any(s.applicable for s in result.sites) else None
-                    if refusal is not None:  # the runs of this file rule the edit out: sites kept, no edit
-                        sites.extend(s if not s.applicable else _refused(s, refusal) for s in result.sites)
-                        ctx.vendored = vendored
-                        continue
                     sites.extend(result.sites)
                     if result.source != source and not sites_only:
                         check_compiles(result.source, path)
@@ -331,11 +329,6 @@ class Optimization:
         """True when a plan row's text names this optimization."""
         lowered = text.lower()
         return f"opt:{self.id}" in lowered or any(k in lowered for k in self.keywords)
-
-
-def _refused(site: Site, reason: str) -> Site:
-    """A site to change, refused for ``reason`` instead."""
-    return Site(site.path, site.line, site.optimization, site.message, False, reason)
 
 
 class RegistryError(Exception):

@@ -4,11 +4,16 @@ a vendored helper. What it changes and when it refuses: README.md."""
 from __future__ import annotations
 
 from optimizations.program.hf import HF_CONFIGS, MODEL_LOADERS
+from optimizations.program.repository import RepoContext
+from optimizations.program.requirements import admits_older
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
 
 from .edit import PickAttention
 from .examples import EXAMPLES
+
+# The transformers release whose from_pretrained takes attn_implementation.
+ATTN_IMPLEMENTATION_SINCE = "4.36.0"
 
 
 class FlashAttention(Optimization):
@@ -39,3 +44,14 @@ class FlashAttention(Optimization):
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 
     examples = EXAMPLES
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Refused where the repository's requirements admit a transformers older than ``attn_implementation``
+        (jiaweizzhao/GaLore pins 4.31.0), besides the refusals every optimization has."""
+        pinned = admits_older(ctx, "transformers", ATTN_IMPLEMENTATION_SINCE)
+        if pinned is not None:
+            return (
+                f"{pinned} admits a transformers older than {ATTN_IMPLEMENTATION_SINCE}, which has no "
+                "attn_implementation: upgrade transformers first"
+            )
+        return super().run_refusal(ctx, path)

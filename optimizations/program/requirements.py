@@ -1,7 +1,7 @@
 """What the repository declares it installs: the file that names a distribution among its requirements, and
 whether those requirements admit a release older than the one a setting came in.
 
-Read from ``setup.py``, ``setup.cfg``, ``pyproject.toml`` and ``requirements*.txt`` as text: a requirement
+Read from ``setup.py``, ``setup.cfg``, ``pyproject.toml`` and ``*requirements*.txt`` (``exp_requirements.txt`` too) as text: a requirement
 (``transformers>=4.31.0``, ``"trl[peft]==0.9.6"``) is found wherever a file spells one, whatever builds the list
 around it. A setting an older release does not know must stay out where the repository still allows that
 release: its argument parser would stop at the unknown flag, and the config class at the unknown keyword.
@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from optimizations.program.repository import RepoContext
 
-REQUIREMENT_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "requirements*.txt")
+REQUIREMENT_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "*requirements*.txt")
 # A bound that names the oldest release a specifier admits, and one that names the newest.
 LOWER_BOUNDS = frozenset({">=", ">", "==", "~=", "==="})
 UPPER_BOUNDS = frozenset({"<", "<="})
