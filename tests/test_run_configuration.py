@@ -291,3 +291,27 @@ def test_a_framework_driven_by_its_console_script_and_recipes(tmp_path: Path) ->
     refused = [s for s in registry()["fa2"].find(tmp_path) if s.path == "fw/train.py"]
     assert refused and not refused[0].applicable
     assert "library of a framework its commands drive by recipe (`fw` at README.md:4)" in refused[0].reason
+
+
+def test_argparse_defaults_and_the_flags_a_launch_passes(tmp_path: Path) -> None:
+    script = (
+        "import argparse\n\nparser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--num_workers", type=int, default=0)\n'
+        'parser.add_argument("--bf16", action="store_true")\n'
+        "args = parser.parse_args()\n" + PLAIN_LOOP
+    )
+    files = {
+        "train.py": script,
+        "run.sh": "python train.py --bf16 --num_workers 4\n",
+        "dev.sh": "python train.py\n",
+    }
+    (entry,) = runs_of(tmp_path, files)
+    by_name = {run.name: run.settings for run in entry.runs}
+    assert by_name["dev.sh:1"]["loader_workers"].source == "train.py:4"
+    assert (by_name["dev.sh:1"]["loader_workers"].value, by_name["dev.sh:1"]["mixed_precision"].value) == (
+        "0",
+        "fp32",
+    )
+    assert by_name["run.sh:1"]["loader_workers"].value == "4"
+    assert by_name["run.sh:1"]["mixed_precision"].value == "bf16"
+    assert sorted(entry.disagreements()) == ["loader_workers", "mixed_precision"]

@@ -48,6 +48,7 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             code += _call_settings(path, node)
+            defaults += _argument_default(path, node)
         elif isinstance(node, ast.Assign):
             code += _assigned(path, node)
         elif isinstance(node, ast.ClassDef) and _dataclass_like(node):
@@ -157,10 +158,30 @@ def _assigned(path: str, assign: ast.Assign) -> list[Setting]:
 
 
 def _dataclass_like(node: ast.ClassDef) -> bool:
+    """A dataclass, a pydantic model (a framework's config schema) or a config class by its base's name."""
     decorated = any("dataclass" in _dotted(d) for d in node.decorator_list)
-    return decorated or any(
-        _name(b).endswith(("TrainingArguments", "Config", "Arguments")) for b in node.bases
-    )
+    bases = ("TrainingArguments", "Config", "Arguments", "BaseModel", "BaseSettings")
+    return decorated or any(_name(b).endswith(bases) for b in node.bases)
+
+
+def _argument_default(path: str, call: ast.Call) -> list[Setting]:
+    """``parser.add_argument("--num_workers", type=int, default=0)``: the flag's default, and a
+    ``store_true`` flag's ``False``."""
+    flags = [a.value for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+    if _name(call.func) != "add_argument" or not flags:
+        return []
+    flag = str(flags[0])
+    given = {k.arg: k.value for k in call.keywords if k.arg}
+    if "default" in given:
+        value = _literal(given["default"])
+    elif "action" in given and _literal(given["action"]) in ("store_true", "store_false"):
+        value = _literal(given["action"]) == "store_false"
+    else:
+        return []
+    read = None if value is ... else reading(flag[2:].replace("-", "_"), value)
+    if read is None:
+        return []
+    return [Setting(read[0], read[1], f"{path}:{call.lineno}", f"{flag} default {value!r}")]
 
 
 def _field_defaults(path: str, cls: ast.ClassDef) -> list[Setting]:
