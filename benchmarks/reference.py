@@ -18,7 +18,9 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+from benchmarks.corpus.record import load_corpus_records
 from benchmarks.records import JOURNAL, RESULTS_FOLDER, Record, Spread, load_records
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -188,7 +190,64 @@ def optimization_ids(records: Iterable[Record]) -> list[str]:
     return sorted({name for record in records for name in record.optimizations})
 
 
-def render_results(records: Sequence[Record], journal_text: str) -> str:
+def corpus_section(corpus: Sequence[dict[str, Any]]) -> list[str]:
+    """The scored corpus: the latest run's table, and every run's totals, oldest first."""
+    if not corpus:
+        return []
+    latest = corpus[-1]
+    header = [
+        "date",
+        "perfbot",
+        "found",
+        "commits",
+        "extra",
+        "failing import",
+        "overridden",
+        "never_edit",
+        "false reasons",
+    ]
+    rows = [
+        [
+            r["date"],
+            f"`{r['perfbot_commit']}`",
+            f"{r['totals']['found']}/{r['totals']['expected']} "
+            f"({round(100 * r['totals']['found'] / max(r['totals']['expected'], 1))}%)",
+            *(
+                str(r["totals"][key])
+                for key in (
+                    "commits",
+                    "extra",
+                    "failing_commits",
+                    "overridden",
+                    "never_edited",
+                    "false_reasons",
+                )
+            ),
+        ]
+        for r in corpus
+    ]
+    return [
+        "## The corpus: public repositories perfbot had not seen",
+        "",
+        "Each repository's expected changes were written by reading its code and launches before perfbot ran on "
+        "it ([`corpus/repos/`](corpus/repos/), [`corpus/README.md`](corpus/README.md)); `python -m "
+        "benchmarks.corpus --record` scores a run and writes its record into "
+        "[`results/corpus/`](results/corpus/).",
+        "",
+        f"Latest: {latest['date']}, perfbot `{latest['perfbot_commit']}`, `{latest['command']}`.",
+        "",
+        latest["table"].rstrip("\n"),
+        "",
+        "Every run:",
+        "",
+        *_table(header, rows),
+        "",
+    ]
+
+
+def render_results(
+    records: Sequence[Record], journal_text: str, corpus: Sequence[dict[str, Any]] = ()
+) -> str:
     """The text of ``benchmarks/RESULTS.md``."""
     sources = _Sources(records, heading_anchors(journal_text))
     dates = sorted(record.date for record in records)
@@ -211,6 +270,7 @@ def render_results(records: Sequence[Record], journal_text: str) -> str:
         '("The planted-effects self-check", "Runs that take turns on one GPU", ...) is a heading there.',
         "",
         *_headlines(records, sources),
+        *corpus_section(corpus),
         "## Per optimization",
         "",
     ]
@@ -269,7 +329,11 @@ def generated_files(results: Path, page: Path, optimizations_root: Path) -> dict
     records = load_records(results)
     journal = results / JOURNAL
     journal_text = journal.read_text(encoding="utf-8") if journal.is_file() else ""
-    return {page: render_results(records, journal_text), **readme_updates(records, optimizations_root)}
+    corpus = load_corpus_records(results / "corpus")
+    return {
+        page: render_results(records, journal_text, corpus),
+        **readme_updates(records, optimizations_root),
+    }
 
 
 def stale_files(files: dict[Path, str]) -> list[Path]:

@@ -409,3 +409,24 @@ def test_new_lint_lists_only_violations_the_change_added() -> None:
         "a.py: F401 `sys` imported but unused",
         "a.py: F821 Undefined name `undefined_name`",
     ]
+
+
+def test_a_run_record_is_written_read_back_and_shown_in_the_reference(tmp_path: Path) -> None:
+    import datetime
+
+    from benchmarks.corpus.record import load_corpus_records, write_record
+    from benchmarks.reference import corpus_section
+
+    earlier = datetime.datetime(2026, 12, 7, 9, 0, tzinfo=datetime.UTC)
+    later = earlier + datetime.timedelta(hours=3)
+    write_record([], "python -m benchmarks.corpus --record", later, tmp_path / "corpus")
+    first = write_record([], "python -m benchmarks.corpus --only x --record", earlier, tmp_path / "corpus")
+    first.rename(first.with_name("zz-earlier.json"))  # file names do not order the runs: their start does
+    records = load_corpus_records(tmp_path / "corpus")
+    assert [r["started"] for r in records] == ["2026-12-07T09:00+00:00", "2026-12-07T12:00+00:00"]
+    section = "\n".join(corpus_section(records))
+    assert "Latest: 2026-12-07" in section and "`python -m benchmarks.corpus --record`" in section
+    assert section.count("| 2026-12-07 |") == 2
+    (tmp_path / "corpus" / "other.json").write_text('{"format": "perfbot.record/v1"}')
+    with pytest.raises(ValueError, match="other.json: not a perfbot.corpus/v1 record"):
+        load_corpus_records(tmp_path / "corpus")

@@ -1,9 +1,11 @@
 """`python -m benchmarks.corpus`: run perfbot on every corpus repository (or those named with --only), print a
-table per repository and the summary, and write every count as JSON with --json OUT."""
+table per repository and the summary, and write every count as JSON with --json OUT (the run's record for the
+results reference with --record)."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import tempfile
@@ -12,6 +14,7 @@ from pathlib import Path
 from benchmarks.corpus.evaluate import evaluate
 from benchmarks.corpus.manifest import REPOS, ManifestError, load_all
 from benchmarks.corpus.perfbot import TIMEOUT_S
+from benchmarks.corpus.record import write_record
 from benchmarks.corpus.table import markdown_summary, repository_table, summary, totals
 
 
@@ -27,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         "--mirrors", type=Path, help="fetch mirrors (default: $PERFBOT_MIRRORS or /work/.mirror)"
     )
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per perfbot command")
+    parser.add_argument(
+        "--record", action="store_true", help="write the run's record into benchmarks/results/corpus/"
+    )
     args = parser.parse_args(argv)
     try:
         manifests = load_all(args.repos, args.only)
@@ -39,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     scores = []
+    started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="perfbot-corpus-") as work:
         for manifest in manifests:
             print(f"… {manifest.name}", file=sys.stderr, flush=True)
@@ -47,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(scores), end="")
     if args.markdown:
         args.markdown.write_text(markdown_summary(scores), encoding="utf-8")
+    if args.record:
+        command = "python -m benchmarks.corpus " + " ".join(argv if argv is not None else sys.argv[1:])
+        print(f"corpus: wrote {write_record(scores, command.strip(), started)}", file=sys.stderr)
     if args.json:
         data = {"totals": totals(scores), "repositories": [s.to_dict() for s in scores]}
         args.json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
