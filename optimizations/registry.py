@@ -197,7 +197,7 @@ class Optimization:
         no tree is turned back into code (the result's ``source`` is the text given)."""
         from libcst.codemod import CodemodContext  # imported here: listing optimizations loads no libcst
 
-        from optimizations.edits.codemod import refuse_all
+        from optimizations.edits.codemod import already_all, refuse_all
 
         written = dict(ctx.vendored), dict(ctx.edits)
         result = FileResult(source)
@@ -217,8 +217,13 @@ class Optimization:
                 ctx.vendored, ctx.edits = written
                 return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
-        refusal = self.run_refusal(ctx, path) if any(s.applicable for s in result.sites) else None
-        if refusal is not None:  # the runs of this file rule the edit out: its sites stand, refused
+        changes = any(s.applicable for s in result.sites)
+        done = self.run_done(ctx, path) if changes else None
+        refusal = self.run_refusal(ctx, path) if changes and done is None else None
+        if done is not None:  # every run of this file does it already: its sites say where, no edit
+            ctx.vendored, ctx.edits = written
+            result = FileResult(source, already_all(result.sites, done))
+        elif refusal is not None:  # the runs of this file rule the edit out: its sites stand, refused
             ctx.vendored, ctx.edits = written
             result = FileResult(source, refuse_all(result.sites, refusal))
         for proposer in self.proposers:
@@ -268,6 +273,24 @@ class Optimization:
                 if not (root / target).exists() or (root / target).read_text(encoding="utf-8") != text:
                     files[target] = text
         return Change(self.id, files, sites)
+
+    def run_done(self, ctx: RepoContext, path: str) -> str | None:
+        """What every run that loads ``path`` sets that does this optimization already (:attr:`done_by_setting`
+        from a flag, a recipe, a config, another file's code or the library's default), with where; ``None``
+        when some run does not, or no run is known."""
+        if self.done_by_setting is None:
+            return None
+        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+
+        settings = done_in_every_run(ctx, path, *self.done_by_setting)
+        places = "; ".join(
+            dict.fromkeys(f"{s.source}" + (f" `{s.written}`" if s.written else "") for s in settings)
+        )
+        return (
+            f"{settings[0].name} {settings[0].value} in every run that loads this file ({places})"
+            if settings
+            else None
+        )
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run

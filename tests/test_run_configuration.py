@@ -286,9 +286,10 @@ def test_a_framework_driven_by_its_console_script_and_recipes(tmp_path: Path) ->
     assert done == {
         "bf16_autocast": [("examples/lora.yaml", 3)],
         "dataloader_workers": [("examples/lora.yaml", 4)],
-        "fa2": [("examples/lora.yaml", 5)],
+        # the library's model loading runs with the recipe's FlashAttention in every run: done there too
+        "fa2": [("fw/train.py", 5), ("examples/lora.yaml", 5)],
     }
-    refused = [s for s in registry()["fa2"].find(tmp_path) if s.path == "fw/train.py"]
+    refused = [s for s in registry()["regional_compile"].find(tmp_path) if s.path == "fw/train.py"]
     assert refused and not refused[0].applicable
     assert "library of a framework its commands drive by recipe (`fw` at README.md:4)" in refused[0].reason
 
@@ -315,3 +316,16 @@ def test_argparse_defaults_and_the_flags_a_launch_passes(tmp_path: Path) -> None
     assert by_name["run.sh:1"]["loader_workers"].value == "4"
     assert by_name["run.sh:1"]["mixed_precision"].value == "bf16"
     assert sorted(entry.disagreements()) == ["loader_workers", "mixed_precision"]
+
+
+def test_a_change_every_run_already_has_is_reported_done_where_the_run_sets_it(tmp_path: Path) -> None:
+    """karpathy/nanochat's shape: TF32 is turned on in a common module the training script imports, so the
+    script's own start-up needs no TF32 switch: the site says where every run already sets it."""
+    files = {
+        "common.py": 'import torch\n\n\ndef setup():\n    torch.set_float32_matmul_precision("high")\n',
+        "train.py": "import common\n" + PLAIN_LOOP,
+    }
+    make_repo(tmp_path, files)
+    sites = [s for s in registry()["tf32"].find(tmp_path) if s.path == "train.py"]
+    assert sites and all(s.already for s in sites)
+    assert 'tf32 on in every run that loads this file (common.py:5 `"high"`)' in sites[0].message

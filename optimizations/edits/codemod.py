@@ -208,6 +208,16 @@ class OptimizationCodemod(CodemodCommand, cst.CSTTransformer, FileQueries):
         )
 
 
+def already_all(sites: list[Site], done: str) -> list[Site]:
+    """``sites`` with every change among them reported as done already, ``done`` saying by what."""
+    return [
+        replace(site, applicable=False, already=True, message=f"{site.message}: {done}")
+        if site.applicable
+        else site
+        for site in sites
+    ]
+
+
 def refuse_all(sites: list[Site], reason: str) -> list[Site]:
     """``sites`` with every change among them refused for ``reason``."""
     return [replace(site, applicable=False, reason=reason) if site.applicable else site for site in sites]

@@ -98,15 +98,14 @@ def deepspeed_settings(
     offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict) and "type" in optimizer:
+        kind = str(optimizer["type"])
+        params = optimizer.get("params")
+        torch_adam = isinstance(params, dict) and params.get("torch_adam") is True
+        # DeepSpeed builds its fused CUDA Adam for an Adam/AdamW block unless told to use torch's.
+        fused = kind.lower() in ("adam", "adamw") and not torch_adam
+        shown = f"DeepSpeed FusedAdam ({kind})" if fused else f"DeepSpeed {kind} (config block)"
         where = f"{path}:{_line_of(text, json.dumps('optimizer'))}"
-        found.append(
-            Setting(
-                "optimizer",
-                f"DeepSpeed {optimizer['type']} (config block)",
-                where,
-                f'"type": "{optimizer["type"]}"',
-            )
-        )
+        found.append(Setting("optimizer", shown, where, f'"type": "{kind}"'))
     if isinstance(offload, dict) and str(offload.get("device", "none")).lower() == "cpu":
         where = f"{path}:{_line_of(text, 'offload_optimizer')}"
         found.append(

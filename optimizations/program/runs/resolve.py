@@ -419,3 +419,13 @@ def framework_library(repo: RepoContext, path: str) -> str | None:
                 f"at {launch.where}): set it in the recipes, not in a patch of the library"
             )
     return None
+
+
+def done_in_every_run(repo: RepoContext, path: str, name: str, done: str) -> list[Setting]:
+    """The setting ``name`` of each run that loads ``path``, where every one of them has a value the test ``done``
+    (:data:`DONE`) accepts; empty when one does not, or no run loads the file."""
+    accepts = DONE[done]
+    settings = [run.settings.get(name) for run in runs_of(repo, path)]
+    if not settings or not all(s is not None and accepts(s.value) for s in settings):
+        return []
+    return [s for s in settings if s is not None]
