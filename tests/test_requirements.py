@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from optimizations.program.repository import RepoContext, Site
-from optimizations.program.requirements import admits_older, declares_dependency
+from optimizations.program.requirements import admits_older, declares_dependency, excludes
 from optimizations.registry import registry
 from tests.git_repos import make_repo
 
@@ -51,6 +51,23 @@ def test_a_requirement_admits_an_older_release_through_a_lower_or_only_an_upper_
     ctx = _repo(tmp_path, {path: text, "train.py": ""})
     assert admits_older(ctx, "transformers", "4.36.0") == admitted
     assert (declares_dependency(ctx, "transformers") is None) == ("sentence" in text)
+
+
+@pytest.mark.parametrize(
+    ("text", "excluded"),
+    [
+        ("transformers==4.31.0\n", "exp_requirements.txt: transformers==4.31.0"),  # jiaweizzhao/GaLore
+        ("transformers<4.36\n", "exp_requirements.txt: transformers<4.36"),
+        ("transformers>=4.28.1\n", None),  # tatsu-lab/stanford_alpaca: installs the newest
+        ("transformers>=4.28,<5\n", None),
+        ("transformers\n", None),
+    ],
+)
+def test_a_requirement_excludes_a_release_only_through_a_pin_or_upper_bound_below_it(
+    tmp_path, text, excluded
+):
+    ctx = _repo(tmp_path, {"exp_requirements.txt": text, "train.py": ""})
+    assert excludes(ctx, "transformers", "4.36.0") == excluded
 
 
 def test_a_distribution_is_found_however_its_name_is_spelled(tmp_path):

@@ -20,7 +20,7 @@ for batch in loader:
     optimizer.step()
 """,
         files={"exp_requirements.txt": "torch\ntransformers==4.31.0\n"},
-        refusal="exp_requirements.txt: transformers==4.31.0 admits a transformers older than 4.36.0",
+        refusal="exp_requirements.txt: transformers==4.31.0 keeps transformers below 4.36.0",
     ),
     Example(
         "model_loaded_only_to_copy_its_weights",

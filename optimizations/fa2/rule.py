@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from optimizations.program.hf import HF_CONFIGS, MODEL_LOADERS
 from optimizations.program.repository import RepoContext
-from optimizations.program.requirements import admits_older
+from optimizations.program.requirements import excludes
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
 
@@ -46,12 +46,13 @@ class FlashAttention(Optimization):
     examples = EXAMPLES
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
-        """Refused where the repository's requirements admit a transformers older than ``attn_implementation``
-        (jiaweizzhao/GaLore pins 4.31.0), besides the refusals every optimization has."""
-        pinned = admits_older(ctx, "transformers", ATTN_IMPLEMENTATION_SINCE)
+        """Refused where the repository's requirements keep transformers below ``attn_implementation``
+        (jiaweizzhao/GaLore pins 4.31.0), besides the refusals every optimization has; a lower bound alone
+        (``>=4.28.1``) installs the newest release."""
+        pinned = excludes(ctx, "transformers", ATTN_IMPLEMENTATION_SINCE)
         if pinned is not None:
             return (
-                f"{pinned} admits a transformers older than {ATTN_IMPLEMENTATION_SINCE}, which has no "
+                f"{pinned} keeps transformers below {ATTN_IMPLEMENTATION_SINCE}, which has no "
                 "attn_implementation: upgrade transformers first"
             )
         return super().run_refusal(ctx, path)

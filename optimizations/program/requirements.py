@@ -72,3 +72,22 @@ def admits_older(repo: RepoContext, distribution: str, release: str) -> str | No
             if (lower and max(lower) < needed) or (upper and not lower):
                 return f"{path}: {distribution}{written}"
     return None
+
+
+def excludes(repo: RepoContext, distribution: str, release: str) -> str | None:
+    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits neither ``release`` nor any
+    newer one: a pin below it (``==4.31.0``) or an upper bound below it (``<4.36``). A lower bound alone
+    (``>=4.28``) lets an installation take the newest release: None."""
+    needed = Version(release)
+    pattern = _requirement(distribution)
+    for path, text in _declarations(repo):
+        for match in pattern.finditer(text):
+            written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
+            try:
+                specifiers = SpecifierSet(written)
+            except InvalidSpecifier:
+                continue
+            capped = any(s.operator in ("==", "===", "~=", "<", "<=") for s in specifiers)
+            if written and capped and not specifiers.contains(needed, prereleases=True):
+                return f"{path}: {distribution}{written}"
+    return None
