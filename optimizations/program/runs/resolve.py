@@ -11,6 +11,9 @@ A run is an entry point as one launch command starts it (an entry point no comma
 6. literal values in the code (``Accelerator(mixed_precision="bf16")`` overrides the launcher's flag);
 7. a DeepSpeed ``optimizer`` block or ZeRO optimizer offload, which replace whatever optimizer the trainer
    would build.
+
+A framework's console script run with a recipe (``llamafactory-cli train recipe.yaml``) reads no code of the
+library it runs: the library sets values under conditions the recipe decides.
 """
 
 from __future__ import annotations
@@ -63,6 +66,15 @@ PLAIN_DEFAULTS = (
     Setting("distribution", "one process", NOTHING),
     Setting("peft", "off", NOTHING),
 )
+# Keys of a recipe that trains (an inference or export recipe has none of them).
+TRAINING_KEYS = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+)
 LAUNCHER_SETTINGS = ("mixed_precision", "dynamo_backend")
 # Distributions that shard the parameters themselves.
 SHARDED = ("FSDP", "DeepSpeed ZeRO-3")
@@ -111,7 +123,11 @@ class EntryRuns:
         for run in self.runs:
             if run.precision != precision:
                 return []
-            places.append(run.settings.get("mixed_precision") or run.settings["weights_dtype"])
+            places += [
+                setting
+                for name in ("mixed_precision", "weights_dtype")
+                if (setting := run.settings.get(name)) is not None and setting.value.startswith(precision)
+            ][:1]
         return places
 
 
@@ -151,17 +167,6 @@ def _trains(repo: RepoContext, entry: str, texts: dict[str, str]) -> bool:
     imports a helper of the training script (stanford_alpaca's ``weight_diff.py``) does not."""
     training = [path for path, text in texts.items() if any(marker in text for marker in TRAINING_MARKERS)]
     return entry in training or any(runs_code_of(repo, entry, path) for path in training)
-
-
-# Keys of a recipe that trains (an inference or export recipe has none of them).
-TRAINING_KEYS = (
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "per_device_train_batch_size",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-)
 
 
 def _trains_by_recipe(repo: RepoContext, launch: LaunchCommand) -> bool:
@@ -220,9 +225,9 @@ def _run(
         for recipe in launch.recipes:
             put(_recipe(repo, recipe))
         put(_flags(launch.flags, launch.where))
-        sharded = values["distribution"].value != PLAIN_DEFAULTS[2].value
-        # Several processes are data parallel unless a DeepSpeed or FSDP config already shards them.
-        put([s for s in _launcher_flags(launch) if not (sharded and s.value.startswith("DDP"))])
+        configured = values["distribution"].value != PLAIN_DEFAULTS[2].value
+        # A launcher's processes are DDP, or DeepSpeed, unless a config already says how they are spread.
+        put([s for s in _launcher_flags(launch) if not (configured and s.name == "distribution")])
     for path in sorted(read):
         put(read[path].code)
     for path, text in texts.items():
@@ -323,7 +328,7 @@ def _deepspeed_in_code(path: str, text: str, tree: ast.Module | None) -> list[Se
             if isinstance(data, dict):
                 lines = text.splitlines(keepends=True)
                 start = sum(len(line) for line in lines[: node.lineno - 1])
-                shifted = [s for s in deepspeed_settings(data, path, text[start:])]
+                shifted = deepspeed_settings(data, path, text[start:])
                 found += [
                     Setting(
                         s.name,

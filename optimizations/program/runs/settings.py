@@ -143,6 +143,7 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "dataloader_pin_memory": ("pin_memory", _on_off),
     "pin_memory": ("pin_memory", _on_off),
     "torch_compile": ("compile", _on_off),
+    "dynamo_backend": ("compile", lambda v: "off" if str(v).lower() in ("no", "none") else "on"),
     "compile": ("compile", _on_off),
     "gradient_checkpointing": ("gradient_checkpointing", _on_off),
     "enable_activation_checkpointing": ("gradient_checkpointing", _on_off),
