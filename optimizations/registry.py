@@ -160,10 +160,11 @@ class Optimization:
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
     # It compiles the model (or its layers): refused where every run shards the model (:meth:`run_refusal`).
     compiles_model: ClassVar[bool] = False
-    # The run-configuration setting that says it is done, and the test of its value (a name of
-    # :data:`optimizations.program.runs.settings.DONE`): where a run sets it so outside Python (a launch flag,
-    # a recipe, a launcher config), that line is a site of "already done".
-    done_by_setting: ClassVar[tuple[str, str] | None] = None
+    # The run-configuration settings that say it is done, each with the test of its value (a name of
+    # :data:`optimizations.program.runs.settings.DONE`), all of which a run must pass; the first is the one
+    # cited. Where a run sets it so outside Python (a launch flag, a recipe, a launcher config), that line is a
+    # site of "already done"; where every run of a file passes, the file's changes are done there.
+    done_by_settings: ClassVar[tuple[tuple[str, str], ...]] = ()
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -275,14 +276,14 @@ class Optimization:
         return Change(self.id, files, sites)
 
     def run_done(self, ctx: RepoContext, path: str) -> str | None:
-        """What every run that loads ``path`` sets that does this optimization already (:attr:`done_by_setting`
+        """What every run that loads ``path`` sets that does this optimization already (:attr:`done_by_settings`
         from a flag, a recipe, a config, another file's code or the library's default), with where; ``None``
         when some run does not, or no run is known."""
-        if self.done_by_setting is None:
+        if not self.done_by_settings:
             return None
         from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
 
-        settings = done_in_every_run(ctx, path, *self.done_by_setting)
+        settings = done_in_every_run(ctx, path, self.done_by_settings)
         places = "; ".join(
             dict.fromkeys(f"{s.source}" + (f" `{s.written}`" if s.written else "") for s in settings)
         )
@@ -303,14 +304,14 @@ class Optimization:
         return library or (sharded_in_every_run(ctx, path) if self.compiles_model else None)
 
     def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
-        """The lines outside Python where a run of an entry point sets :attr:`done_by_setting`, once per line
+        """The lines outside Python where a run of an entry point sets :attr:`done_by_settings`, once per line
         and not where a site is already reported."""
-        if self.done_by_setting is None:
+        if not self.done_by_settings:
             return []
         from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
 
         found: dict[tuple[str, int], Site] = {}
-        for entry, setting in done_by_runs(ctx, *self.done_by_setting):
+        for entry, setting in done_by_runs(ctx, self.done_by_settings):
             path, _, line = setting.source.rpartition(":")
             if (path, int(line)) not in seen and (path, int(line)) not in found:
                 message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"

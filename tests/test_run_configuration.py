@@ -258,7 +258,7 @@ FRAMEWORK = {
     "fw/train.py": (
         "import transformers\n\n\ndef train(recipe):\n"
         '    model = transformers.AutoModelForCausalLM.from_pretrained("m")\n'
-        "    transformers.Trainer(model=model).train()\n"
+        '    transformers.Trainer(model=model, args=transformers.TrainingArguments("out")).train()\n'
     ),
     "examples/lora.yaml": (
         "base_model: m\nlearning_rate: 2.0e-4\nbf16: true\ndataloader_num_workers: 4\nflash_attention: true\n"
@@ -285,8 +285,9 @@ def test_a_framework_driven_by_its_console_script_and_recipes(tmp_path: Path) ->
     }
     assert done == {
         "bf16_autocast": [("examples/lora.yaml", 3)],
-        "dataloader_workers": [("examples/lora.yaml", 4)],
-        # the library's model loading runs with the recipe's FlashAttention in every run: done there too
+        # the library's Trainer and model loading run with the recipe's workers and FlashAttention in every
+        # run: done there too
+        "dataloader_workers": [("fw/train.py", 6), ("examples/lora.yaml", 4)],
         "fa2": [("fw/train.py", 5), ("examples/lora.yaml", 5)],
     }
     refused = [s for s in registry()["regional_compile"].find(tmp_path) if s.path == "fw/train.py"]

@@ -38,7 +38,7 @@ class Bf16Autocast(Optimization):
     codemods = (Bf16AutocastCodemod,)
     examples = EXAMPLES
     needs = (BACKWARD, *FRAMEWORK_WORDS)
-    done_by_setting = ("mixed_precision", "bf16")
+    done_by_settings = (("mixed_precision", "bf16"),)
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done."""

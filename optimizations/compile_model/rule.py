@@ -33,7 +33,7 @@ class CompileModel(Optimization):
     keywords = ("inductor",)
     capabilities = ("compile model", "torch.compile")
     codemods = (CompileLoopModel,)
-    done_by_setting = ("compile", "on")
+    done_by_settings = (("compile", "on"),)
     compiles_model = True
     needs = (BACKWARD,)
     examples = EXAMPLES

@@ -41,7 +41,7 @@ class DataloaderWorkers(Optimization):
         "pin memory",
     )
     codemods = (AddWorkers,)
-    done_by_setting = ("loader_workers", "positive")
+    done_by_settings = (("loader_workers", "positive"), ("pin_memory", "on"))
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = EXAMPLES

@@ -4,24 +4,9 @@ kept as chosen on purpose are in :mod:`.examples_kept`."""
 from optimizations.registry import Example
 
 from .examples_kept import KEPT
+from .examples_releases import RELEASES
 
 EXAMPLES = (
-    Example(
-        "transformers_pinned_before_attn_implementation",
-        # jiaweizzhao/GaLore pins transformers 4.31.0 in exp_requirements.txt
-        before="""\
-import torch
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
-optimizer = torch.optim.AdamW(model.parameters())
-for batch in loader:
-    model(**batch).loss.backward()
-    optimizer.step()
-""",
-        files={"exp_requirements.txt": "torch\ntransformers==4.31.0\n"},
-        refusal="exp_requirements.txt: transformers==4.31.0 keeps transformers below 4.36.0",
-    ),
     Example(
         "model_loaded_only_to_copy_its_weights",
         before="""\
@@ -605,4 +590,5 @@ def train(cfg, data):
         refusal="`model_id` is assigned after this line",
     ),
     *KEPT,
+    *RELEASES,
 )

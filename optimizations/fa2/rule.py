@@ -40,7 +40,7 @@ class FlashAttention(Optimization):
     )
     capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (PickAttention,)
-    done_by_setting = ("attention", "flash")
+    done_by_settings = (("attention", "flash"),)
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
 
     examples = EXAMPLES

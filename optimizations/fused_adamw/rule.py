@@ -33,7 +33,7 @@ class FusedAdamW(Optimization):
     measured_on = (ProgramShape.LOOP,)
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (FuseAdamW,)
-    done_by_setting = ("optimizer", "fused")
+    done_by_settings = (("optimizer", "fused"),)
     examples = EXAMPLES
     needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED)
 

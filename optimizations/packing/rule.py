@@ -33,7 +33,7 @@ class Packing(Optimization):
         "enable packing",
     )
     codemods = (PackSamples,)
-    done_by_setting = ("packing", "on")
+    done_by_settings = (("packing", "on"),)
     needs = PackSamples.needs()
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

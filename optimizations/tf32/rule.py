@@ -32,6 +32,6 @@ class Tf32(Optimization):
         "matmul precision",
     )
     codemods = (EnableTf32,)
-    done_by_setting = ("tf32", "on")
+    done_by_settings = (("tf32", "on"),)
     examples = EXAMPLES
     needs = (BACKWARD, *HF_CONFIGS)

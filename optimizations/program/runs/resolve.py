@@ -391,21 +391,34 @@ def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
     )
 
 
-def done_by_runs(repo: RepoContext, name: str, done: str) -> list[tuple[str, Setting]]:
-    """``(entry, setting)`` for each run that sets ``name`` to a value the test ``done`` (:data:`DONE`) accepts,
-    where the value is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config): that
-    line says the optimization is done already for that run."""
-    accepts = DONE[done]
+def _passes(run: Run, tests: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the run's value of each named setting passes its test (:data:`DONE`)."""
+    return all((s := run.settings.get(name)) is not None and DONE[done](s.value) for name, done in tests)
+
+
+def done_by_runs(repo: RepoContext, tests: tuple[tuple[str, str], ...]) -> list[tuple[str, Setting]]:
+    """``(entry, setting)`` for each run that passes every ``(setting, test)`` of ``tests``, the setting the
+    first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config):
+    that line says the optimization is done already for that run."""
     found = []
     for entry in effective_runs(repo):
         for run in entry.runs:
-            setting = run.settings.get(name)
-            if setting is None or not accepts(setting.value):
+            if not _passes(run, tests):
                 continue
+            setting = run.settings[tests[0][0]]
             path, _, line = setting.source.rpartition(":")
             if path and not path.endswith(".py") and line.isdigit():
                 found.append((entry.entry, setting))
     return found
+
+
+def done_in_every_run(repo: RepoContext, path: str, tests: tuple[tuple[str, str], ...]) -> list[Setting]:
+    """The first-named setting of each run that loads ``path``, where every one of them passes every
+    ``(setting, test)`` of ``tests``; empty when one does not, or no run loads the file."""
+    runs = runs_of(repo, path)
+    if not runs or not all(_passes(run, tests) for run in runs):
+        return []
+    return [run.settings[tests[0][0]] for run in runs]
 
 
 def framework_library(repo: RepoContext, path: str) -> str | None:
@@ -424,13 +437,3 @@ def framework_library(repo: RepoContext, path: str) -> str | None:
                 f"at {launch.where}): set it in the recipes, not in a patch of the library"
             )
     return None
-
-
-def done_in_every_run(repo: RepoContext, path: str, name: str, done: str) -> list[Setting]:
-    """The setting ``name`` of each run that loads ``path``, where every one of them has a value the test ``done``
-    (:data:`DONE`) accepts; empty when one does not, or no run loads the file."""
-    accepts = DONE[done]
-    settings = [run.settings.get(name) for run in runs_of(repo, path)]
-    if not settings or not all(s is not None and accepts(s.value) for s in settings):
-        return []
-    return [s for s in settings if s is not None]

@@ -164,7 +164,7 @@ def reading(name: str, value: object) -> tuple[str, str] | None:
 
 
 # What a setting's value must be for an optimization to be done already, by name (an optimization's
-# ``done_by_setting``): the run configuration's sites of "already done".
+# ``done_by_settings``): the run configuration's sites of "already done".
 DONE: dict[str, Callable[[str], bool]] = {
     "on": lambda value: value == "on",
     "positive": lambda value: value.isdigit() and int(value) > 0,
