@@ -10,6 +10,7 @@ release: its argument parser would stop at the unknown flag, and the config clas
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -52,25 +53,32 @@ def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
     return None
 
 
-def admits_older(repo: RepoContext, distribution: str, release: str) -> str | None:
-    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits a release older than
-    ``release``: its lower bound is older, or it has only an upper bound. A bare requirement admits the newest
-    release, which is what an installation gets: None, as for no requirement."""
-    needed = Version(release)
+def _specified(repo: RepoContext, distribution: str) -> Iterator[tuple[str, str, SpecifierSet]]:
+    """``(file, specifiers as written, parsed)`` for each requirement of ``distribution`` the repository declares
+    (one whose specifiers do not parse is left out)."""
     pattern = _requirement(distribution)
     for path, text in _declarations(repo):
         for match in pattern.finditer(text):
             written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
             try:
-                specifiers = SpecifierSet(written)
-                lower = [
-                    Version(s.version.removesuffix(".*")) for s in specifiers if s.operator in LOWER_BOUNDS
-                ]
-            except (InvalidSpecifier, InvalidVersion):
+                yield path, written, SpecifierSet(written)
+            except InvalidSpecifier:
                 continue
-            upper = [s for s in specifiers if s.operator in UPPER_BOUNDS]
-            if (lower and max(lower) < needed) or (upper and not lower):
-                return f"{path}: {distribution}{written}"
+
+
+def admits_older(repo: RepoContext, distribution: str, release: str) -> str | None:
+    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits a release older than
+    ``release``: its lower bound is older, or it has only an upper bound. A bare requirement admits the newest
+    release, which is what an installation gets: None, as for no requirement."""
+    needed = Version(release)
+    for path, written, specifiers in _specified(repo, distribution):
+        try:
+            lower = [Version(s.version.removesuffix(".*")) for s in specifiers if s.operator in LOWER_BOUNDS]
+        except InvalidVersion:
+            continue
+        upper = [s for s in specifiers if s.operator in UPPER_BOUNDS]
+        if (lower and max(lower) < needed) or (upper and not lower):
+            return f"{path}: {distribution}{written}"
     return None
 
 
@@ -79,15 +87,8 @@ def excludes(repo: RepoContext, distribution: str, release: str) -> str | None:
     newer one: a pin below it (``==4.31.0``) or an upper bound below it (``<4.36``). A lower bound alone
     (``>=4.28``) lets an installation take the newest release: None."""
     needed = Version(release)
-    pattern = _requirement(distribution)
-    for path, text in _declarations(repo):
-        for match in pattern.finditer(text):
-            written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
-            try:
-                specifiers = SpecifierSet(written)
-            except InvalidSpecifier:
-                continue
-            capped = any(s.operator in ("==", "===", "~=", "<", "<=") for s in specifiers)
-            if written and capped and not specifiers.contains(needed, prereleases=True):
-                return f"{path}: {distribution}{written}"
+    for path, written, specifiers in _specified(repo, distribution):
+        capped = any(s.operator in ("==", "===", "~=", "<", "<=") for s in specifiers)
+        if written and capped and not specifiers.contains(needed, prereleases=True):
+            return f"{path}: {distribution}{written}"
     return None
