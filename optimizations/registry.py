@@ -282,13 +282,11 @@ class Optimization:
         if not self.done_by_settings:
             return None
         from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.settings import cite
 
         settings = done_in_every_run(ctx, path, self.done_by_settings)
-        places = "; ".join(
-            dict.fromkeys(f"{s.source}" + (f" `{s.written}`" if s.written else "") for s in settings)
-        )
         return (
-            f"{settings[0].name} {settings[0].value} in every run that loads this file ({places})"
+            f"{settings[0].name} {settings[0].value} in every run that loads this file ({cite(settings)})"
             if settings
             else None
         )

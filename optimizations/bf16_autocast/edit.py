@@ -11,6 +11,7 @@ from libcst.helpers import parse_template_statement
 
 from optimizations.program.frameworks import framework_backward, framework_calls
 from optimizations.program.runs.resolve import launched_in
+from optimizations.program.runs.settings import cite
 from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.training_loops import BACKWARD, backward_calls, is_method_call, loss_names
 from optimizations.program.values import outcomes
@@ -144,8 +145,9 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
             return
         launched = launched_in(self.repo, self.path, "bf16")
         if launched and not existing:
-            places = "; ".join(dict.fromkeys(f"{s.source} `{s.written}`" for s in launched))
-            self.already(loop, f"every launch of this loop trains in bf16 ({places}): no autocast to add")
+            self.already(
+                loop, f"every launch of this loop trains in bf16 ({cite(launched)}): no autocast to add"
+            )
             return
         try:
             if existing:

@@ -14,7 +14,7 @@ from optimizations.program.config_use import fills_in_for_a_parameter
 from optimizations.program.frameworks import ACCELERATE, DEEPSPEED, FrameworkCall, json_config, launch_setting
 from optimizations.program.repository import Site
 from optimizations.program.runs.resolve import launched_in
-from optimizations.program.runs.settings import Setting
+from optimizations.program.runs.settings import cite
 from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, walk
 from optimizations.program.values import assignments, dict_items, outcomes
 from optimizations.runtime import PRECISION_RUNTIME
@@ -22,12 +22,6 @@ from optimizations.runtime import PRECISION_RUNTIME
 # The helpers of the vendored ``_perfbot_precision.py`` that the edits call.
 CHECK = "bf16_supported"
 LAUNCH_AWARE = "bf16_unless_launched_otherwise"
-
-
-def _cited(settings: list[Setting]) -> str:
-    """``path:line `written```, once per place, for a reason that names where a run sets a value."""
-    places = dict.fromkeys(f"{s.source} `{s.written}`" if s.written else s.source for s in settings)
-    return "; ".join(places)
 
 
 def _picks_bf16(function: cst.FunctionDef, bf16: tuple[object, ...]) -> bool:
@@ -137,7 +131,7 @@ class FrameworkPrecision(PlannedCodemod):
             return
         launched = launched_in(self.repo, self.path, "bf16") if framework is ACCELERATE else []
         if launched:
-            self.already(call, f"{framework.name} mixed precision bf16 in every launch ({_cited(launched)})")
+            self.already(call, f"{framework.name} mixed precision bf16 in every launch ({cite(launched)})")
             return
         launch = (
             launch_setting(self.repo, framework.precision, self.path) if framework is ACCELERATE else None

@@ -8,7 +8,7 @@ setting a name sets and how its value reads (:func:`reading`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 # The settings of a run, in the order they are shown.
@@ -41,10 +41,15 @@ class Setting:
     source: str  # ``path:line``, or ``default of <what>``
     written: str = ""  # the text that sets it there (``--bf16 True``, ``bf16: {enabled: true}``)
 
-    def shown(self) -> str:
-        """``value (source: written)``, for tables and reasons."""
-        written = f": `{self.written}`" if self.written else ""
-        return f"{self.value} ({self.source}{written})"
+    @property
+    def cited(self) -> str:
+        """``path:line `written```: where a reason says the value is set."""
+        return f"{self.source} `{self.written}`" if self.written else self.source
+
+
+def cite(settings: Iterable[Setting]) -> str:
+    """Where each of ``settings`` is set, once per place, ``; ``-separated, for a reason."""
+    return "; ".join(dict.fromkeys(setting.cited for setting in settings))
 
 
 def _on_off(value: object) -> str | None:
