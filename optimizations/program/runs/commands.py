@@ -10,11 +10,11 @@ repository's own project (``axolotl train recipe.yml``) is a launch of the file 
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from optimizations.program.launch_modes import launch_modes
+from optimizations.program.launch_modes import PYTHON, launch_modes
+from optimizations.program.reachability import LAUNCHERS
 from optimizations.program.recipes import (
     RECIPE_SUFFIXES,
     code_blocks,
@@ -27,8 +27,6 @@ from optimizations.program.repository import SOURCE_ROOTS, RepoContext, module_p
 
 SHELL_FILES = ("*.sh", "*.bash", "*.slurm", "*.sbatch", "Makefile", "*.mk")
 DOCUMENT_FILES = ("*.md",)
-# Words that start a Python program, by their base name (``python3.11``, ``/usr/bin/python`` included).
-LAUNCHERS = ("python", "accelerate", "torchrun", "deepspeed", "srun", "mpirun", "uv", "composer", "lightning")
 # ``python -m torch.distributed.run`` and its older name are torchrun.
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -143,7 +141,7 @@ def _launch(path: str, line: int, words: list[str], files: set[str]) -> LaunchCo
 def _is_launcher(word: str) -> bool:
     """``python``, ``python3.11``, ``/usr/bin/python3``, ``torchrun``... (not ``python_out``)."""
     name = PurePosixPath(word).name
-    return name in LAUNCHERS or re.fullmatch(r"python[\d.]*", name) is not None
+    return name in LAUNCHERS or PYTHON.fullmatch(name) is not None
 
 
 def _launcher_name(word: str) -> str:
