@@ -58,8 +58,10 @@ class DistributedLaunch:
     options: tuple[str, ...]
     program: tuple[str, ...]
 
-    def argv(self, out: str, warmup_steps: int) -> list[str]:
-        """The launcher running ``benchmarks.launch`` on every rank, each writing ``out.rank<RANK>``."""
+    def argv(self, out: str, warmup_steps: int, stop_after: int | None = None) -> list[str]:
+        """The launcher running ``benchmarks.launch`` on every rank, each writing ``out.rank<RANK>`` (and each
+        ending after ``stop_after`` steps, when given)."""
+        stop = [] if stop_after is None else ["--stop-after-steps", str(stop_after)]
         return [
             sys.executable,
             "-m",
@@ -72,6 +74,7 @@ class DistributedLaunch:
             "--per-rank",
             "--warmup-steps",
             str(warmup_steps),
+            *stop,
             "--",
             *self.program,
         ]

@@ -5,12 +5,16 @@ Usage::
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python train.py [ARGS...]
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python -m package.train [ARGS...]
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- torchrun --nproc-per-node 2 train.py [ARGS...]
+    python -m benchmarks.launch --stop-after-steps 40 -- python train.py [ARGS...]
 
 The program runs in this interpreter (``runpy``, with ``sys.argv`` and ``sys.path[0]`` set as ``python`` would
 set them), so the :class:`benchmarks.metrics.Meter` hooks see its training loop. Every ``transformers.Trainer``
 it creates (TRL's trainers included) gets a callback that ends steps at ``on_step_end`` and reads the tokenizer's
 pad id, and its ``evaluate``/``predict`` calls are left out of the measurement. Hand-written loops are measured
 through the global hooks alone (see :mod:`benchmarks.metrics`).
+
+``--stop-after-steps N`` ends the program after its ``N``-th step (:class:`benchmarks.metrics.StepLimitReached`),
+for a program that has no step option of its own; the run's status is ``ok``.
 
 A ``torchrun`` or ``accelerate launch`` command is run through its launcher with this wrapper on every rank, and
 the ranks' records are merged into one (:mod:`benchmarks.distributed`).
@@ -60,7 +64,7 @@ from benchmarks.distributed import (
 )
 from benchmarks.environment import collect_environment, peak_tflops
 from benchmarks.files_loaded import FILES_LOADED, FilesLoaded
-from benchmarks.metrics import Meter
+from benchmarks.metrics import Meter, StepLimitReached
 from benchmarks.status import RunStatus
 from benchmarks.steps import PHASES
 from benchmarks.turns import client_from_environment
@@ -232,6 +236,8 @@ def run_program(program: PythonProgram, meter: Meter) -> tuple[RunStatus, str | 
     try:
         with instrumented(meter):
             program.run()
+    except StepLimitReached:
+        return RunStatus.OK, None, 0
     except SystemExit as exit_:
         code = exit_.code
         if code is None or code == 0:
@@ -345,14 +351,16 @@ def format_summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_distributed(launch: DistributedLaunch, out: str, warmup_steps: int, command: Sequence[str]) -> int:
+def run_distributed(
+    launch: DistributedLaunch, out: str, warmup_steps: int, stop_after: int | None, command: Sequence[str]
+) -> int:
     """Run a launcher with this wrapper on every rank, then merge the ranks' records into ``out``."""
     for stale in read_rank_records(out):
         with contextlib.suppress(OSError):
             os.unlink(rank_path(out, stale["rank"]))
     sys.stdout.flush()
     sys.stderr.flush()
-    code = subprocess.run(launch.argv(out, warmup_steps), stdin=subprocess.DEVNULL).returncode
+    code = subprocess.run(launch.argv(out, warmup_steps, stop_after), stdin=subprocess.DEVNULL).returncode
     record = aggregate_ranks(read_rank_records(out), command, code)
     if record is None:
         error = f"no rank wrote metrics (the launcher exited with status {code})"
@@ -368,7 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.launch",
-        usage="python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python TRAIN.py [ARGS...]",
+        usage="python -m benchmarks.launch [--out FILE] [--warmup-steps N] [--stop-after-steps N] -- python TRAIN.py "
+        "[ARGS...]",
         description="Run a Python training program in-process and write its step metrics as JSON.",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"metrics JSON to write (default: {DEFAULT_OUT})")
@@ -379,6 +388,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="leading steps left out of timings and throughput (default 1)",
     )
     parser.add_argument(
+        "--stop-after-steps",
+        type=int,
+        metavar="N",
+        help="end the program after N steps (for a program with no step option of its own)",
+    )
+    parser.add_argument(
         "--per-rank",
         action="store_true",
         help="one rank of a distributed run: write FILE.rank<RANK> with the rank and world size in it",
@@ -387,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = argv[split + 1 :]
     if options.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0")
+    if options.stop_after_steps is not None and options.stop_after_steps <= options.warmup_steps:
+        parser.error("--stop-after-steps must be above --warmup-steps, or no step is measured")
     try:
         launch = parse_launcher(command)
         program = parse_command(command) if launch is None else None
@@ -395,14 +412,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchmarks.launch: {error}", file=sys.stderr)
         return 2
     if launch is not None:
-        return run_distributed(launch, options.out, options.warmup_steps, command)
+        return run_distributed(launch, options.out, options.warmup_steps, options.stop_after_steps, command)
     try:
         turns = client_from_environment(options.warmup_steps)
     except (OSError, KeyError, ValueError) as error:
         print(f"benchmarks.launch: cannot take turns with the round's other runs: {error}", file=sys.stderr)
         return 2
     assert program is not None  # parsed above: the command has no launcher
-    meter = Meter(planted_slowdown=slowdown, load_from_step=options.warmup_steps, turns=turns)
+    meter = Meter(
+        planted_slowdown=slowdown,
+        load_from_step=options.warmup_steps,
+        turns=turns,
+        stop_after=options.stop_after_steps,
+    )
     with FilesLoaded(os.getcwd()) as loaded:
         status, failure, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, failure, command)

@@ -41,6 +41,11 @@ on CUDA it synchronises the device first, to time the step. The record keeps the
 (``planted_waited``): on a loaded host a wait preempted at its deadline lasts longer than asked
 (:mod:`benchmarks.plant`).
 
+A meter made with ``stop_after`` ends the program once that many steps have closed, by raising
+:class:`StepLimitReached` (a ``BaseException``, so a program's ``except Exception`` does not swallow it) from the
+hook that closed the step: a program with no step option of its own runs exactly the workload's steps, and what it
+would do after training (saving, evaluating, uploading) is not run. The launcher records such a run as ``ok``.
+
 A meter given a :class:`benchmarks.turns.TurnClient` is one run of a round whose runs take turns on one device
 (``bot bench --interleave``): it waits for its turn before its first step (after its warm-up when the round
 warms up together, ``--warm-up-together``), hands the device on after its warm-up and after each measured
@@ -118,13 +123,26 @@ from benchmarks.turns import TurnClient
 _active: Meter | None = None
 
 
+class StepLimitReached(BaseException):
+    """Raised by a meter made with ``stop_after`` once that many steps have closed: the run is done."""
+
+    def __init__(self, steps: int):
+        super().__init__(f"stopped after {steps} steps, as the workload asks")
+        self.steps = steps
+
+
 class Meter:
     """Records training steps through global torch hooks; see the module docstring for what is measured."""
 
     def __init__(
-        self, planted_slowdown: float = 0.0, load_from_step: int = 0, turns: TurnClient | None = None
+        self,
+        planted_slowdown: float = 0.0,
+        load_from_step: int = 0,
+        turns: TurnClient | None = None,
+        stop_after: int | None = None,
     ) -> None:
         self.planted_slowdown = planted_slowdown
+        self._stop_after = stop_after
         self._turns = turns
         self.timeline = Timeline()
         self._plant = PlantedSlowdown(planted_slowdown)
@@ -355,6 +373,9 @@ class Meter:
             self._paused = True  # the last window is measured: later steps are not, and the turn is kept
         elif done == self._load_from_step:
             self._load.open()
+        if self._stop_after is not None and done >= self._stop_after:
+            self._paused = True  # nothing after the last step is measured, whatever the program does next
+            raise StepLimitReached(done)
 
     def _take_turn(self, turns: TurnClient) -> None:
         """Hand the device to the next run of the round and wait for this run's next turn
@@ -391,6 +412,7 @@ class Meter:
         and including that step (null when it was not finite): :func:`benchmarks.steps.step_numbers`.
         """
         if self._started and not self._explicit and self._step.stepped:
+            self._stop_after = None  # the program has ended on its own: nothing left to stop
             self._close_step(hand_over=False)  # the run is over: no turn to wait for
         self._load.close()
         if self._cuda:

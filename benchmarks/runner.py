@@ -134,6 +134,7 @@ def launch_command(job: BenchJob, metrics_path: Path) -> list[str]:
         str(metrics_path),
         "--warmup-steps",
         str(job.workload.warmup_steps),
+        *(["--stop-after-steps", str(job.workload.steps)] if job.workload.stop_after_steps else []),
         "--",
         *shlex.split(job.command),
     ]

@@ -17,6 +17,11 @@ primary = "tokens_per_s"   # the metric a win or a regression is judged on
 higher_is_better = true
 timeout_s = 1800
 gpus = 1
+stop_after_steps = true    # the launcher ends the program after `steps` steps (a program with no step option)
+
+[tool.bot.workloads.sft.models."Qwen/Qwen2.5-7B-Instruct"]
+model_type = "qwen2"       # a model the runner cannot download: built from this config, random weights
+hidden_size = 64           # (any other key of the model's config; see benchmarks.offline_models)
 ```
 
 ``time_budget_s`` in ``[tool.bot]`` bounds a whole bench: no round starts that would end after it (default:
@@ -29,7 +34,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +96,9 @@ class Workload:
     gpus: int = 1
     max_repeats: int = DEFAULT_MAX_REPEATS
     min_time_s: float | None = None  # None: the device's default (calibrated on the first run)
+    stop_after_steps: bool = False  # the launcher ends the program after ``steps`` steps
+    # Models the program names that the runner cannot download, by id: the config each is built from.
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
     def render(self, size: str, seed: int) -> str:
         """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in as data: checked (a size by
@@ -231,6 +239,8 @@ _WORKLOAD_KEYS = {
     "gpus",
     "max_repeats",
     "min_time_s",
+    "stop_after_steps",
+    "models",
 }
 
 
@@ -266,11 +276,27 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         min_time_s=None
         if "min_time_s" not in body
         else float(_typed(body, "min_time_s", float, 0, path, key)),
+        stop_after_steps=_typed(body, "stop_after_steps", bool, False, path, key),
+        models=_models(_typed(body, "models", dict, {}, path, key), path, f"{key}.models"),
     )
     if "max_repeats" not in body:  # a table that asks for more repeats than the default maximum gets them
         workload = replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
     _check_counts(workload, path, key)
     return workload
+
+
+def _models(table: Mapping[str, Any], path: Path, key: str) -> dict[str, dict[str, Any]]:
+    """The ``models`` table: each model id maps to a table of its config with a ``model_type``."""
+    for model, config in table.items():
+        if not isinstance(config, dict):
+            raise BenchSpecError(path, f'{key}."{model}"', f"must be a table, got {type(config).__name__}")
+        if not isinstance(config.get("model_type"), str):
+            raise BenchSpecError(
+                path,
+                f'{key}."{model}".model_type',
+                "is required: the architecture to build (qwen2, llama...)",
+            )
+    return {model: dict(config) for model, config in table.items()}
 
 
 def _check_overrides(workload: Workload, changes: Mapping[str, Any]) -> None:

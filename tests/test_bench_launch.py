@@ -131,7 +131,7 @@ for step in range(5):
 
 
 def launch(
-    tmp_path: Path, program: str, *args: str, warmup: int = 1
+    tmp_path: Path, program: str, *args: str, warmup: int = 1, options: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess, dict]:
     """Run ``program`` under the launch wrapper in a subprocess; returns the process and its metrics JSON."""
     script = tmp_path / "program.py"
@@ -143,7 +143,16 @@ def launch(
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    command = [sys.executable, "-m", "benchmarks.launch", "--out", str(out), "--warmup-steps", str(warmup)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.launch",
+        "--out",
+        str(out),
+        "--warmup-steps",
+        str(warmup),
+        *options,
+    ]
     completed = subprocess.run(
         [*command, "--", "python", str(script), *args],
         cwd=tmp_path,
@@ -209,6 +218,33 @@ def test_hand_written_loop_with_accumulation_counts_masked_tokens(tmp_path: Path
     assert metrics["model_params"] == 50 * 16 + 16 * 50 + 50
     assert metrics["flops_per_token"] == 6 * 16 * 50
     assert_consistent_shares(metrics)
+
+
+ENDLESS_PROGRAM = """
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+try:
+    for step in range(100_000):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+except Exception:  # a program's own handler does not swallow the launcher's stop
+    pass
+open("saved.txt", "w").write("the program went on after training")
+"""
+
+
+def test_the_launcher_ends_a_program_after_the_steps_asked_for(tmp_path: Path) -> None:
+    completed, metrics = launch(tmp_path, ENDLESS_PROGRAM, warmup=2, options=("--stop-after-steps", "5"))
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert metrics["status"] == "ok"
+    assert metrics["steps_measured"] == 3
+    assert [entry["step"] for entry in metrics["loss"]] == list(range(5))
+    assert not (tmp_path / "saved.txt").exists()
 
 
 def test_explicit_step_api_uses_the_declared_counts(tmp_path: Path) -> None:
