@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import offline_models
 from benchmarks.distributed import (
     DistributedLaunch,
     LauncherError,
@@ -234,7 +235,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def run_program(program: PythonProgram, meter: Meter) -> tuple[RunStatus, str | None, int]:
     """Run ``program`` under ``meter``; returns (status, error, exit code)."""
     try:
-        with instrumented(meter):
+        with offline_models.from_environment(), instrumented(meter):
             program.run()
     except StepLimitReached:
         return RunStatus.OK, None, 0
