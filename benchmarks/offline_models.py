@@ -23,9 +23,12 @@ import functools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if (
+    TYPE_CHECKING
+):  # torch and transformers load with the program, not with the bench runner that names this module
+    import torch
 
 ENVIRONMENT = "PERFBOT_OFFLINE_MODELS"
 EOS_TOKEN = "<|endoftext|>"
@@ -128,6 +131,8 @@ def _config(model_id: str, entry: Mapping[str, Any]) -> Any:
 
 def _device(device_map: Any) -> torch.device:
     """The one device a ``device_map`` puts a model on."""
+    import torch
+
     if isinstance(device_map, dict):
         device_map = device_map.get("", "auto")
     if device_map is None:
@@ -141,6 +146,7 @@ def _device(device_map: Any) -> torch.device:
 
 def _model(build: Callable[..., Any], model_id: str, entry: Mapping[str, Any], kwargs: dict[str, Any]) -> Any:
     """A model with random weights that ``build(config, **options)`` makes, for ``from_pretrained(model_id, **kwargs)``."""
+    import torch
     from transformers import PretrainedConfig
 
     dtype = kwargs.pop("dtype", None)

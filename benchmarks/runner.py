@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import git
 
-from benchmarks import host
+from benchmarks import host, offline_models
 from benchmarks.spec import BenchSpec, Workload
 from benchmarks.status import RunStatus
 from benchmarks.timeline import launch_environment
@@ -512,6 +512,8 @@ def _job_environment(job: BenchJob, gpus: list[str]) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in BOT_CREDENTIALS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PERFBOT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONHASHSEED"] = str(job.seed)
+    if job.workload.models:  # built from their configs by the launcher, on every rank
+        env[offline_models.ENVIRONMENT] = json.dumps(job.workload.models)
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     elif "OMP_NUM_THREADS" not in env:
