@@ -11,7 +11,7 @@ import git
 
 from benchmarks.results import BenchInterrupted, Results, run_bench
 from benchmarks.runner import LocalRunner, Runner, RunRecord
-from benchmarks.spec import BenchOptionError, BenchSpec, BenchSpecError
+from benchmarks.spec import DEFAULT_SIZE, WORKLOADS_KEY, BenchOptionError, BenchSpec, BenchSpecError
 from benchmarks.stats import DEFAULT_THRESHOLDS, Thresholds
 from bot.conventions import state_dir, tool_settings
 from bot.errors import BadInput, require
@@ -24,6 +24,7 @@ from bot.profiling import busy_against_measured_steps, profile_commits
 from bot.progress import Progress, publish_progress
 from bot.reporting import publish_reports
 from bot.trackers.base import Tracker
+from bot.workload_drafts import draft_workloads
 from bot.workspace import Workspace
 
 
@@ -65,11 +66,22 @@ def bench_spec(root: Path, options: BenchOptions) -> BenchSpec:
             time_budget_s=options.time_budget_s,
         )
     except BenchSpecError as exc:
+        if exc.key in ("tool.bot", WORKLOADS_KEY):
+            raise BadInput(f"{exc}{_drafts_hint(root)}") from exc
         raise BadInput(f"{exc}; fix [tool.bot] in the target's pyproject.toml") from exc
     except BenchOptionError as exc:  # the file is fine: the option is what to change
         raise BadInput(str(exc)) from exc
     except (KeyError, ValueError) as exc:
         raise BadInput(f"bad benchmark option: {exc}") from exc
+
+
+def _drafts_hint(root: Path) -> str:
+    """What ``bot init`` would draft for a repository with no workloads, as the end of an error message."""
+    drafts = draft_workloads(root, DEFAULT_SIZE)
+    if not drafts:
+        return "; no launch command of a training program was found to draft one from"
+    found = "\n".join(f"  {draft.name}: {draft.command_line}  ({draft.launch})" for draft in drafts)
+    return f"\n`bot init` drafts these from the repository's launch commands (with every override listed):\n{found}"
 
 
 def bench_thresholds(options: BenchOptions, loss_tolerance: float | None = None) -> Thresholds:

@@ -22,6 +22,7 @@ from bot.conventions import pyproject_document
 from bot.errors import BadInput
 from bot.lock import dependency_lock
 from bot.render import render
+from bot.workload_drafts import WorkloadDraft, draft_workloads, tool_bot_table
 
 WORKFLOW = Path(".github/workflows/perfbot.yml")
 LOCK = Path(".github/perfbot-requirements.txt")
@@ -63,6 +64,7 @@ class InitResult:
 
     written: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
+    drafts: list[WorkloadDraft] = field(default_factory=list)  # workloads drafted from the launch commands
 
 
 def init_repository(
@@ -73,9 +75,11 @@ def init_repository(
     timeout_minutes: int = 360,
     force: bool = False,
     lock: str | None = None,
+    size: str = "tiny",
 ) -> InitResult:
     """Write the workflow and the dependency lock (each kept when present, unless ``force``) and append
-    ``[tool.bot]`` when it is missing.
+    ``[tool.bot]`` when it is missing: one workload per launch command of the repository's training programs
+    (:mod:`bot.workload_drafts`, models built at ``size``), or a skeleton to edit where none is found.
 
     ``install``: the pinned requirement the workflow installs perfbot from (default: :func:`installed_from`);
     ``lock``: the lock's text (default: :func:`bot.lock.dependency_lock`, which downloads and hashes wheels).
@@ -105,9 +109,11 @@ def init_repository(
     if has_settings:
         result.kept.append(pyproject)
     else:
+        result.drafts = draft_workloads(root, size)
+        table = tool_bot_table(result.drafts, size) if result.drafts else TOOL_BOT_SKELETON
         existing = pyproject.read_text(encoding="utf-8") if pyproject.exists() else ""
         separator = "" if not existing else ("\n" if existing.endswith("\n") else "\n\n")
-        pyproject.write_text(existing + separator + TOOL_BOT_SKELETON, encoding="utf-8")
+        pyproject.write_text(existing + separator + table, encoding="utf-8")
         result.written.append(pyproject)
     return result
 

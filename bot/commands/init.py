@@ -19,12 +19,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what the workflow installs perfbot from, pinned: 'perfbot @ git+https://…@<commit sha>' "
         "(default: the source this perfbot was installed from, when that is pinned)",
     )
+    parser.add_argument(
+        "--size",
+        default="tiny",
+        help="the size drafted workloads build a model the runner cannot download at: tiny (CPU, default) or "
+        "gpu (the model's published shape)",
+    )
 
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Write the files, saying which were written and which kept."""
-    result = init_repository(args.path, install=args.install, force=args.force)
+    result = init_repository(args.path, install=args.install, force=args.force, size=args.size)
     print(PUBLIC_REPOSITORY_WARNING, file=sys.stderr)
+    for draft in result.drafts:
+        print(f"workload {draft.name}, drafted from {draft.launch}: {draft.command_line}")
+        for line in draft.overrides:
+            print(f"  override: {line}")
+        for line in draft.blockers:
+            print(f"  blocker: {line}")
     for path in result.written:
         print(f"wrote {path}")
     for path in result.kept:

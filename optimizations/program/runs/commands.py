@@ -43,6 +43,7 @@ class LaunchCommand:
     launcher_flags: dict[str, str] = field(default_factory=dict)
     flags: dict[str, str] = field(default_factory=dict)
     positional: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()  # the command as written, split into shell words (variable assignments too)
 
     @property
     def where(self) -> str:
@@ -107,9 +108,9 @@ def _simple_commands(words: list[str]) -> list[list[str]]:
     return [c for c in commands if c]
 
 
-def _launch(path: str, line: int, words: list[str], files: set[str]) -> LaunchCommand | None:
+def _launch(path: str, line: int, written: list[str], files: set[str]) -> LaunchCommand | None:
     """The command as a launch of a repository file, or ``None`` (not a launcher, or nothing of ours run)."""
-    words = [w for w in words if not _assignment(w)]  # ``CUDA_VISIBLE_DEVICES=0 python ...``
+    words = [w for w in written if not _assignment(w)]  # ``CUDA_VISIBLE_DEVICES=0 python ...``
     start = next((i for i, w in enumerate(words) if _is_launcher(w)), None)
     if start is None:
         return None
@@ -128,12 +129,16 @@ def _launch(path: str, line: int, words: list[str], files: set[str]) -> LaunchCo
             target = _module_file(module, files)
             if target is None:
                 return None
-            return _made(path, line, launcher, words[start + 1 : index], target, True, words[index + 2 :])
+            return _made(
+                path, line, launcher, words[start + 1 : index], target, True, words[index + 2 :], written
+            )
         elif word.endswith(".py"):
             target = _script_file(word, base, files)
             if target is None:
                 return None
-            return _made(path, line, launcher, words[start + 1 : index], target, False, words[index + 1 :])
+            return _made(
+                path, line, launcher, words[start + 1 : index], target, False, words[index + 1 :], written
+            )
         index += 1
     return None
 
@@ -152,19 +157,30 @@ def _launcher_name(word: str) -> str:
 def _console_launch(path: str, line: int, words: list[str], consoles: dict[str, str]) -> LaunchCommand | None:
     """A console script of the repository run with a recipe (``axolotl train examples/lora.yml``,
     ``llamafactory-cli train examples/train_lora/llama3_lora_sft.yaml``): its subcommand words are positional."""
-    words = [w for w in words if not _assignment(w)]
-    if not words or words[0] not in consoles:
+    command = [w for w in words if not _assignment(w)]
+    if not command or command[0] not in consoles:
         return None
-    flags, positional = flag_arguments(words[1:])
-    return LaunchCommand(path, line, words[0], consoles[words[0]], False, {}, flags, tuple(positional))
+    flags, positional = flag_arguments(command[1:])
+    return LaunchCommand(
+        path, line, command[0], consoles[command[0]], False, {}, flags, tuple(positional), tuple(words)
+    )
 
 
 def _made(
-    path: str, line: int, launcher: str, before: list[str], target: str, as_module: bool, after: list[str]
+    path: str,
+    line: int,
+    launcher: str,
+    before: list[str],
+    target: str,
+    as_module: bool,
+    after: list[str],
+    written: list[str],
 ) -> LaunchCommand:
     launcher_flags, _ = flag_arguments([w for w in before if w != "launch"])
     flags, positional = flag_arguments(after)
-    return LaunchCommand(path, line, launcher, target, as_module, launcher_flags, flags, tuple(positional))
+    return LaunchCommand(
+        path, line, launcher, target, as_module, launcher_flags, flags, tuple(positional), tuple(written)
+    )
 
 
 def _assignment(word: str) -> bool:

@@ -1,0 +1,414 @@
+"""Benchmark workloads drafted from how the repository runs its training programs.
+
+Each launch command the program model finds (:mod:`optimizations.program.runs`: shell and Slurm scripts,
+Makefiles, README code blocks) becomes one workload that runs the repository's own command, with its own flags and
+config files, plus the overrides a short measured run needs. Every override is listed with its reason, and
+written into ``[tool.bot]`` where the user can read and change it:
+
+- the step count: the program's own step option where it has one (``--max_steps`` of a ``TrainingArguments``
+  parser, an argparse ``--max-steps``/``--max_iters``), and always the launcher's step limit
+  (``stop_after_steps``), which ends the run after its last measured step without editing the code, so what the
+  program does after training (saving, evaluating, uploading) is not run;
+- no experiment tracker and no checkpoint saving on a ``Trainer`` script (the runner has no network);
+- a model the runner cannot download, built from its architecture config at the bench's size
+  (:mod:`benchmarks.architectures`, :mod:`benchmarks.offline_models`);
+- a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through.
+
+What a draft cannot fix is said as a blocker (a dataset fetched from the Hub, a shell variable with no value
+in its script), with the override that would fix it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.architectures import architecture
+from optimizations.program.recipes import flag_arguments, shell_commands, shell_words
+from optimizations.program.repository import RepoContext
+from optimizations.program.runs.commands import LaunchCommand
+from optimizations.program.runs.resolve import EntryRuns, effective_runs
+from optimizations.program.yaml_settings import settings as yaml_settings
+
+STEPS = 20
+CPU_SIZE = "tiny"  # the bench size that runs on a CPU
+WARMUP_STEPS = 5
+REPEATS = 3
+# A parser that fills ``TrainingArguments`` from the command line takes every one of its fields as a flag.
+TRAINER_PARSERS = ("HfArgumentParser", "TrlParser")
+# Argparse options that bound a hand-written loop's steps, by their name with dashes read as underscores.
+STEP_OPTIONS = (
+    "max_steps",
+    "max_train_steps",
+    "max_iters",
+    "max_iterations",
+    "num_iterations",
+    "num_steps",
+    "total_steps",
+    "train_steps",
+    "steps",
+)
+MODEL_KEYS = (
+    "model_name_or_path",
+    "pretrained_model_name_or_path",
+    "base_model",
+    "model_name",
+    "model_id",
+    "model_path",
+    "model",
+)
+DATASET_KEYS = ("dataset_name", "dataset_name_or_path", "dataset", "dataset_path", "data_path", "train_file")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+SHELL_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+# Launchers the bench measures through (``benchmarks.launch``), and the options that count their processes.
+PROCESS_OPTIONS = {
+    "accelerate": ("num_processes",),
+    "torchrun": ("nproc_per_node",),
+    "deepspeed": ("num_gpus",),
+}
+
+
+@dataclass
+class WorkloadDraft:
+    """One drafted workload: the command, what was changed to measure it, and what still stands in its way."""
+
+    name: str
+    launch: str  # ``path:line`` of the command it was drafted from
+    command: list[str]  # shell words; ``{steps}``/``{seed}`` placeholders stay unquoted
+    gpus: int = 1
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+
+    @property
+    def command_line(self) -> str:
+        """The command as one shell line."""
+        return " ".join(word if word in ("{steps}", "{seed}") else shlex.quote(word) for word in self.command)
+
+    def toml(self) -> str:
+        """The ``[tool.bot.workloads.<name>]`` table, its overrides and blockers as comments above it."""
+        lines = [f"# Drafted from {self.launch} by `bot init`."]
+        lines += [f"# override: {line}" for line in self.overrides]
+        lines += [f"# blocker: {line}" for line in self.blockers]
+        lines += [
+            f"[tool.bot.workloads.{self.name}]",
+            f"command = {_toml_value(self.command_line)}",
+            f"steps = {STEPS}",
+            f"warmup_steps = {WARMUP_STEPS}",
+            f"repeats = {REPEATS}",
+            "stop_after_steps = true",
+        ]
+        if self.gpus != 1:
+            lines.append(f"gpus = {self.gpus}")
+        for model, config in self.models.items():
+            lines.append(f"\n[tool.bot.workloads.{self.name}.models.{_toml_value(model)}]")
+            lines += [f"{key} = {_toml_value(value)}" for key, value in config.items()]
+        return "\n".join(lines) + "\n"
+
+
+def draft_workloads(root: Path, size: str) -> list[WorkloadDraft]:
+    """One draft per distinct launch of each training entry point of the repository at ``root``; models are
+    built at ``size`` (``tiny`` on a CPU)."""
+    repo = RepoContext(Path(root))
+    drafts: list[WorkloadDraft] = []
+    seen: set[str] = set()
+    for entry in effective_runs(repo):
+        for run in entry.runs:
+            draft = _draft(repo, entry, run.launch, size)
+            if draft is None or draft.command_line in seen:
+                continue
+            seen.add(draft.command_line)
+            draft.name = _unique(draft.name, {d.name for d in drafts})
+            drafts.append(draft)
+    return drafts
+
+
+def tool_bot_table(drafts: Iterable[WorkloadDraft], size: str) -> str:
+    """The ``[tool.bot]`` table holding the drafts."""
+    head = (
+        "[tool.bot]\n"
+        "# Written by `bot init` from the repository's launch commands: read every override below.\n"
+        f"size = {_toml_value(size)}\n"
+        "seed = 0\n"
+    )
+    return head + "".join("\n" + draft.toml() for draft in drafts)
+
+
+def _draft(
+    repo: RepoContext, entry: EntryRuns, launch: LaunchCommand | None, size: str
+) -> WorkloadDraft | None:
+    name = posixpath.splitext(posixpath.basename(entry.entry))[0].replace(".", "_")
+    if launch is None:
+        draft = WorkloadDraft(name, f"{entry.entry} (no launch command found)", ["python", entry.entry])
+        draft.overrides.append(f"runs `python {entry.entry}` as written: no script or document launches it")
+    elif launch.console:
+        return None  # a framework's console script: the bench launches Python programs
+    else:
+        draft = WorkloadDraft(name, launch.where, [])
+        draft.command = _command(repo, launch, draft)
+    texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
+    _steps(texts.get(entry.entry, ""), texts, size, draft)
+    _models(repo, launch, texts, size, draft)
+    _datasets(repo, launch, texts, draft)
+    draft.overrides.append(
+        "stop_after_steps: the launcher ends the run after its last measured step; nothing after training runs"
+    )
+    draft.blockers = list(dict.fromkeys(draft.blockers))
+    return draft
+
+
+def _command(repo: RepoContext, launch: LaunchCommand, draft: WorkloadDraft) -> list[str]:
+    """The launch's words from its launcher on: variables of its script filled in, the script named from the
+    repository root, a ``deepspeed`` launch turned into ``torchrun``."""
+    values = _script_variables(repo, launch.path)
+    words = [_filled(word, values, draft) for word in launch.words]
+    target = _target_index(words)
+    start = max((i for i, word in enumerate(words[:target]) if _launcher(word) is not None), default=0)
+    for word in words[:start]:
+        if _assignment(word):
+            draft.overrides.append(f"leaves out `{word}`: the runner sets the environment and picks the GPUs")
+    words, target = words[start:], target - start
+    launcher = _launcher(words[0]) or "python"
+    words[0] = launcher
+    if not launch.as_module and words[target] != launch.target:
+        draft.overrides.append(f"names the script from the repository root: {launch.target}")
+        words[target] = launch.target
+    processes = next(
+        (
+            launch.launcher_flags[option]
+            for option in PROCESS_OPTIONS.get(launcher, ())
+            if option in launch.launcher_flags
+        ),
+        "1",
+    )
+    if processes.isdigit():
+        draft.gpus = int(processes)
+    if launcher == "deepspeed":
+        draft.overrides.append(
+            f"runs `deepspeed` as `torchrun --nproc-per-node {processes}`: the bench measures through torchrun, "
+            "which starts the same processes on one node"
+        )
+        words = ["torchrun", "--nproc-per-node", processes, *words[target:]]
+    return words
+
+
+def _assignment(word: str) -> bool:
+    name, equals, _ = word.partition("=")
+    return bool(equals) and name.isidentifier()
+
+
+def _launcher(word: str) -> str | None:
+    name = posixpath.basename(word)
+    if re.fullmatch(r"python[0-9.]*", name):
+        return "python"
+    return name if name in ("accelerate", "torchrun", "deepspeed") else None
+
+
+def _target_index(words: list[str]) -> int:
+    """Where the program starts: the first ``.py`` word, or the module after ``-m``."""
+    for index, word in enumerate(words):
+        if word.endswith(".py"):
+            return index
+        if word == "-m" and index + 1 < len(words) and not words[index + 1].startswith("torch.distributed"):
+            return index
+    return len(words) - 1
+
+
+def _script_variables(repo: RepoContext, path: str) -> dict[str, str]:
+    """``NAME=value`` lines of a shell script (the last one wins); empty for a document."""
+    if path.endswith(".md"):
+        return {}
+    values: dict[str, str] = {}
+    for _line, _start, _end, command in shell_commands(_read(repo, path)):
+        words = shell_words(command.strip().removeprefix("export "))
+        if len(words) == 1 and "=" in words[0]:
+            name, _, value = words[0].partition("=")
+            if name.isidentifier():
+                values[name] = SHELL_VARIABLE.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+    return values
+
+
+def _filled(word: str, values: dict[str, str], draft: WorkloadDraft) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in values:
+            return values[name]
+        draft.blockers.append(f"`${name}` has no value in the script; replace it in the command")
+        return match.group(0)
+
+    return SHELL_VARIABLE.sub(value, word)
+
+
+def _steps(entry_text: str, texts: dict[str, str], size: str, draft: WorkloadDraft) -> None:
+    """The program's own step option set to ``{steps}``; on a Trainer, the tracker and checkpoints off, and
+    the CPU asked for at the CPU size (a bf16 config refuses to start on a CPU otherwise)."""
+    if any(parser in text for text in texts.values() for parser in TRAINER_PARSERS):
+        repeat = "so a short dataset repeats until the measured steps are run"
+        _set_flag(draft, "--max_steps", "{steps}", repeat)
+        _set_flag(draft, "--report_to", "none", "no experiment tracker: the runner has no network")
+        _set_flag(draft, "--save_strategy", "no", "no checkpoints: saving is not training")
+        if size == CPU_SIZE:
+            _set_flag(
+                draft, "--use_cpu", "True", f"size {CPU_SIZE!r} runs on the CPU, in the run's own precision"
+            )
+        return
+    option = _step_option(entry_text)
+    if option is not None:
+        _set_flag(draft, option, "{steps}", "the program's own step limit")
+
+
+def _step_option(text: str) -> str | None:
+    """The entry point's argparse option that bounds its steps, as it is spelled (``--max-steps``)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    spelled = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            for argument in node.args:
+                if isinstance(argument, ast.Constant) and str(argument.value).startswith("--"):
+                    spelled[str(argument.value)[2:].replace("-", "_")] = str(argument.value)
+    return next((spelled[name] for name in STEP_OPTIONS if name in spelled), None)
+
+
+def _set_flag(draft: WorkloadDraft, flag: str, value: str, why: str) -> None:
+    """Give ``flag`` the value ``value`` in the command (replacing its value where it is already passed)."""
+    words = draft.command
+    names = {flag, flag.replace("_", "-")}
+    for index, word in enumerate(words):
+        name, equals, _ = word.partition("=")
+        if name in names:
+            if equals:
+                words[index] = f"{name}={value}"
+            elif index + 1 < len(words) and not words[index + 1].startswith("--"):
+                words[index + 1] = value
+            else:
+                words.insert(index + 1, value)
+            draft.overrides.append(f"{name} {value}: {why}")
+            return
+    words += [flag, value]
+    draft.overrides.append(f"{flag} {value}: {why}")
+
+
+def _named_values(
+    draft: WorkloadDraft, launch: LaunchCommand | None, repo: RepoContext, keys: tuple[str, ...]
+) -> list[str]:
+    """The values the drafted command gives ``keys`` (its script's variables filled in), then the keys of the
+    launch's YAML recipes."""
+    if launch is None:
+        return []
+    flags, _ = flag_arguments(draft.command)
+    found = [flags[key] for key in keys if key in flags]
+    for recipe in launch.recipes:
+        text = _read(repo, recipe)
+        for key in keys:
+            found += [str(setting.value) for setting in yaml_settings(recipe, text, key)]
+    return found
+
+
+def _literal_ids(texts: dict[str, str], function: str) -> list[str]:
+    """String literals passed first to ``function`` (``from_pretrained``, ``load_dataset``), and the string
+    defaults of dataclass fields named like a model, in the files the entry point loads."""
+    found = []
+    for text in texts.values():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _called(node) == function and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found.append(first.value)
+            if function == "from_pretrained" and isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+                if isinstance(target, ast.Name) and target.id in MODEL_KEYS:
+                    default = _field_default(value)
+                    if default is not None:
+                        found.append(default)
+    return found
+
+
+def _called(call: ast.Call) -> str | None:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _field_default(value: ast.expr | None) -> str | None:
+    """The default of ``x: str = "..."`` or ``x: str = field(default="...")``."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value
+    if isinstance(value, ast.Call):
+        for keyword in value.keywords:
+            if keyword.arg == "default" and isinstance(keyword.value, ast.Constant):
+                return str(keyword.value.value)
+    return None
+
+
+def _models(
+    repo: RepoContext, launch: LaunchCommand | None, texts: dict[str, str], size: str, draft: WorkloadDraft
+) -> None:
+    """A config for each Hub model the run names, to build it with random weights on a runner that cannot
+    download it."""
+    named = _named_values(draft, launch, repo, MODEL_KEYS) or _literal_ids(texts, "from_pretrained")
+    for model in dict.fromkeys(named):
+        if not HUB_ID.fullmatch(model) or (repo.root / model).exists():
+            continue
+        config = architecture(model, size)
+        if config is None:
+            draft.blockers.append(
+                f"model {model} is downloaded at run time and its architecture is not one perfbot knows; add "
+                f'[tool.bot.workloads.{draft.name}.models."{model}"] with its config (model_type, sizes)'
+            )
+            continue
+        draft.models[model] = config
+        draft.overrides.append(
+            f"model {model}: built from its {config['model_type']} config at size {size!r} with random weights "
+            "(the runner cannot download it); the models table below is that config"
+        )
+
+
+def _datasets(
+    repo: RepoContext, launch: LaunchCommand | None, texts: dict[str, str], draft: WorkloadDraft
+) -> None:
+    """A blocker for each dataset the run fetches from the Hub."""
+    named = _named_values(draft, launch, repo, DATASET_KEYS) or _literal_ids(texts, "load_dataset")
+    for dataset in dict.fromkeys(named):
+        if HUB_ID.fullmatch(dataset) and not (repo.root / dataset).exists():
+            draft.blockers.append(
+                f"dataset {dataset} is fetched from the Hub: the runner needs it in its Hugging Face cache, or "
+                "pass a local copy in its place in the command"
+            )
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    number = 2
+    while f"{name}-{number}" in taken:
+        number += 1
+    return f"{name}-{number}"
+
+
+def _read(repo: RepoContext, path: str) -> str:
+    try:
+        return repo.read(path)
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML literal of a string, number or boolean (a TOML basic string escapes as JSON does)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value), ensure_ascii=False)

@@ -1,0 +1,258 @@
+"""`bot init` drafts one workload per launch of a repository's training programs, and `bot bench` runs those
+drafts without edits: a TRL SFT script launched by a shell script with a Hub model id the runner cannot
+download, an Accelerate loop with a step option of its own launched by `accelerate launch`, and a hand-written
+loop with no step option shown in a README. Real processes: the CLI, the runner, the launch wrapper, tiny CPU
+programs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import git
+import pytest
+from git_repos import commit_all, make_repo
+
+from benchmarks.results import Results
+from bot.init import init_repository
+from bot.workload_drafts import draft_workloads
+
+INSTALL = "perfbot @ git+https://github.com/example/perfbot@" + "0" * 40
+CHAT_ROWS = "".join(
+    json.dumps(
+        {
+            "messages": [
+                {"role": "user", "content": f"say {i}"},
+                {"role": "assistant", "content": f"{i} {i + 1}"},
+            ]
+        }
+    )
+    + "\n"
+    for i in range(32)
+)
+
+TRL_SCRIPT = """\
+from dataclasses import dataclass
+
+from datasets import load_dataset
+from trl import SFTConfig, SFTTrainer, TrlParser
+
+
+@dataclass
+class ScriptArguments:
+    model_name_or_path: str = "Qwen/Qwen2.5-0.5B"
+    data_file: str = "data/chat.jsonl"
+
+
+def main():
+    script_args, training_args = TrlParser((ScriptArguments, SFTConfig)).parse_args_and_config()
+    dataset = load_dataset("json", data_files=script_args.data_file, split="train")
+    trainer = SFTTrainer(model=script_args.model_name_or_path, args=training_args, train_dataset=dataset)
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+
+
+if __name__ == "__main__":
+    main()
+"""
+TRL_LAUNCH = """\
+#!/bin/bash
+MODEL=Qwen/Qwen2.5-0.5B
+CUDA_VISIBLE_DEVICES=0 python sft.py \\
+    --model_name_or_path $MODEL \\
+    --data_file data/chat.jsonl \\
+    --output_dir out --per_device_train_batch_size 2 --max_length 64 \\
+    --num_train_epochs 1 --report_to wandb --logging_steps 1
+"""
+
+ACCELERATE_LOOP = """\
+import argparse
+
+import torch
+from accelerate import Accelerator
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max_train_steps", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=4)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Flatten(), torch.nn.Linear(16 * 8, 64))
+    data = torch.utils.data.TensorDataset(torch.randint(0, 64, (4096, 8)), torch.randint(0, 64, (4096,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    accelerator = Accelerator()
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for step, (tokens, target) in enumerate(loader):
+        loss = torch.nn.functional.cross_entropy(model(tokens), target)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        if step + 1 >= args.max_train_steps:
+            break
+
+
+if __name__ == "__main__":
+    main()
+"""
+ACCELERATE_LAUNCH = "accelerate launch --num_processes 1 --cpu train_accelerate.py --batch-size 8\n"
+
+PLAIN_LOOP = """\
+import argparse
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Flatten(), torch.nn.Linear(16 * 8, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for _ in range(args.epochs):
+        for _ in range(200):
+            tokens, target = torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8,))
+            loss = torch.nn.functional.cross_entropy(model(tokens), target)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+PLAIN_README = """\
+# A plain loop
+
+Train it:
+
+```bash
+python train.py --epochs 3 --lr 0.01
+```
+"""
+
+REPOSITORIES = {
+    "trl": {"sft.py": TRL_SCRIPT, "scripts/train.sh": TRL_LAUNCH, "data/chat.jsonl": CHAT_ROWS},
+    "accelerate": {"train_accelerate.py": ACCELERATE_LOOP, "launch.sh": ACCELERATE_LAUNCH},
+    "plain": {"train.py": PLAIN_LOOP, "README.md": PLAIN_README},
+}
+
+
+def _repository(tmp_path: Path, shape: str) -> Path:
+    root = tmp_path / shape
+    make_repo(root, {**REPOSITORIES[shape], ".gitignore": ".bot/\nout/\nmodel.pt\n"})
+    return root
+
+
+def _workloads(root: Path) -> dict:
+    return tomllib.loads((root / "pyproject.toml").read_text())["tool"]["bot"]["workloads"]
+
+
+def test_a_trl_script_gets_its_step_flag_no_tracker_and_a_model_built_from_config(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "trl")
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.launch == "scripts/train.sh:3"
+    words = draft.command
+    assert words[:2] == ["python", "sft.py"]
+    assert words[words.index("--model_name_or_path") + 1] == "Qwen/Qwen2.5-0.5B"  # the script's variable
+    assert words[words.index("--max_steps") + 1] == "{steps}"
+    assert words[words.index("--report_to") + 1] == "none"  # replaced, not added twice
+    assert words.count("--report_to") == 1
+    assert "CUDA_VISIBLE_DEVICES=0" not in words
+    assert draft.models["Qwen/Qwen2.5-0.5B"]["model_type"] == "qwen2"
+    assert any("CUDA_VISIBLE_DEVICES=0" in line for line in draft.overrides)
+    assert draft.blockers == []
+
+
+def test_an_accelerate_loop_keeps_its_launcher_and_uses_its_own_step_option(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "accelerate")
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.command[:5] == ["accelerate", "launch", "--num_processes", "1", "--cpu"]
+    assert draft.command[draft.command.index("--max_train_steps") + 1] == "{steps}"
+    assert draft.command[draft.command.index("--batch-size") + 1] == "8"
+    assert draft.gpus == 1 and draft.models == {}
+
+
+def test_a_loop_with_no_step_option_is_bounded_by_the_launcher_alone(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "plain")
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.launch == "README.md:6"
+    assert draft.command == ["python", "train.py", "--epochs", "3", "--lr", "0.01"]
+    assert any(line.startswith("stop_after_steps") for line in draft.overrides)
+
+
+def test_a_dataset_from_the_hub_and_an_unset_variable_are_blockers(tmp_path: Path) -> None:
+    root = tmp_path / "hub"
+    script = TRL_SCRIPT.replace(
+        'load_dataset("json", data_files=script_args.data_file, split="train")',
+        'load_dataset("tatsu-lab/alpaca", split="train")',
+    )
+    make_repo(root, {"sft.py": script, "run.sh": "python sft.py --model_name_or_path $BASE --bf16 True\n"})
+    [draft] = draft_workloads(root, "tiny")
+
+    assert any("dataset tatsu-lab/alpaca is fetched from the Hub" in line for line in draft.blockers)
+    assert any("`$BASE` has no value" in line for line in draft.blockers)
+
+
+def test_bot_init_writes_the_drafts_and_prints_every_override(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "trl")
+    result = init_repository(root, install=INSTALL, lock="")
+
+    workloads = _workloads(root)
+    assert list(workloads) == ["sft"]
+    sft = workloads["sft"]
+    assert sft["stop_after_steps"] is True
+    assert "--max_steps {steps}" in sft["command"]
+    assert sft["models"]["Qwen/Qwen2.5-0.5B"]["model_type"] == "qwen2"
+    text = (root / "pyproject.toml").read_text()
+    for line in result.drafts[0].overrides:
+        assert f"# override: {line}" in text
+
+
+def test_bot_bench_on_a_repository_with_no_workloads_names_the_drafts(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "plain")
+    base = git.Repo(root).head.commit.hexsha
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "bench", base],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 2
+    assert "bot init` drafts these" in done.stderr
+    assert "python train.py --epochs 3 --lr 0.01" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["trl", "accelerate", "plain"])
+def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shape: str) -> None:
+    root = _repository(tmp_path, shape)
+    init_repository(root, install=INSTALL, lock="")
+    repo_head = commit_all(git.Repo(root), "perfbot: workloads drafted by bot init")
+    once = ["--repeats", "1", "--max-repeats", "1", "--min-time", "0", "--max-host-load", "1", "--steps", "6"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "bench", repo_head, *once],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    [results] = (root / ".bot" / "results").glob("*.json")
+    runs = [run for run in Results.load(results).runs if run.repeat >= 0]
+    assert runs and all(run.ok for run in runs), [run.log_tail for run in runs]
+    assert all(run.metrics and run.metrics["steps_measured"] >= 1 for run in runs)
+    assert not (root / "model.pt").exists()  # the launcher ended the run before the program's save
