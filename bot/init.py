@@ -76,34 +76,23 @@ def init_repository(
     force: bool = False,
     lock: str | None = None,
     size: str = "tiny",
+    workflow: bool = True,
 ) -> InitResult:
     """Write the workflow and the dependency lock (each kept when present, unless ``force``) and append
     ``[tool.bot]`` when it is missing: one workload per launch command of the repository's training programs
     (:mod:`bot.workload_drafts`, models built at ``size``), or a skeleton to edit where none is found.
 
     ``install``: the pinned requirement the workflow installs perfbot from (default: :func:`installed_from`);
-    ``lock``: the lock's text (default: :func:`bot.lock.dependency_lock`, which downloads and hashes wheels).
+    ``lock``: the lock's text (default: :func:`bot.lock.dependency_lock`, which downloads and hashes wheels);
+    ``workflow=False``: only ``[tool.bot]``, for running perfbot on this machine (no workflow, lock or install).
     """
     root = Path(path)
     if not root.is_dir():
         raise BadInput(f"{root} is not a directory; pass the target repository's path")
-    install = pinned(install if install is not None else installed_from())
     result = InitResult()
     has_settings = "bot" in pyproject_document(root).get("tool", {})  # a broken pyproject stops us here
-
-    workflow = root / WORKFLOW
-    text = render(
-        "workflow.yml.j2",
-        runner_labels=list(runner_labels),
-        install=install,
-        lock=LOCK.as_posix(),
-        timeout_minutes=timeout_minutes,
-    )
-    _write(workflow, text, force, result)
-    if lock is None and (force or not (root / LOCK).exists()):
-        lock = dependency_lock()
-    if lock is not None:
-        _write(root / LOCK, lock, force, result)
+    if workflow:
+        _install_workflow(root, install, runner_labels, timeout_minutes, force, lock, result)
 
     pyproject = root / PYPROJECT
     if has_settings:
@@ -116,6 +105,30 @@ def init_repository(
         pyproject.write_text(existing + separator + table, encoding="utf-8")
         result.written.append(pyproject)
     return result
+
+
+def _install_workflow(
+    root: Path,
+    install: str | None,
+    runner_labels: Sequence[str],
+    timeout_minutes: int,
+    force: bool,
+    lock: str | None,
+    result: InitResult,
+) -> None:
+    """Write the Actions workflow, which installs perfbot pinned, and the lock of its dependencies."""
+    text = render(
+        "workflow.yml.j2",
+        runner_labels=list(runner_labels),
+        install=pinned(install if install is not None else installed_from()),
+        lock=LOCK.as_posix(),
+        timeout_minutes=timeout_minutes,
+    )
+    _write(root / WORKFLOW, text, force, result)
+    if lock is None and (force or not (root / LOCK).exists()):
+        lock = dependency_lock()
+    if lock is not None:
+        _write(root / LOCK, lock, force, result)
 
 
 def _write(path: Path, text: str, force: bool, result: InitResult) -> None:

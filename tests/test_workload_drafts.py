@@ -219,6 +219,23 @@ def test_bot_init_writes_the_drafts_and_prints_every_override(tmp_path: Path) ->
         assert f"# override: {line}" in text
 
 
+def test_bot_init_workloads_only_prints_the_drafts_and_writes_no_workflow(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "plain")
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "init", "--workloads-only"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert not (root / ".github").exists()
+    assert list(_workloads(root)) == ["train"]
+    assert "workload train, drafted from README.md:6: python train.py --epochs 3 --lr 0.01" in done.stdout
+    assert "  override: stop_after_steps" in done.stdout
+
+
 def test_bot_bench_on_a_repository_with_no_workloads_names_the_drafts(tmp_path: Path) -> None:
     root = _repository(tmp_path, "plain")
     base = git.Repo(root).head.commit.hexsha

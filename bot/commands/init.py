@@ -20,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the source this perfbot was installed from, when that is pinned)",
     )
     parser.add_argument(
+        "--workloads-only",
+        action="store_true",
+        help="write only the [tool.bot] workloads, to run perfbot on this machine (no workflow, lock or --install)",
+    )
+    parser.add_argument(
         "--size",
         default="tiny",
         help="the size drafted workloads build a model the runner cannot download at: tiny (CPU, default) or "
@@ -29,8 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     """Write the files, saying which were written and which kept."""
-    result = init_repository(args.path, install=args.install, force=args.force, size=args.size)
-    print(PUBLIC_REPOSITORY_WARNING, file=sys.stderr)
+    result = init_repository(
+        args.path, install=args.install, force=args.force, size=args.size, workflow=not args.workloads_only
+    )
+    if not args.workloads_only:
+        print(PUBLIC_REPOSITORY_WARNING, file=sys.stderr)
     for draft in result.drafts:
         print(f"workload {draft.name}, drafted from {draft.launch}: {draft.command_line}")
         for line in draft.overrides:
