@@ -330,3 +330,18 @@ def test_a_change_every_run_already_has_is_reported_done_where_the_run_sets_it(t
     sites = [s for s in registry()["tf32"].find(tmp_path) if s.path == "train.py"]
     assert sites and all(s.already for s in sites)
     assert 'tf32 on in every run that loads this file (common.py:5 `"high"`)' in sites[0].message
+
+
+def test_a_trl_config_trains_in_bf16_with_checkpointing_unless_an_old_trl_is_pinned(tmp_path: Path) -> None:
+    (entry,) = runs_of(tmp_path / "new", {"sft.py": TRL_SCRIPT})
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16", "default of TRL's trainer configs (trl >= 0.19)")
+    assert got["gradient_checkpointing"][0] == "on"
+    assert entry.every_run_in("bf16")
+
+    (pinned,) = runs_of(tmp_path / "old", {"sft.py": TRL_SCRIPT, "requirements.txt": "trl==0.18.2\n"})
+    assert values(pinned)["mixed_precision"][0] == "fp32"  # TrainingArguments' default, before TRL's own
+    assert values(pinned)["gradient_checkpointing"][0] == "off"
+
+    (flagged,) = runs_of(tmp_path / "fp16", {"sft.py": TRL_SCRIPT, "run.sh": "python sft.py --fp16 True\n"})
+    assert values(flagged)["mixed_precision"] == ("fp16", "run.sh:1")

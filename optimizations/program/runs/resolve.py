@@ -3,7 +3,8 @@
 A run is an entry point as one launch command starts it (an entry point no command starts runs as written:
 ``python <entry>``). A value is taken from the sources below in this order, each later one winning:
 
-1. the library default, where the code trains through a ``transformers``/TRL trainer (:data:`TRAINER_DEFAULTS`);
+1. the library default, where the code trains through a ``transformers``/TRL trainer (:data:`TRAINER_DEFAULTS`,
+   then :data:`TRL_DEFAULTS` where a TRL trainer config is used and the requirements admit a TRL that has them);
 2. dataclass field defaults of the files the entry point loads (a ``TrainingArguments`` subclass's ``optim``);
 3. the launcher's config: an ``accelerate config`` YAML, then the DeepSpeed config it or a flag names;
 4. the YAML recipes the launch passes (``--config recipe.yaml``);
@@ -32,7 +33,8 @@ from optimizations.program.runs.launcher_configs import (
     deepspeed_config,
     deepspeed_settings,
 )
-from optimizations.program.runs.settings import DONE, FP32, NAMES, SETTINGS, Setting, reading
+from optimizations.program.requirements import excludes
+from optimizations.program.runs.settings import BF16, DONE, FP32, NAMES, SETTINGS, Setting, reading
 from optimizations.program.yaml_settings import settings as yaml_settings
 
 # Text that shows a file trains: a backward pass, a trainer or a framework's fit.
@@ -54,6 +56,15 @@ TRAINER_DEFAULTS = (
     Setting(
         "attention", "sdpa", "default of transformers' from_pretrained", "sdpa where the model supports it"
     ),
+)
+# TRL's trainer configs (SFTConfig, DPOConfig, ...) train in bf16 and checkpoint activations unless told otherwise,
+# since trl 0.19 (huggingface/trl#3515 and #3510), where TrainingArguments does neither.
+TRL_CONFIGS = ("SFTConfig", "DPOConfig", "GRPOConfig", "KTOConfig", "RewardConfig", "RLOOConfig", "ORPOConfig")
+TRL_DEFAULTS_SINCE = "0.19.0"
+TRL = "default of TRL's trainer configs (trl >= 0.19)"
+TRL_DEFAULTS = (
+    Setting("mixed_precision", BF16, TRL, "bf16=True unless fp16=True"),
+    Setting("gradient_checkpointing", "on", TRL, "gradient_checkpointing=True"),
 )
 NOTHING = "nothing in the code or its launch sets it"
 # Keys of a recipe YAML that are settings (a recipe's ``num_workers``/``compile`` may be anything else's).
@@ -212,6 +223,8 @@ def _run(
     put(PLAIN_DEFAULTS)
     if trainer:
         put(TRAINER_DEFAULTS)
+    if _trl_config(repo, texts):
+        put(TRL_DEFAULTS)
     # A framework's console script (``llamafactory-cli train recipe.yaml``) runs its library, whose code sets
     # values under conditions its recipe decides: the recipe, not the library's code, is the run's setting.
     framework = launch is not None and launch.console
@@ -234,6 +247,13 @@ def _run(
         put(_deepspeed_in_code(path, text, trees.get(path)))
     put([s for s in late if s.name == "optimizer"])
     return Run(entry, launch, values)
+
+
+def _trl_config(repo: RepoContext, texts: dict[str, str]) -> bool:
+    """Whether the run's code builds a TRL trainer config and the requirements admit a TRL whose configs
+    default to bf16 (a pin below 0.19 keeps TrainingArguments' defaults)."""
+    uses = any(name in text for text in texts.values() for name in TRL_CONFIGS)
+    return uses and excludes(repo, "trl", TRL_DEFAULTS_SINCE) is None
 
 
 def _code_settings(repo: RepoContext, path: str, tree: ast.Module) -> CodeSettings:
