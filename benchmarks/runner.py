@@ -72,8 +72,8 @@ class BenchJob:
 
     @property
     def command(self) -> str:
-        """The workload's command with its placeholders filled in."""
-        return self.workload.render(self.size, self.seed)
+        """The workload's command at this commit with its placeholders filled in."""
+        return self.workload.render(self.size, self.seed, self.commit)
 
     @property
     def key(self) -> str:

@@ -19,6 +19,13 @@ timeout_s = 1800
 gpus = 1
 stop_after_steps = true    # the launcher ends the program after `steps` steps (a program with no step option)
 
+[tool.bot.workloads.dpo]   # a command read from a launch file at every commit benched, flags set on top
+launch = "scripts/train.sh"
+program = "train_dpo.py"   # the launch file's first command that runs it
+flags = { "--max_steps" = "{steps}", "--report_to" = "none" }
+command = "python train_dpo.py --max_steps {steps} --report_to none"   # as the launch read when drafted
+steps = 40
+
 [tool.bot.workloads.sft.models."Qwen/Qwen2.5-7B-Instruct"]
 model_type = "qwen2"       # a model the runner cannot download: built from this config, random weights
 hidden_size = 64           # (any other key of the model's config; see benchmarks.offline_models)
@@ -99,17 +106,24 @@ class Workload:
     stop_after_steps: bool = False  # the launcher ends the program after ``steps`` steps
     # Models the program names that the runner cannot download, by id: the config each is built from.
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    # A command read from the repository's launch file at each commit: the command there that runs
+    # ``program``, with ``flags`` set on top; ``commands`` holds it by commit once read (bot.workload_drafts).
+    launch: str | None = None
+    program: str | None = None
+    flags: Mapping[str, str] = field(default_factory=dict, hash=False)
+    commands: Mapping[str, str] = field(default_factory=dict, hash=False)
 
-    def render(self, size: str, seed: int) -> str:
-        """The command with ``{size}``, ``{steps}`` and ``{seed}`` filled in as data: checked (a size by
-        :func:`check_size`, steps and seed integers) and shell-quoted, so each is one argument whatever it
-        holds (other braces are left alone)."""
+    def render(self, size: str, seed: int, commit: str | None = None) -> str:
+        """The command (at ``commit``, for one read from a launch file) with ``{size}``, ``{steps}`` and
+        ``{seed}`` filled in as data: checked (a size by :func:`check_size`, steps and seed integers) and
+        shell-quoted, so each is one argument whatever it holds (other braces are left alone)."""
         if isinstance(self.steps, bool) or not isinstance(self.steps, int):
             raise ValueError(f"steps must be an integer, got {self.steps!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"a seed must be an integer, got {seed!r}")
+        command = self.commands.get(commit, self.command) if commit is not None else self.command
         return (
-            self.command.replace("{size}", shlex.quote(check_size(size)))
+            command.replace("{size}", shlex.quote(check_size(size)))
             .replace("{steps}", shlex.quote(str(self.steps)))
             .replace("{seed}", shlex.quote(str(seed)))
         )
@@ -241,6 +255,9 @@ _WORKLOAD_KEYS = {
     "min_time_s",
     "stop_after_steps",
     "models",
+    "launch",
+    "program",
+    "flags",
 }
 
 
@@ -278,7 +295,14 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         else float(_typed(body, "min_time_s", float, 0, path, key)),
         stop_after_steps=_typed(body, "stop_after_steps", bool, False, path, key),
         models=_models(_typed(body, "models", dict, {}, path, key), path, f"{key}.models"),
+        launch=_typed(body, "launch", str, None, path, key),
+        program=_typed(body, "program", str, None, path, key),
+        flags={flag: str(value) for flag, value in _typed(body, "flags", dict, {}, path, key).items()},
     )
+    if (workload.launch is None) != (workload.program is None):
+        raise BenchSpecError(
+            path, key, "launch and program go together: the launch file and the program it runs"
+        )
     if "max_repeats" not in body:  # a table that asks for more repeats than the default maximum gets them
         workload = replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
     _check_counts(workload, path, key)

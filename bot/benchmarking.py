@@ -24,7 +24,7 @@ from bot.profiling import busy_against_measured_steps, profile_commits
 from bot.progress import Progress, publish_progress
 from bot.reporting import publish_reports
 from bot.trackers.base import Tracker
-from bot.workload_drafts import draft_workloads
+from bot.workload_drafts import draft_workloads, launched_at
 from bot.workspace import Workspace
 
 
@@ -150,6 +150,7 @@ def benchmark(
     Interrupted, it saves the runs that finished to a new file ending in ``interrupted`` (notes and earlier
     results stay as they were), says where in the interruption's message, and lets it go on."""
     commits = describe_commits(workspace.repo, revisions)
+    spec = launched_at(workspace.repo, spec, revisions)
     folder, branch = results_folder(workspace.root), workspace.branch
     try:
         results = run_bench(

@@ -16,6 +16,7 @@ from typing import Any
 
 import git
 
+from benchmarks import offline_models
 from benchmarks.host_time import HostTime
 from benchmarks.profiling import Op, Profile, classify
 from benchmarks.runner import PERFBOT_ROOT, RunRecord, worktrees
@@ -23,6 +24,7 @@ from benchmarks.spec import BenchSpec
 from benchmarks.utilization import Utilization
 from bot.conventions import state_dir
 from bot.errors import BadInput, BotError
+from bot.workload_drafts import launched_at
 from bot.workspace import Workspace
 
 
@@ -104,7 +106,8 @@ def _run_profiling(
         raise BadInput(f"{revision}: not a commit in {workspace.root} ({error})") from error
     chosen = spec.workloads[workload]
     skip = chosen.warmup_steps
-    run = replace(chosen, steps=skip + 1 + steps + 1)  # one spare step so the recording window closes
+    run = replace(launched_at(workspace.repo, spec, [sha]).workloads[workload], steps=skip + 1 + steps + 1)
+    # (one spare step above, so the recording window closes)
     out = state_dir(workspace.root) / "profiles" / f"{sha[:12]}-{workload}"
     command = [
         sys.executable,
@@ -118,12 +121,14 @@ def _run_profiling(
         "--steps",
         str(steps),
         "--",
-        *shlex.split(run.render(spec.size, spec.seed)),
+        *shlex.split(run.render(spec.size, spec.seed, sha)),
     ]
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PERFBOT_ROOT), os.environ.get("PYTHONPATH")])),
     }
+    if run.models:  # built from their configs, as the bench builds them
+        environment[offline_models.ENVIRONMENT] = json.dumps(run.models)
     with worktrees(workspace.repo, [sha], state_dir(workspace.root) / "profile-worktrees") as trees:
         try:
             done = subprocess.run(

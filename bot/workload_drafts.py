@@ -14,6 +14,9 @@ written into ``[tool.bot]`` where the user can read and change it:
   (:mod:`benchmarks.architectures`, :mod:`benchmarks.offline_models`);
 - a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through.
 
+A drafted workload names its launch file and program, and the bench reads the command from that file again at
+every commit it measures (:func:`launched_at`), so a commit that changes the launch is measured with it.
+
 What a draft cannot fix is said as a blocker (a dataset fetched from the Hub, a shell variable with no value
 in its script), with the override that would fix it.
 """
@@ -26,14 +29,18 @@ import posixpath
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import git
+
 from benchmarks.architectures import architecture
+from benchmarks.spec import BenchSpec, Workload
+from bot.errors import BadInput
 from optimizations.program.recipes import flag_arguments, shell_commands, shell_words
 from optimizations.program.repository import RepoContext
-from optimizations.program.runs.commands import LaunchCommand
+from optimizations.program.runs.commands import LaunchCommand, commands_in
 from optimizations.program.runs.resolve import EntryRuns, effective_runs
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -83,6 +90,8 @@ class WorkloadDraft:
     launch: str  # ``path:line`` of the command it was drafted from
     command: list[str]  # shell words; ``{steps}``/``{seed}`` placeholders stay unquoted
     gpus: int = 1
+    source: LaunchCommand | None = None  # the launch it was drafted from, read again at every commit benched
+    flags: dict[str, str] = field(default_factory=dict)  # the flags set on top of the launch's own
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
@@ -97,8 +106,16 @@ class WorkloadDraft:
         lines = [f"# Drafted from {self.launch} by `bot init`."]
         lines += [f"# override: {line}" for line in self.overrides]
         lines += [f"# blocker: {line}" for line in self.blockers]
+        lines.append(f"[tool.bot.workloads.{self.name}]")
+        if self.source is not None:  # the command is read from the launch at each commit; this is today's
+            lines += [
+                f"launch = {_toml_value(self.source.path)}",
+                f"program = {_toml_value(self.source.target)}",
+                "flags = {"
+                + ", ".join(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in self.flags.items())
+                + "}",
+            ]
         lines += [
-            f"[tool.bot.workloads.{self.name}]",
             f"command = {_toml_value(self.command_line)}",
             f"steps = {STEPS}",
             f"warmup_steps = {WARMUP_STEPS}",
@@ -151,8 +168,8 @@ def _draft(
     elif launch.console:
         return None  # a framework's console script: the bench launches Python programs
     else:
-        draft = WorkloadDraft(name, launch.where, [])
-        draft.command = _command(repo, launch, draft)
+        draft = WorkloadDraft(name, launch.where, [], source=launch)
+        draft.command = _command(launch, _read(repo, launch.path), draft)
     texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
     _steps(texts.get(entry.entry, ""), texts, size, draft)
     _models(repo, launch, texts, size, draft)
@@ -164,10 +181,10 @@ def _draft(
     return draft
 
 
-def _command(repo: RepoContext, launch: LaunchCommand, draft: WorkloadDraft) -> list[str]:
-    """The launch's words from its launcher on: variables of its script filled in, the script named from the
-    repository root, a ``deepspeed`` launch turned into ``torchrun``."""
-    values = _script_variables(repo, launch.path)
+def _command(launch: LaunchCommand, script: str, draft: WorkloadDraft) -> list[str]:
+    """The launch's words from its launcher on: variables of its ``script`` (the launch file's text) filled in,
+    the program named from the repository root, a ``deepspeed`` launch turned into ``torchrun``."""
+    values = _script_variables(launch.path, script)
     words = [_filled(word, values, draft) for word in launch.words]
     target = _target_index(words)
     start = max((i for i, word in enumerate(words[:target]) if _launcher(word) is not None), default=0)
@@ -221,12 +238,12 @@ def _target_index(words: list[str]) -> int:
     return len(words) - 1
 
 
-def _script_variables(repo: RepoContext, path: str) -> dict[str, str]:
+def _script_variables(path: str, script: str) -> dict[str, str]:
     """``NAME=value`` lines of a shell script (the last one wins); empty for a document."""
     if path.endswith(".md"):
         return {}
     values: dict[str, str] = {}
-    for _line, _start, _end, command in shell_commands(_read(repo, path)):
+    for _line, _start, _end, command in shell_commands(script):
         words = shell_words(command.strip().removeprefix("export "))
         if len(words) == 1 and "=" in words[0]:
             name, _, value = words[0].partition("=")
@@ -292,9 +309,11 @@ def _set_flag(draft: WorkloadDraft, flag: str, value: str, why: str) -> None:
                 words[index + 1] = value
             else:
                 words.insert(index + 1, value)
-            draft.overrides.append(f"{name} {value}: {why}")
-            return
-    words += [flag, value]
+            flag = name
+            break
+    else:
+        words += [flag, value]
+    draft.flags[flag] = value
     draft.overrides.append(f"{flag} {value}: {why}")
 
 
@@ -412,3 +431,42 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     return json.dumps(str(value), ensure_ascii=False)
+
+
+def launched_at(repo: git.Repo, spec: BenchSpec, revisions: Iterable[str]) -> BenchSpec:
+    """``spec`` with the command of each workload read from a launch file (``launch``/``program``) as that file
+    has it at each revision, with the workload's flags set on top: a commit that changes the launch (a flag
+    perfbot sets there) is measured with its change. A revision whose launch file no longer runs the program is
+    bad input, named."""
+    shas = list(revisions)
+    workloads = {
+        name: replace(workload, commands={sha: _command_at(repo, sha, workload) for sha in shas})
+        if workload.launch is not None
+        else workload
+        for name, workload in spec.workloads.items()
+    }
+    return replace(spec, workloads=workloads)
+
+
+def _command_at(repo: git.Repo, sha: str, workload: Workload) -> str:
+    assert workload.launch is not None and workload.program is not None
+    tree = repo.commit(sha).tree
+    where = f"{workload.launch} at {sha[:7]}"
+    try:
+        script = tree[workload.launch].data_stream.read().decode("utf-8")
+    except (KeyError, UnicodeDecodeError) as error:
+        raise BadInput(
+            f"workload {workload.name} reads its command from {where}, which is missing"
+        ) from error
+    files = {path for path in repo.git.ls_tree("-r", "--name-only", sha).splitlines() if path.endswith(".py")}
+    found = [c for c in commands_in(workload.launch, script, files) if c.target == workload.program]
+    if not found:
+        raise BadInput(
+            f"workload {workload.name}: {where} has no command that runs {workload.program}; give the workload "
+            "a command of its own in [tool.bot] (and drop its launch and program)"
+        )
+    draft = WorkloadDraft(workload.name, found[0].where, [], source=found[0])
+    draft.command = _command(found[0], script, draft)
+    for flag, value in workload.flags.items():
+        _set_flag(draft, flag, value, "set by the workload")
+    return draft.command_line

@@ -17,8 +17,11 @@ import pytest
 from git_repos import commit_all, make_repo
 
 from benchmarks.results import Results
+from benchmarks.spec import BenchSpec
+from bot.conventions import tool_settings
+from bot.errors import BadInput
 from bot.init import init_repository
-from bot.workload_drafts import draft_workloads
+from bot.workload_drafts import draft_workloads, launched_at
 
 INSTALL = "perfbot @ git+https://github.com/example/perfbot@" + "0" * 40
 CHAT_ROWS = "".join(
@@ -250,6 +253,24 @@ def test_bot_bench_on_a_repository_with_no_workloads_names_the_drafts(tmp_path: 
     assert done.returncode == 2
     assert "bot init` drafts these" in done.stderr
     assert "python train.py --epochs 3 --lr 0.01" in done.stderr
+
+
+def test_the_command_is_read_from_the_launch_at_each_commit(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "plain")
+    init_repository(root, install=INSTALL, lock="")
+    repo = git.Repo(root)
+    base = commit_all(repo, "perfbot: workloads drafted by bot init")
+    (root / "README.md").write_text(PLAIN_README.replace("--lr 0.01", "--lr 0.02"))
+    head = commit_all(repo, "a faster learning rate, set where the program is launched")
+    (root / "README.md").write_text("# nothing launches train.py here\n")
+    gone = commit_all(repo, "the launch removed")
+    spec = BenchSpec.from_table(tool_settings(root), root / "pyproject.toml")
+
+    train = launched_at(repo, spec, [base, head]).workloads["train"]
+    assert train.render("tiny", 0, base).startswith("python train.py --epochs 3 --lr 0.01")
+    assert train.render("tiny", 0, head).startswith("python train.py --epochs 3 --lr 0.02")
+    with pytest.raises(BadInput, match=f"README.md at {gone[:7]} has no command that runs train.py"):
+        launched_at(repo, spec, [gone])
 
 
 @pytest.mark.slow

@@ -86,14 +86,25 @@ def _read_all(repo: RepoContext) -> list[LaunchCommand]:
             text = repo.read(path)
         except (OSError, UnicodeDecodeError):
             continue
-        if not any(word in text for word in (".py", "-m ", *consoles)):
-            continue
-        body = code_blocks(text) if path.endswith(".md") else text
-        for line, _start, _end, command in shell_commands(body):
-            for words in _simple_commands(shell_words(command)):
-                launch = _launch(path, line, words, files) or _console_launch(path, line, words, consoles)
-                if launch is not None:
-                    found.append(launch)
+        found += commands_in(path, text, files, consoles)
+    return found
+
+
+def commands_in(
+    path: str, text: str, files: set[str], consoles: dict[str, str] | None = None
+) -> list[LaunchCommand]:
+    """The launch commands of one shell script or document (``path``, holding ``text``) that run one of the
+    repository's Python ``files`` (or one of its ``consoles``: console script name -> the file it runs)."""
+    consoles = consoles or {}
+    if not any(word in text for word in (".py", "-m ", *consoles)):
+        return []
+    body = code_blocks(text) if path.endswith(".md") else text
+    found = []
+    for line, _start, _end, command in shell_commands(body):
+        for words in _simple_commands(shell_words(command)):
+            launch = _launch(path, line, words, files) or _console_launch(path, line, words, consoles)
+            if launch is not None:
+                found.append(launch)
     return found
 
 
