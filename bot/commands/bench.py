@@ -11,6 +11,7 @@ from bot.comments.results import measurement_setup, profile_line
 from bot.errors import BadInput
 from bot.formatting import clip, effect_evidence, fraction, number
 from bot.measurements import measurement
+from bot.run_failures import baseline_failures
 from bot.terminal import progress_bar
 from bot.workspace import Workspace
 
@@ -70,4 +71,6 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
             profiled = results.profiles.get(commit.sha, {}).get(workload)
             if profiled is not None:
                 print(f"  {'':7} {profile_line(profiled)}")
+    for line in baseline_failures(results):
+        print(f"\n{line}")
     return 1 if results.failed_runs else 0
