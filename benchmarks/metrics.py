@@ -141,8 +141,7 @@ class Meter:
         turns: TurnClient | None = None,
         stop_after: int | None = None,
     ) -> None:
-        self.planted_slowdown = planted_slowdown
-        self._stop_after = stop_after
+        self.planted_slowdown, self._stop_after = planted_slowdown, stop_after
         self._turns = turns
         self.timeline = Timeline()
         self._plant = PlantedSlowdown(planted_slowdown)
@@ -150,8 +149,7 @@ class Meter:
         self._load = host.MeasuredSpans()
         self._steps: list[Step] = []
         self._step = Step()
-        self._started = False
-        self._cuda = False
+        self._started = self._cuda = False
         self._device: torch.device | None = None
         self._explicit = False
         self._in_explicit_step = False
@@ -373,7 +371,7 @@ class Meter:
             self._paused = True  # the last window is measured: later steps are not, and the turn is kept
         elif done == self._load_from_step:
             self._load.open()
-        if self._stop_after is not None and done >= self._stop_after:
+        if hand_over and self._stop_after is not None and done >= self._stop_after:
             self._paused = True  # nothing after the last step is measured, whatever the program does next
             raise StepLimitReached(done)
 
@@ -402,8 +400,6 @@ class Meter:
 
     # -- results ------------------------------------------------------------------------------------------------
 
-    # -- results ------------------------------------------------------------------------------------------------
-
     def report(self, warmup_steps: int, peak_tflops: float | None) -> dict[str, Any]:
         """The measured part of the run's metrics (``perfbot.run/v1`` keys), read once the program has ended.
 
@@ -412,8 +408,7 @@ class Meter:
         and including that step (null when it was not finite): :func:`benchmarks.steps.step_numbers`.
         """
         if self._started and not self._explicit and self._step.stepped:
-            self._stop_after = None  # the program has ended on its own: nothing left to stop
-            self._close_step(hand_over=False)  # the run is over: no turn to wait for
+            self._close_step(hand_over=False)  # the run is over: no turn to wait for, nothing to stop
         self._load.close()
         if self._cuda:
             torch.cuda.synchronize(self._device)

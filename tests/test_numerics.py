@@ -23,7 +23,7 @@ from trl import SFTConfig, SFTTrainer
 
 
 def main(model, dataset):
-    args = SFTConfig(output_dir="out")
+    args = SFTConfig(output_dir="out", bf16=False)  # fp32: TRL's configs train in bf16 unless told otherwise
     SFTTrainer(model=model, args=args, train_dataset=dataset).train()
 """
 

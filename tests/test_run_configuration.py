@@ -345,3 +345,8 @@ def test_a_trl_config_trains_in_bf16_with_checkpointing_unless_an_old_trl_is_pin
 
     (flagged,) = runs_of(tmp_path / "fp16", {"sft.py": TRL_SCRIPT, "run.sh": "python sft.py --fp16 True\n"})
     assert values(flagged)["mixed_precision"] == ("fp16", "run.sh:1")
+    (off,) = runs_of(tmp_path / "off", {"sft.py": TRL_SCRIPT, "run.sh": "python sft.py --bf16 False\n"})
+    assert values(off)["mixed_precision"] == ("fp32", "run.sh:1")
+    both = TRL_SCRIPT.replace("SFTTrainer(model", "SFTConfig(fp16=True, bf16=False)\n    SFTTrainer(model")
+    (half,) = runs_of(tmp_path / "half", {"sft.py": both})
+    assert values(half)["mixed_precision"][0] == "fp16"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from optimizations.program.runs.settings import BF16, FP16, Setting, reading
+from optimizations.program.runs.settings import BF16, FP16, FP32, Setting, reading
 
 # Calls whose keywords of these names are settings: loaders' ``num_workers``/``pin_memory`` only in loaders.
 LOADER_CALLS = ("DataLoader", "StatefulDataLoader")
@@ -98,6 +98,8 @@ def _call_settings(path: str, call: ast.Call) -> list[Setting]:
             read = reading(keyword.arg, value)
         if read is not None:
             found.append(Setting(read[0], read[1], where, _written(keyword)))
+    if any(s.name == "mixed_precision" and s.value == FP16 for s in found):  # bf16=False beside fp16=True
+        found = [s for s in found if not (s.name == "mixed_precision" and s.value == FP32)]
     if callee in ("AdamW", "Adam", "SGD", "Adafactor", "Lion") and not any(
         k.arg == "fused" for k in call.keywords
     ):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from optimizations.program.reachability import program_of
 from optimizations.program.recipes import runs_code_of
 from optimizations.program.repository import RepoContext
+from optimizations.program.requirements import excludes
 from optimizations.program.runs.code_settings import CodeSettings, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
 from optimizations.program.runs.launcher_configs import (
@@ -33,7 +34,6 @@ from optimizations.program.runs.launcher_configs import (
     deepspeed_config,
     deepspeed_settings,
 )
-from optimizations.program.requirements import excludes
 from optimizations.program.runs.settings import BF16, DONE, FP32, NAMES, SETTINGS, Setting, reading
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -59,7 +59,15 @@ TRAINER_DEFAULTS = (
 )
 # TRL's trainer configs (SFTConfig, DPOConfig, ...) train in bf16 and checkpoint activations unless told otherwise,
 # since trl 0.19 (huggingface/trl#3515 and #3510), where TrainingArguments does neither.
-TRL_CONFIGS = ("SFTConfig", "DPOConfig", "GRPOConfig", "KTOConfig", "RewardConfig", "RLOOConfig", "ORPOConfig")
+TRL_CONFIGS = (
+    "SFTConfig",
+    "DPOConfig",
+    "GRPOConfig",
+    "KTOConfig",
+    "RewardConfig",
+    "RLOOConfig",
+    "ORPOConfig",
+)
 TRL_DEFAULTS_SINCE = "0.19.0"
 TRL = "default of TRL's trainer configs (trl >= 0.19)"
 TRL_DEFAULTS = (

@@ -63,8 +63,8 @@ def _on_off(value: object) -> str | None:
 def _bf16_flag(value: object) -> str | None:
     if str(value).lower() == "auto":  # axolotl's default: bf16 wherever the GPU has it
         return f"{BF16} (auto: where the GPU has it)"
-    flag = _on_off(value)
-    return BF16 if flag == "on" else None
+    flag = _on_off(value)  # off says fp32 where bf16 is the default (TRL's configs), unless fp16 is on too
+    return {"on": BF16, "off": FP32}.get(flag or "")
 
 
 def _flash(value: object) -> str | None:
