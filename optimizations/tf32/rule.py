@@ -34,4 +34,4 @@ class Tf32(Optimization):
     codemods = (EnableTf32,)
     done_by_settings = (("tf32", "on"),)
     examples = EXAMPLES
-    needs = (BACKWARD, *HF_CONFIGS)
+    needs = (BACKWARD, *HF_CONFIGS, "allow_tf32", "float32_matmul_precision", "fp32_precision")
