@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 V = TypeVar("V")
 ENTRY_POINT_GROUP = "bot.optimizations"
+# The first torch release with torch.compile: a requirement that keeps torch below it leaves nothing to compile.
+TORCH_COMPILE_SINCE = "2.0"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
 
@@ -294,12 +296,18 @@ class Optimization:
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
         configuration it rests on: the library of a framework its commands drive by recipe, and for an
-        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3)."""
+        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3) or a torch the requirements
+        keep below 2.0, which has no ``torch.compile``."""
         # imported here: listing optimizations loads no libcst, which the run configuration's readers use
+        from optimizations.program.requirements import excludes
         from optimizations.program.runs.resolve import framework_library, sharded_in_every_run
 
         library = framework_library(ctx, path)
-        return library or (sharded_in_every_run(ctx, path) if self.compiles_model else None)
+        if library or not self.compiles_model:
+            return library
+        if (pinned := excludes(ctx, "torch", TORCH_COMPILE_SINCE)) is not None:
+            return f"{pinned} keeps torch below {TORCH_COMPILE_SINCE}, which has no torch.compile"
+        return sharded_in_every_run(ctx, path)
 
     def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
         """The lines outside Python where a run of an entry point sets :attr:`done_by_settings`, once per line
