@@ -35,7 +35,7 @@ class FusedAdamW(Optimization):
     codemods = (FuseAdamW,)
     done_by_settings = (("optimizer", "fused"),)
     examples = EXAMPLES
-    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED)
+    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam")
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where
