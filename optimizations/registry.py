@@ -221,7 +221,12 @@ class Optimization:
                 return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
         changes = any(s.applicable for s in result.sites)
-        done = self.run_done(ctx, path) if changes else None
+        # the runs as they were before this file's edits: a recipe switched on here does not make it done
+        own_edits, ctx.edits = ctx.edits, dict(written[1])
+        try:
+            done = self.run_done(ctx, path) if changes else None
+        finally:
+            ctx.edits = own_edits
         refusal = self.run_refusal(ctx, path) if changes and done is None else None
         if done is not None:  # every run of this file does it already: its sites say where, no edit
             ctx.vendored, ctx.edits = written

@@ -1,5 +1,7 @@
 """A repository package without ``__init__.py`` (a PEP 420 namespace package, under ``src/``) is still the
-repository's: its config classes are known by the TRL classes they derive from."""
+repository's: its config classes are known by the TRL classes they derive from; and packing is refused where
+the requirements keep TRL below the release that names its padding-free strategy "bfd", even where a launch
+passes the very recipe the edit would switch on (the runs are read as they were before this file's edits)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from libcst.metadata import QualifiedName, QualifiedNameSource
 
 from optimizations.program.classes import repository_classes
 from optimizations.program.repository import RepoContext
+from optimizations.registry import registry
 
 CONFIGS = "import trl\n\n\nclass SFTConfig(trl.SFTConfig):\n    benchmarks: list[str] = []\n"
 SCRIPT = """\
@@ -44,3 +47,14 @@ def test_a_namespace_package_class_derives_from_trl(tmp_path: Path) -> None:
     name = QualifiedName("open_r1.configs.SFTConfig", QualifiedNameSource.IMPORT)
     ancestors = repository_classes(RepoContext(tmp_path)).ancestors("src/open_r1/sft.py", [name])
     assert set(ancestors) == {"trl.SFTConfig"}
+
+
+def test_packing_is_refused_under_a_trl_without_bfd(tmp_path: Path) -> None:
+    _repo(tmp_path, "trl==0.18.0")
+    change = registry()["packing"].dry_run(tmp_path)
+    assert not change.files
+    recipe = [s for s in change.sites if s.path == "recipes/sft.yaml"]
+    assert recipe and not recipe[0].applicable
+    assert (
+        'setup.py: trl==0.18.0 keeps trl below 0.20, which rejects packing_strategy "bfd"' in recipe[0].reason
+    )
