@@ -101,6 +101,20 @@ def train(model, loader, optimizer):
 """,
     ),
     Example(
+        "already_read_where_the_step_loop_logs",
+        before="""\
+def train(model, get_batch, optimizer, steps, accumulation, log_interval):
+    for step in range(steps):
+        for micro_step in range(accumulation):
+            loss = model(get_batch()) / accumulation
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % log_interval == 0:
+            print(f"step {step}: loss {loss.item() * accumulation:.4f}")
+""",
+    ),
+    Example(
         "already_reads_only_when_logging",
         before="""\
 def train(model, loader, optimizer, log_every):
