@@ -9,6 +9,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.attribute_defaults import attribute_defaults
 from optimizations.program.choices import compile_turned_off
 from optimizations.program.frameworks import LIGHTNING
 from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
@@ -35,6 +36,17 @@ def _called_names(loop: cst.For | cst.While) -> set[str]:
     funcs = [c.func for c in walk(loop.body, NESTED_SCOPES) if isinstance(c, cst.Call)]
     heads = [f.value if isinstance(f, cst.Attribute) else f for f in funcs]
     return {h.value for h in heads if isinstance(h, cst.Name)}
+
+
+def _flag_switch(test: cst.BaseExpression) -> cst.Attribute | None:
+    """The setting an ``if`` turns on by: ``args.flag``, ``args.flag == 1``, ``args.flag is True``."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        on = isinstance(target.comparator, cst.Integer) and target.comparator.value == "1"
+        on = on or (isinstance(target.comparator, cst.Name) and target.comparator.value == "True")
+        if on and isinstance(target.operator, (cst.Equal, cst.Is)):
+            test = test.left
+    return test if isinstance(test, cst.Attribute) else None
 
 
 class CompileLoopModel(PlannedCodemod):
@@ -70,12 +82,34 @@ class CompileLoopModel(PlannedCodemod):
                 else:
                     self._plan_script(loop)
 
+    def _compiled(self, compiled: cst.Call, message: str) -> None:
+        """Reports the program's own ``torch.compile`` as done, or refused where it runs only behind a flag that
+        is off by default (minimind's ``if args.use_compile == 1:``, ``--use_compile`` default 0): turning it on
+        is the launch's choice, not an edit."""
+        tree = self.parsed.syntax()
+        for ancestor in self.ancestors(compiled):
+            if not isinstance(ancestor, cst.If) or tree is None:
+                continue
+            flag = _flag_switch(ancestor.test)
+            if flag is None or self.within(compiled, ancestor.orelse or ancestor.test):
+                continue
+            defaults = attribute_defaults(tree, flag.attr.value)
+            if defaults and all(d.value in (0, False, None) for d in defaults):
+                self.refused(
+                    compiled,
+                    message,
+                    f"it compiles only where `{code_of(ancestor.test)}` (line {self.line(ancestor)}), off by "
+                    f"default (line {defaults[0].line}): turning it on is the launch's choice",
+                )
+                return
+        self.already(compiled, message)
+
     def _plan_script(self, loop: cst.For | cst.While) -> None:
         """A loop at the top level of a script: already done where the model it calls is compiled, else left to
         a human (the compile goes where the script builds the model, which only a function's scope shows)."""
         compiled = self._compiling(_called_names(loop))
         if compiled is not None:
-            self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+            self._compiled(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
             return
         self.refused(
             loop,
@@ -93,13 +127,13 @@ class CompileLoopModel(PlannedCodemod):
         except _Refused as refusal:
             compiled = self._compiling(_called_names(loop))
             if compiled is not None:
-                self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+                self._compiled(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
             else:
                 self.refused(loop, message, str(refusal))
             return
         compiled = self._compiling({model, *passed})
         if compiled is not None:
-            self.already(compiled, f"the model is compiled: `{code_of(compiled)}`")
+            self._compiled(compiled, f"the model is compiled: `{code_of(compiled)}`")
             return
         try:
             if self.compiled is not None:

@@ -6,6 +6,27 @@ from optimizations.registry import Example
 
 EXAMPLES = (
     Example(
+        "refuses_a_compile_behind_a_flag_off_by_default",
+        before="""\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_compile", default=0, type=int, choices=[0, 1])
+args = parser.parse_args()
+
+
+def train(model, loader, optimizer):
+    if args.use_compile == 1:
+        model = torch.compile(model)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        refusal="off by default (line 6): turning it on is the launch's choice",
+    ),
+    Example(
         "module_set_up_by_lightning_fabric",
         before="""\
 import lightning as L
