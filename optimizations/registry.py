@@ -167,6 +167,9 @@ class Optimization:
     # cited. Where a run sets it so outside Python (a launch flag, a recipe, a launcher config), that line is a
     # site of "already done"; where every run of a file passes, the file's changes are done there.
     done_by_settings: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # Run settings a launch chooses that rule the optimization out for that run, ``(setting, test, why)``: each
+    # line outside Python where a run sets one is a refused site (a launch that trains in fp16 on purpose).
+    chosen_by_launches: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -315,9 +318,9 @@ class Optimization:
         return sharded_in_every_run(ctx, path)
 
     def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
-        """The lines outside Python where a run of an entry point sets :attr:`done_by_settings`, once per line
-        and not where a site is already reported."""
-        if not self.done_by_settings:
+        """The lines outside Python where a run of an entry point sets :attr:`done_by_settings` (done) or
+        :attr:`chosen_by_launches` (refused), once per line and not where a site is already reported."""
+        if not self.done_by_settings and not self.chosen_by_launches:
             return []
         from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
 
@@ -327,6 +330,13 @@ class Optimization:
             if (path, int(line)) not in seen and (path, int(line)) not in found:
                 message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"
                 found[path, int(line)] = Site(path, int(line), self.id, message, False, already=True)
+        for name, test, why in self.chosen_by_launches:
+            for entry, setting in done_by_runs(ctx, ((name, test),)):
+                path, _, line = setting.source.rpartition(":")
+                if (path, int(line)) not in seen and (path, int(line)) not in found:
+                    message = f"{setting.name} {setting.value} for the run of {entry}"
+                    reason = f"{why}: `{setting.written}` at {setting.source}"
+                    found[path, int(line)] = Site(path, int(line), self.id, message, False, reason)
         return list(found.values())
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

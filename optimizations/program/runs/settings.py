@@ -174,6 +174,7 @@ DONE: dict[str, Callable[[str], bool]] = {
     "on": lambda value: value == "on",
     "positive": lambda value: value.isdigit() and int(value) > 0,
     "bf16": lambda value: value.startswith(BF16),
+    "fp16": lambda value: value.startswith(FP16),
     "fused": lambda value: "fused" in value.lower(),
     "flash": lambda value: value.startswith("flash") or "flash-attn" in value or "flash_attn" in value,
 }
