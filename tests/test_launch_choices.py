@@ -32,3 +32,19 @@ def test_an_fp16_launch_is_refused_and_a_bf16_one_done(tmp_path: Path) -> None:
     refused = sites["scripts/fp16.sh"]
     assert not refused.applicable and not refused.already
     assert "this launch trains in fp16" in refused.reason and "scripts/fp16.sh:1" in refused.reason
+
+
+def test_tf32_off_and_a_memory_saving_optimizer_chosen_by_a_launch_are_refused(tmp_path: Path) -> None:
+    make_repo(
+        tmp_path,
+        {
+            "train.py": SCRIPT,
+            "scripts/run.sh": "torchrun train.py --output_dir out --tf32 False --optim adamw_bnb_8bit\n",
+        },
+    )
+    tf32 = [s for s in registry()["tf32"].dry_run(tmp_path).sites if s.path == "scripts/run.sh"]
+    assert [(s.applicable, s.already) for s in tf32] == [(False, False)]
+    assert "switches TF32 off explicitly" in tf32[0].reason
+    fused = [s for s in registry()["fused_adamw"].dry_run(tmp_path).sites if s.path == "scripts/run.sh"]
+    assert [(s.applicable, s.already) for s in fused] == [(False, False)]
+    assert fused[0].reason.startswith("kept: an optimizer the launch chose to save memory")

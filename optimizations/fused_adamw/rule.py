@@ -34,6 +34,13 @@ class FusedAdamW(Optimization):
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (FuseAdamW,)
     done_by_settings = (("optimizer", "fused"),)
+    chosen_by_launches = (
+        (
+            "optimizer",
+            "memory_saving",
+            "kept: an optimizer the launch chose to save memory, which fused AdamW gives up",
+        ),
+    )
     examples = EXAMPLES
     needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam")
 
