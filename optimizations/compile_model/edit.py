@@ -12,6 +12,7 @@ from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.attribute_defaults import attribute_defaults
 from optimizations.program.choices import compile_turned_off
 from optimizations.program.frameworks import LIGHTNING
+from optimizations.program.recipes import launches
 from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
 from optimizations.program.training_loops import argument_for, is_method_call
 from optimizations.runtime import COMPILE_RUNTIME
@@ -85,7 +86,8 @@ class CompileLoopModel(PlannedCodemod):
     def _compiled(self, compiled: cst.Call, message: str) -> None:
         """Reports the program's own ``torch.compile`` as done, or refused where it runs only behind a flag that
         is off by default (minimind's ``if args.use_compile == 1:``, ``--use_compile`` default 0): turning it on
-        is the launch's choice, not an edit."""
+        is the launch's choice, not an edit. A launch that turns the flag on (llm.c's ``--compile 1``) makes it
+        done."""
         tree = self.parsed.syntax()
         for ancestor in self.ancestors(compiled):
             if not isinstance(ancestor, cst.If) or tree is None:
@@ -94,7 +96,11 @@ class CompileLoopModel(PlannedCodemod):
             if flag is None or self.within(compiled, ancestor.orelse or ancestor.test):
                 continue
             defaults = attribute_defaults(tree, flag.attr.value)
-            if defaults and all(d.value in (0, False, None) for d in defaults):
+            launched_on = any(
+                launch.flags.get(flag.attr.value, "0").lower() not in ("0", "false", "none")
+                for launch in launches(self.repo, self.path)
+            )
+            if defaults and all(d.value in (0, False, None) for d in defaults) and not launched_on:
                 self.refused(
                     compiled,
                     message,
