@@ -14,6 +14,9 @@ from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
 # The names a reference model goes by: `ref_model`, `reference_model`, `self.ref`, `model_ref`, `ref_policy`.
 REFERENCE = re.compile(r"^(?:ref|reference)(?:_model|_policy|_net|_lm)?$|^(?:model|policy)_ref$", re.I)
+# A function named for computing the reference log-probs once: `build_reference_logprobs_cache`,
+# `precompute_ref_logps` (it names the reference, log-probs, and a cache or precompute pass).
+PRECOMPUTED = re.compile(r"^(?=.*ref)(?=.*log_?p)(?=.*(?:cache|precompute))", re.I)
 # torch's contexts that run without gradients, as a reference forward does.
 NO_GRADIENTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad"})
 # A preference loss's word: a file without it holds no DPO loop.
@@ -46,6 +49,13 @@ class ReferencePerStep(PlannedCodemod):
                 filter(None, map(self._reference_forward, self._called_functions(loop))), None
             )
             if call is None:
+                cached = self._cached_before(loop)
+                if cached is not None:
+                    self.already(
+                        cached,
+                        f"`{code_of(cached.func)}(...)` computes the reference log-probs once, before the loop at "
+                        f"line {self.line(loop)}",
+                    )
                 continue
             message = (
                 f"`{code_of(call)}` runs the reference model in every step: its log-probs computed once, before "
@@ -63,6 +73,21 @@ class ReferencePerStep(PlannedCodemod):
                 )
             else:
                 self.proposed(call, message, WHY)
+
+    def _cached_before(self, loop: cst.For | cst.While) -> cst.Call | None:
+        """A call before ``loop``, in its function, of a function named for caching or precomputing reference
+        log-probs (allenai/open-instruct's ``build_reference_logprobs_cache``)."""
+        owner = self.enclosing_body(loop)
+        return next(
+            (
+                node
+                for node in walk(owner.body if isinstance(owner, cst.FunctionDef) else owner, NESTED_SCOPES)
+                if isinstance(node, cst.Call)
+                and self.line(node) < self.line(loop)
+                and PRECOMPUTED.search(code_of(node.func).rpartition(".")[2])
+            ),
+            None,
+        )
 
     def _preference_loss(self) -> bool:
         """The file computes a preference loss, or imports a repository module that does (OpenRLHF's trainer

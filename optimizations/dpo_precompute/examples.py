@@ -140,6 +140,23 @@ def train(model, tokenizer, rows, eval_rows):
 """,
     ),
     Example(
+        "already_reference_log_probs_cached_before_the_loop",
+        before="""\
+import torch.nn.functional as F
+
+from dpo_utils import build_reference_logprobs_cache
+
+
+def train(policy, reference_model, loader, optimizer):
+    cache = build_reference_logprobs_cache(reference_model, loader)
+    for batch in loader:
+        chosen = policy(batch)
+        loss = -F.logsigmoid(chosen - cache[batch["index"]]).mean()
+        loss.backward()
+        optimizer.step()
+""",
+    ),
+    Example(
         "proposal_reference_in_the_step_method_loss_imported",
         before="""\
 import torch
