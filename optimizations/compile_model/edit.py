@@ -9,13 +9,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from optimizations.edits.planned import PlannedCodemod
-from optimizations.program.attribute_defaults import attribute_defaults
 from optimizations.program.choices import compile_turned_off
 from optimizations.program.frameworks import LIGHTNING
-from optimizations.program.recipes import launches
 from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under, walk
 from optimizations.program.training_loops import argument_for, is_method_call
 from optimizations.runtime import COMPILE_RUNTIME
+
+from .edit_flags import off_by_default
 
 COMPILE = "compile_model"
 # Training frameworks' own in-place compilation of a model: a program that calls one has its own compilation.
@@ -37,17 +37,6 @@ def _called_names(loop: cst.For | cst.While) -> set[str]:
     funcs = [c.func for c in walk(loop.body, NESTED_SCOPES) if isinstance(c, cst.Call)]
     heads = [f.value if isinstance(f, cst.Attribute) else f for f in funcs]
     return {h.value for h in heads if isinstance(h, cst.Name)}
-
-
-def _flag_switch(test: cst.BaseExpression) -> cst.Attribute | None:
-    """The setting an ``if`` turns on by: ``args.flag``, ``args.flag == 1``, ``args.flag is True``."""
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        on = isinstance(target.comparator, cst.Integer) and target.comparator.value == "1"
-        on = on or (isinstance(target.comparator, cst.Name) and target.comparator.value == "True")
-        if on and isinstance(target.operator, (cst.Equal, cst.Is)):
-            test = test.left
-    return test if isinstance(test, cst.Attribute) else None
 
 
 class CompileLoopModel(PlannedCodemod):
@@ -88,26 +77,10 @@ class CompileLoopModel(PlannedCodemod):
         is off by default (minimind's ``if args.use_compile == 1:``, ``--use_compile`` default 0): turning it on
         is the launch's choice, not an edit. A launch that turns the flag on (llm.c's ``--compile 1``) makes it
         done."""
-        tree = self.parsed.syntax()
-        for ancestor in self.ancestors(compiled):
-            if not isinstance(ancestor, cst.If) or tree is None:
-                continue
-            flag = _flag_switch(ancestor.test)
-            if flag is None or self.within(compiled, ancestor.orelse or ancestor.test):
-                continue
-            defaults = attribute_defaults(tree, flag.attr.value)
-            launched_on = any(
-                launch.flags.get(flag.attr.value, "0").lower() not in ("0", "false", "none")
-                for launch in launches(self.repo, self.path)
-            )
-            if defaults and all(d.value in (0, False, None) for d in defaults) and not launched_on:
-                self.refused(
-                    compiled,
-                    message,
-                    f"it compiles only where `{code_of(ancestor.test)}` (line {self.line(ancestor)}), off by "
-                    f"default (line {defaults[0].line}): turning it on is the launch's choice",
-                )
-                return
+        reason = off_by_default(self, compiled)
+        if reason is not None:
+            self.refused(compiled, message, reason)
+            return
         self.already(compiled, message)
 
     def _plan_script(self, loop: cst.For | cst.While) -> None:
