@@ -275,7 +275,7 @@ class Optimization:
                 if on_step is not None:
                     on_step(done, len(paths), path)
         sites.extend(site for site in self.config_sites(ctx) if _editable(ctx, site.path))
-        sites.extend(self._done_by_runs(ctx, {(s.path, s.line) for s in sites}))
+        sites.extend(self._done_by_runs(ctx, sites))
         for path, text in ctx.edits.items():
             if _editable(ctx, path) and text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
@@ -317,12 +317,16 @@ class Optimization:
             return f"{pinned} keeps torch below {TORCH_COMPILE_SINCE}, which has no torch.compile"
         return sharded_in_every_run(ctx, path)
 
-    def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
+    def _done_by_runs(self, ctx: RepoContext, sites: list[Site]) -> list[Site]:
         """The lines outside Python where a run of an entry point sets :attr:`done_by_settings` (done) or
-        :attr:`chosen_by_launches` (refused), once per line and not where a site is already reported."""
+        :attr:`chosen_by_launches` (refused), once per line and not where a site is already reported (nor, for a
+        choice, where one already cites its line)."""
         if not self.done_by_settings and not self.chosen_by_launches:
             return []
         from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
+
+        seen = {(s.path, s.line) for s in sites}
+        cited = " ".join(f"{s.message} {s.reason}" for s in sites)
 
         found: dict[tuple[str, int], Site] = {}
         for entry, setting in done_by_runs(ctx, self.done_by_settings):
@@ -333,6 +337,8 @@ class Optimization:
         for name, test, why in self.chosen_by_launches:
             for entry, setting in done_by_runs(ctx, ((name, test),)):
                 path, _, line = setting.source.rpartition(":")
+                if setting.source in cited:  # a site of the code already names this launch's choice
+                    continue
                 if (path, int(line)) not in seen and (path, int(line)) not in found:
                     message = f"{setting.name} {setting.value} for the run of {entry}"
                     reason = f"{why}: `{setting.written}` at {setting.source}"
