@@ -325,9 +325,7 @@ class Optimization:
             return []
         from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
 
-        seen = {(s.path, s.line) for s in sites}
-        cited = " ".join(f"{s.message} {s.reason}" for s in sites)
-
+        seen, cited = {(s.path, s.line) for s in sites}, " ".join(f"{s.message} {s.reason}" for s in sites)
         found: dict[tuple[str, int], Site] = {}
         for entry, setting in done_by_runs(ctx, self.done_by_settings):
             path, _, line = setting.source.rpartition(":")
@@ -337,9 +335,7 @@ class Optimization:
         for name, test, why in self.chosen_by_launches:
             for entry, setting in done_by_runs(ctx, ((name, test),)):
                 path, _, line = setting.source.rpartition(":")
-                if setting.source in cited:  # a site of the code already names this launch's choice
-                    continue
-                if (path, int(line)) not in seen and (path, int(line)) not in found:
+                if setting.source not in cited and (path, int(line)) not in seen | found.keys():
                     message = f"{setting.name} {setting.value} for the run of {entry}"
                     reason = f"{why}: `{setting.written}` at {setting.source}"
                     found[path, int(line)] = Site(path, int(line), self.id, message, False, reason)
