@@ -35,3 +35,10 @@ def test_regional_compile_needs_a_torch_with_compile(tmp_path: Path, requirement
     assert site.applicable is not refused
     if refused:
         assert "requirements.txt: torch>=1.13.1,<2 keeps torch below 2.0" in site.reason
+
+
+def test_a_pin_above_the_release_admits_it(tmp_path: Path) -> None:
+    """``torch==2.2`` pins a release newer than 2.0: it keeps torch.compile, so nothing is refused for it."""
+    make_repo(tmp_path, {"train.py": TRAIN, "requirements.txt": "transformers>=4.32\ntorch==2.2\n"})
+    [site] = registry()["regional_compile"].dry_run(tmp_path).sites
+    assert site.applicable and "keeps torch below" not in site.reason
