@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 V = TypeVar("V")
 ENTRY_POINT_GROUP = "bot.optimizations"
+# The first torch release with torch.compile: a requirement that keeps torch below it leaves nothing to compile.
+TORCH_COMPILE_SINCE = "2.0"
 # A progress callback: ``on_step(done, total, label)`` after each step, ``label`` naming the step just done.
 OnStep = Callable[[int, int, str], None]
 
@@ -165,6 +167,9 @@ class Optimization:
     # cited. Where a run sets it so outside Python (a launch flag, a recipe, a launcher config), that line is a
     # site of "already done"; where every run of a file passes, the file's changes are done there.
     done_by_settings: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # Run settings a launch chooses that rule the optimization out for that run, ``(setting, test, why)``: each
+    # line outside Python where a run sets one is a refused site (a launch that trains in fp16 on purpose).
+    chosen_by_launches: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -219,7 +224,12 @@ class Optimization:
                 return FileResult(source, refuse_all(result.sites + finder.sites, unplaceable))
             result = FileResult(source if sites_only else edited.code, result.sites + finder.sites)
         changes = any(s.applicable for s in result.sites)
-        done = self.run_done(ctx, path) if changes else None
+        # the runs as they were before this file's edits: a recipe switched on here does not make it done
+        own_edits, ctx.edits = ctx.edits, dict(written[1])
+        try:
+            done = self.run_done(ctx, path) if changes else None
+        finally:
+            ctx.edits = own_edits
         refusal = self.run_refusal(ctx, path) if changes and done is None else None
         if done is not None:  # every run of this file does it already: its sites say where, no edit
             ctx.vendored, ctx.edits = written
@@ -265,7 +275,7 @@ class Optimization:
                 if on_step is not None:
                     on_step(done, len(paths), path)
         sites.extend(site for site in self.config_sites(ctx) if _editable(ctx, site.path))
-        sites.extend(self._done_by_runs(ctx, {(s.path, s.line) for s in sites}))
+        sites.extend(self._done_by_runs(ctx, sites))
         for path, text in ctx.edits.items():
             if _editable(ctx, path) and text != (root / path).read_text(encoding="utf-8"):
                 files[path] = text
@@ -294,26 +304,41 @@ class Optimization:
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
         configuration it rests on: the library of a framework its commands drive by recipe, and for an
-        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3)."""
+        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3) or a torch the requirements
+        keep below 2.0, which has no ``torch.compile``."""
         # imported here: listing optimizations loads no libcst, which the run configuration's readers use
+        from optimizations.program.requirements import excludes
         from optimizations.program.runs.resolve import framework_library, sharded_in_every_run
 
         library = framework_library(ctx, path)
-        return library or (sharded_in_every_run(ctx, path) if self.compiles_model else None)
+        if library or not self.compiles_model:
+            return library
+        if (pinned := excludes(ctx, "torch", TORCH_COMPILE_SINCE)) is not None:
+            return f"{pinned} keeps torch below {TORCH_COMPILE_SINCE}, which has no torch.compile"
+        return sharded_in_every_run(ctx, path)
 
-    def _done_by_runs(self, ctx: RepoContext, seen: set[tuple[str, int]]) -> list[Site]:
-        """The lines outside Python where a run of an entry point sets :attr:`done_by_settings`, once per line
-        and not where a site is already reported."""
-        if not self.done_by_settings:
+    def _done_by_runs(self, ctx: RepoContext, sites: list[Site]) -> list[Site]:
+        """The lines outside Python where a run of an entry point sets :attr:`done_by_settings` (done) or
+        :attr:`chosen_by_launches` (refused), once per line and not where a site is already reported (nor, for a
+        choice, where one already cites its line)."""
+        if not self.done_by_settings and not self.chosen_by_launches:
             return []
         from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
 
+        seen, cited = {(s.path, s.line) for s in sites}, " ".join(f"{s.message} {s.reason}" for s in sites)
         found: dict[tuple[str, int], Site] = {}
         for entry, setting in done_by_runs(ctx, self.done_by_settings):
             path, _, line = setting.source.rpartition(":")
             if (path, int(line)) not in seen and (path, int(line)) not in found:
                 message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"
                 found[path, int(line)] = Site(path, int(line), self.id, message, False, already=True)
+        for name, test, why in self.chosen_by_launches:
+            for entry, setting in done_by_runs(ctx, ((name, test),)):
+                path, _, line = setting.source.rpartition(":")
+                if setting.source not in cited and (path, int(line)) not in seen | found.keys():
+                    message = f"{setting.name} {setting.value} for the run of {entry}"
+                    reason = f"{why}: `{setting.written}` at {setting.source}"
+                    found[path, int(line)] = Site(path, int(line), self.id, message, False, reason)
         return list(found.values())
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

@@ -137,7 +137,9 @@ class Recipe:
 def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Path):
     configs = {
         "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: False\n",
-        "configs/commented.yaml": "model:\n  _component_: m.build\ncompile: false  # True increases speed\n",
+        "configs/commented.yaml": "model:\n  _component_: m.build\ncompile: false  # breaks with our custom loss\n",
+        # A comment that only recommends turning it on for speed invites the change: no reason to keep it off.
+        "configs/invited.yaml": "model:\n  _component_: m.build\ncompile: false  # True increases speed\n",
         # The lines right above it explain the setting: commented too. A section title above it is not.
         "configs/explained.yaml": (
             "model:\n  _component_: m.build\n# Performance\n# compile True: torch.compile every component\n"
@@ -154,8 +156,9 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
         ("configs/commented.yaml", 3): (
             False,
             False,
-            "the config comments on compile: false: `# True increases speed`",
+            "the config comments on compile: false: `# breaks with our custom loss`",
         ),
+        ("configs/invited.yaml", 3): (True, False, ""),
         ("configs/explained.yaml", 6): (
             False,
             False,
@@ -169,6 +172,7 @@ def test_compile_model_turns_on_a_component_configs_compile_setting(tmp_path: Pa
     assert not change.refused
     assert change.files == {
         "configs/plain.yaml": "model:\n  _component_: m.build\ncompile: True\n",
+        "configs/invited.yaml": "model:\n  _component_: m.build\ncompile: true  # True increases speed\n",
         "configs/titled.yaml": "model:\n  _component_: m.build\n# Memory management / performance\ncompile: True\n",
     }
 
@@ -193,7 +197,8 @@ def test_packing_turns_on_a_torchtune_dataset_where_the_tokenizer_sets_the_row_l
     configs = {
         "configs/set.yaml": _torchtune_config("2048", "False"),
         "configs/unset.yaml": _torchtune_config("null", "False"),
-        "configs/commented.yaml": _torchtune_config("2048", "False  # True increases speed"),
+        "configs/commented.yaml": _torchtune_config("2048", "False  # the collator does not support it"),
+        "configs/invited.yaml": _torchtune_config("2048", "False  # True increases speed"),
         "configs/on.yaml": _torchtune_config("2048", "True"),
         "configs/model_length.yaml": _torchtune_config("null", "False")
         + "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n  max_seq_len: 4096\n",
@@ -204,7 +209,11 @@ def test_packing_turns_on_a_torchtune_dataset_where_the_tokenizer_sets_the_row_l
     assert "does not set" in rows[("configs/unset.yaml", 6)][2]
     assert "does not set" in rows[("configs/model_length.yaml", 6)][2]  # the model's length is not the rows'
     assert "comments on packed" in rows[("configs/commented.yaml", 6)][2]
-    assert change.files == {"configs/set.yaml": _torchtune_config("2048", "True")}
+    assert rows[("configs/invited.yaml", 6)] == (True, False, "")
+    assert change.files == {
+        "configs/set.yaml": _torchtune_config("2048", "True"),
+        "configs/invited.yaml": _torchtune_config("2048", "True  # True increases speed"),
+    }
 
 
 def test_packing_leaves_a_multimodal_torchtune_dataset_alone(tmp_path: Path):

@@ -10,7 +10,8 @@ from optimizations.edits.trainer_follow_up import TrainerFollowUp
 from optimizations.program.hf import trainer_class
 from optimizations.program.kbit import kbit_preparation
 from optimizations.program.model_use import kept_as_data
-from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, star_kwargs
+from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, star_kwargs, walk
+from optimizations.program.training_loops import is_method_call
 from optimizations.program.values import assignments
 from optimizations.runtime import PRECISION_RUNTIME
 
@@ -47,6 +48,13 @@ class ComputeAdaptersInBf16(TrainerFollowUp):
             return updated_node
         message = f"{callee}(...): {WHAT}"
         scope = self.links.values.function_of(original_node) or self.parsed.module
+        if (cast := self._cast_by_hand(original_node, scope)) is not None:
+            self.already(
+                original_node,
+                f"{callee}(...): the LoRA layers are cast by hand after it (`{code_of(cast)}` at line "
+                f"{self.line(cast)}), so the adapters compute in that dtype already",
+            )
+            return updated_node
         kept = kept_as_data(scope, original_node, self.parsed)
         other = self._other_adapter(original_node, scope)
         if kept is not None:
@@ -76,6 +84,26 @@ class ComputeAdaptersInBf16(TrainerFollowUp):
             return call_expr(HELPER, updated_node)
         self.refused(original_node, message, reason)
         return updated_node
+
+    def _cast_by_hand(self, call: cst.Call, scope: cst.CSTNode) -> cst.Call | None:
+        """A ``module.to(...)`` after ``call`` in ``scope``, in a ``for ... in <model>.named_modules()`` loop and
+        under an ``if`` that names LoRA (``if 'lora_' in name``, ``isinstance(module, LoraLayer)``): the
+        program casts its LoRA layers itself (artidoro/qlora, ContextualAI/HALOs)."""
+        parents = self.parsed.parents()
+        for node in walk(scope):
+            if not (is_method_call(node, "to") and node.args and self.line(node) > self.line(call)):
+                continue
+            under_lora = looped = False
+            current = parents.get(node)
+            while current is not None and current is not scope:
+                if isinstance(current, cst.If) and "lora" in code_of(current.test).lower():
+                    under_lora = True
+                if isinstance(current, cst.For) and is_method_call(current.iter, "named_modules"):
+                    looped = True
+                current = parents.get(current)
+            if under_lora and looped:
+                return node
+        return None
 
     @staticmethod
     def _wrapped_model(call: cst.Call) -> cst.BaseExpression | None:

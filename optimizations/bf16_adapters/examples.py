@@ -68,6 +68,21 @@ def load(path, lora):
 """,
     ),
     Example(
+        "already_lora_layers_cast_by_hand",
+        before="""\
+import torch
+from peft import LoraConfig, get_peft_model
+
+
+def apply_lora(model):
+    model = get_peft_model(model, LoraConfig(r=16, task_type="CAUSAL_LM"))
+    for name, module in model.named_modules():
+        if "lora_" in name:
+            module.to(torch.bfloat16)
+    return model
+""",
+    ),
+    Example(
         "already_computing_in_bf16",
         before="""\
 from peft import get_peft_model

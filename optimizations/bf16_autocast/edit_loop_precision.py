@@ -27,7 +27,7 @@ FSDP_PRECISION = ("MixedPrecision", "MixedPrecisionPolicy")
 # Attributes that name a tensor, not a module: a cast of one is no model's precision.
 TENSOR_ATTRIBUTES = frozenset({"data", "weight", "bias", "grad"})
 # The keywords a model constructor or loader takes its weights' dtype by.
-DTYPE_KEYWORDS = ("dtype", "torch_dtype")
+DTYPE_KEYWORDS = ("dtype", "torch_dtype", "param_dtype")
 # torch dtype names (and getattr(torch, name) spellings) by the dtype they are.
 DTYPE_NAMES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # How a config spells bfloat16 (torchtune's ``dtype: bf16``).
@@ -250,4 +250,7 @@ class LoopPrecision(PlannedCodemod):
             for a in call.args
             if is_method_call(call, "to") or (a.keyword is not None and a.keyword.value in DTYPE_KEYWORDS)
         ]
-        return any(self.names(value) & set(BF16) for value in given)
+        scopes: list[cst.CSTNode] = [self.enclosing_body(call), self.parsed.module]
+        return any(
+            all(self.names(v) & set(BF16) for v in (outcomes(value, scopes) or [value])) for value in given
+        )

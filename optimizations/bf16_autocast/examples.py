@@ -377,6 +377,24 @@ for batch in loader:
 """,
     ),
     Example(
+        "already_bf16_model_loaded_with_a_bf16_param_dtype",
+        before="""\
+import torch
+
+from model import load_model
+
+
+def train(folder, loader):
+    param_dtype = torch.bfloat16
+    model = load_model(folder=folder, param_dtype=param_dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    for batch in loader:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+""",
+    ),
+    Example(
         "already_bf16_through_a_name",
         before="""\
 import contextlib

@@ -39,6 +39,13 @@ class Bf16Autocast(Optimization):
     examples = EXAMPLES
     needs = (BACKWARD, *FRAMEWORK_WORDS)
     done_by_settings = (("mixed_precision", "bf16"),)
+    chosen_by_launches = (
+        (
+            "mixed_precision",
+            "fp16",
+            "this launch trains in fp16: which precision a launch uses is its user's flag",
+        ),
+    )
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done."""

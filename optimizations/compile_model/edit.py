@@ -15,6 +15,8 @@ from optimizations.program.syntax import NESTED_SCOPES, code_of, qualified_under
 from optimizations.program.training_loops import argument_for, is_method_call
 from optimizations.runtime import COMPILE_RUNTIME
 
+from .edit_flags import off_by_default
+
 COMPILE = "compile_model"
 # Training frameworks' own in-place compilation of a model: a program that calls one has its own compilation.
 FRAMEWORK_COMPILERS = ("torchtune.training.compile_model",)
@@ -70,12 +72,23 @@ class CompileLoopModel(PlannedCodemod):
                 else:
                     self._plan_script(loop)
 
+    def _compiled(self, compiled: cst.Call, message: str) -> None:
+        """Reports the program's own ``torch.compile`` as done, or refused where it runs only behind a flag that
+        is off by default (minimind's ``if args.use_compile == 1:``, ``--use_compile`` default 0): turning it on
+        is the launch's choice, not an edit. A launch that turns the flag on (llm.c's ``--compile 1``) makes it
+        done."""
+        reason = off_by_default(self, compiled)
+        if reason is not None:
+            self.refused(compiled, message, reason)
+            return
+        self.already(compiled, message)
+
     def _plan_script(self, loop: cst.For | cst.While) -> None:
         """A loop at the top level of a script: already done where the model it calls is compiled, else left to
         a human (the compile goes where the script builds the model, which only a function's scope shows)."""
         compiled = self._compiling(_called_names(loop))
         if compiled is not None:
-            self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+            self._compiled(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
             return
         self.refused(
             loop,
@@ -93,13 +106,13 @@ class CompileLoopModel(PlannedCodemod):
         except _Refused as refusal:
             compiled = self._compiling(_called_names(loop))
             if compiled is not None:
-                self.already(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
+                self._compiled(compiled, f"the model the loop calls is compiled: `{code_of(compiled)}`")
             else:
                 self.refused(loop, message, str(refusal))
             return
         compiled = self._compiling({model, *passed})
         if compiled is not None:
-            self.already(compiled, f"the model is compiled: `{code_of(compiled)}`")
+            self._compiled(compiled, f"the model is compiled: `{code_of(compiled)}`")
             return
         try:
             if self.compiled is not None:

@@ -6,6 +6,48 @@ from optimizations.registry import Example
 
 EXAMPLES = (
     Example(
+        "already_compiled_behind_a_flag_a_launch_turns_on",
+        before="""\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--compile", default=0, type=int)
+args = parser.parse_args()
+
+
+def train(model, loader, optimizer):
+    if args.compile:
+        model = torch.compile(model)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        files={"run.sh": "torchrun --nproc_per_node 8 train.py --compile 1\n"},
+    ),
+    Example(
+        "refuses_a_compile_behind_a_flag_off_by_default",
+        before="""\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_compile", default=0, type=int, choices=[0, 1])
+args = parser.parse_args()
+
+
+def train(model, loader, optimizer):
+    if args.use_compile == 1:
+        model = torch.compile(model)
+    for batch in loader:
+        model(batch).backward()
+        optimizer.step()
+""",
+        refusal="off by default (line 6): turning it on is the launch's choice",
+    ),
+    Example(
         "module_set_up_by_lightning_fabric",
         before="""\
 import lightning as L

@@ -13,6 +13,7 @@ from libcst.helpers import parse_template_expression, parse_template_statement
 from optimizations.edits.expressions import add_keywords, replace_keyword
 from optimizations.edits.imports import insert_after_imports
 from optimizations.edits.recipe_switch import RecipeSetting, switch
+from optimizations.program.attribute_defaults import attribute_defaults
 from optimizations.program.choices import WORKER_TOPICS, commented
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import ARGUMENT_PARSERS, is_training_config
@@ -191,6 +192,12 @@ class AddWorkers(LoaderRefusals):
                     f"({label} from `{code_of(current.value)}` {KEPT_WORKERS}",
                 )
                 return add_keywords(updated_node, [("pin_memory", _setting(TORCH_SETTINGS["pin_memory"]))])
+            default = self._positive_default(current.value)
+            if default is not None and (pin is None or literal_value(pin.value) is not False):
+                self.already(
+                    original_node, f"{callee}(...): {label}=`{code_of(current.value)}`, {default} by default"
+                )
+                return updated_node
             self.refused(
                 original_node,
                 message,
@@ -253,6 +260,18 @@ class AddWorkers(LoaderRefusals):
                 "iterated: workers would load nothing"
             )
         return None
+
+    def _positive_default(self, workers: cst.BaseExpression) -> str | None:
+        """``N (line L)`` where ``workers`` reads a setting (``args.num_workers``) whose every default in this file
+        is a worker count above 0; None otherwise."""
+        tree = self.parsed.syntax()
+        if not isinstance(workers, cst.Attribute) or tree is None:
+            return None
+        defaults = attribute_defaults(tree, workers.attr.value)
+        counts = [d.value for d in defaults]
+        if not counts or not all(type(c) is int and c > 0 for c in counts):
+            return None
+        return f"{counts[0]} (line {defaults[0].line})"
 
     def _loads_with_workers(self, workers: cst.BaseExpression) -> bool:
         """The call already loads as this optimization would have it: a literal worker count above 0, or the

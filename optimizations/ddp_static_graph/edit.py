@@ -3,6 +3,8 @@ wrapped in a function of the vendored helper (``helper.py``, vendored as ``_perf
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -26,6 +28,8 @@ EXPLICITLY_DYNAMIC = (
 )
 
 
+# A test that says the process runs under DDP: `ddp`, `world_size > 1`, `is_distributed`.
+DDP_TEST = re.compile(r"\bddp\b|world_size|distributed", re.I)
 GUARDED = "static graph once the first batch shows no unused parameter (already guarded)"
 
 
@@ -178,6 +182,13 @@ class GuardStaticGraph(OptimizationCodemod):
                 call, f"{code_of(call.func)}(...): ddp_find_unused_parameters=False, no per-step search"
             )
             return
+        if find_unused is not None and _off_under_ddp(find_unused.value):
+            self.already(
+                call,
+                f"{code_of(call.func)}(...): ddp_find_unused_parameters=`{code_of(find_unused.value)}`, no per-step "
+                "search wherever DDP runs",
+            )
+            return
         trainers = self.links.trainers_receiving(call)
         if not trainers:
             self.refused(
@@ -264,6 +275,17 @@ class GuardStaticGraph(OptimizationCodemod):
             for helper in sorted(self.helpers):
                 self.import_runtime(RUNTIME, helper)
         return updated_node
+
+
+def _off_under_ddp(value: cst.BaseExpression) -> bool:
+    """``False if ddp else None`` (tloen/alpaca-lora): the search is off whenever the test says DDP runs, and left
+    to the default only where it does not, where no DDP model searches at all."""
+    return (
+        isinstance(value, cst.IfExp)
+        and literal_value(value.body) is False
+        and literal_value(value.orelse) is None
+        and bool(DDP_TEST.search(code_of(value.test)))
+    )
 
 
 def _self_attribute(node: cst.BaseExpression) -> str | None:

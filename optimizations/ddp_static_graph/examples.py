@@ -146,6 +146,20 @@ def wrap(model, rank, data):
 """,
     ),
     Example(
+        "already_no_search_wherever_ddp_runs",
+        before="""\
+import os
+
+from transformers import Trainer, TrainingArguments
+
+
+def train(model, data):
+    ddp = int(os.environ.get("WORLD_SIZE", 1)) != 1
+    args = TrainingArguments(output_dir="out", ddp_find_unused_parameters=False if ddp else None)
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+    ),
+    Example(
         "already_guarded",
         before="""\
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -6,6 +6,7 @@ The sites, the vendored check and the refusals are described in README.md.
 from __future__ import annotations
 
 from optimizations.program.hf import HF_CONFIGS
+from optimizations.program.repository import RepoContext
 from optimizations.registry import Numerics, Optimization
 
 from .edit import GuardStaticGraph
@@ -33,3 +34,14 @@ class DdpStaticGraph(Optimization):
     needs = (*HF_CONFIGS, "DistributedDataParallel", "Accelerator")
 
     examples = EXAMPLES
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Refused where every run that loads ``path`` shards the model (FSDP, ZeRO-3): no DDP wrapper is built,
+        so its unused-parameter search never runs (ContextualAI/HALOs' accelerate FSDP configs), besides the
+        refusals every optimization has."""
+        from optimizations.program.runs.resolve import sharding_of_every_run  # loads libcst: not for listing
+
+        places = sharding_of_every_run(ctx, path)
+        if places is not None:
+            return f"every run shards the model ({places}): no DDP wrapper runs its unused-parameter search"
+        return super().run_refusal(ctx, path)

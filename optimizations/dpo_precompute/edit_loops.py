@@ -9,10 +9,14 @@ import re
 import libcst as cst
 
 from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.reachability import program_of
 from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
 # The names a reference model goes by: `ref_model`, `reference_model`, `self.ref`, `model_ref`, `ref_policy`.
 REFERENCE = re.compile(r"^(?:ref|reference)(?:_model|_policy|_net|_lm)?$|^(?:model|policy)_ref$", re.I)
+# A function named for computing the reference log-probs once: `build_reference_logprobs_cache`,
+# `precompute_ref_logps` (it names the reference, log-probs, and a cache or precompute pass).
+PRECOMPUTED = re.compile(r"^(?=.*ref)(?=.*log_?p)(?=.*(?:cache|precompute))", re.I)
 # torch's contexts that run without gradients, as a reference forward does.
 NO_GRADIENTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad"})
 # A preference loss's word: a file without it holds no DPO loop.
@@ -38,20 +42,85 @@ class ReferencePerStep(PlannedCodemod):
     model under ``torch.no_grad()`` in every step."""
 
     def plan(self, module: cst.Module) -> None:
-        if PREFERENCE_LOSS not in self.parsed.source:
+        if not self._preference_loss():
             return
         for loop in self.training_loops():
-            call = self._reference_forward(loop)
-            if call is not None:
-                self.proposed(
+            call = self._reference_forward(loop) or next(
+                filter(None, map(self._reference_forward, self._called_functions(loop))), None
+            )
+            if call is None:
+                cached = self._cached_before(loop)
+                if cached is not None:
+                    self.already(
+                        cached,
+                        f"`{code_of(cached.func)}(...)` computes the reference log-probs once, before the loop at "
+                        f"line {self.line(loop)}",
+                    )
+                continue
+            message = (
+                f"`{code_of(call)}` runs the reference model in every step: its log-probs computed once, before "
+                "training"
+            )
+            switch = next(
+                (a for a in call.args if a.keyword is not None and "cache" in a.keyword.value), None
+            )
+            if switch is not None:
+                self.refused(
                     call,
-                    f"`{code_of(call)}` runs the reference model in every step: its log-probs computed once, before "
-                    "training",
-                    WHY,
+                    message,
+                    f"the program caches the reference log-probs itself behind `{code_of(switch)}` (line "
+                    f"{self.line(switch)}): turning that on is the run's choice",
                 )
+            else:
+                self.proposed(call, message, WHY)
 
-    def _reference_forward(self, loop: cst.For | cst.While) -> cst.Call | None:
-        """The loop's first call, under a no-gradient context, of a reference model or of a function given one."""
+    def _cached_before(self, loop: cst.For | cst.While) -> cst.Call | None:
+        """A call before ``loop``, in its function, of a function named for caching or precomputing reference
+        log-probs (allenai/open-instruct's ``build_reference_logprobs_cache``)."""
+        owner = self.enclosing_body(loop)
+        return next(
+            (
+                node
+                for node in walk(owner.body if isinstance(owner, cst.FunctionDef) else owner, NESTED_SCOPES)
+                if isinstance(node, cst.Call)
+                and self.line(node) < self.line(loop)
+                and PRECOMPUTED.search(code_of(node.func).rpartition(".")[2])
+            ),
+            None,
+        )
+
+    def _preference_loss(self) -> bool:
+        """The file computes a preference loss, or imports a repository module that does (OpenRLHF's trainer
+        takes its ``DPOLoss`` from ``openrlhf/models/loss.py``)."""
+        if PREFERENCE_LOSS in self.parsed.source:
+            return True
+        program = program_of(self.repo)
+        return any(
+            PREFERENCE_LOSS in self.repo.read(p) for p in program.imported_from(self.path) - {self.path}
+        )
+
+    def _called_functions(self, loop: cst.For | cst.While) -> list[cst.FunctionDef]:
+        """The functions of this file the loop calls by name or as ``self.<method>`` (the step's metrics method
+        that holds the reference forward: eric-mitchell/direct-preference-optimization's
+        ``get_batch_metrics``)."""
+        called = {
+            node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+            for node in walk(loop.body, NESTED_SCOPES)
+            if isinstance(node, cst.Call)
+            and (
+                isinstance(node.func, cst.Name)
+                or (
+                    isinstance(node.func, cst.Attribute)
+                    and isinstance(node.func.value, cst.Name)
+                    and node.func.value.value == "self"
+                )
+            )
+        }
+        return [f for f in self.nodes(cst.FunctionDef) if f.name.value in called]
+
+    def _reference_forward(self, loop: cst.For | cst.While | cst.FunctionDef) -> cst.Call | None:
+        """The first call of ``loop`` (or of a function it calls), under a no-gradient context, of a reference
+        model or of a function given one."""
         for block in walk(loop.body, NESTED_SCOPES):
             if not isinstance(block, cst.With) or not any(
                 isinstance(item.item, cst.Call) and self.names(item.item.func) & NO_GRADIENTS

@@ -140,6 +140,67 @@ def train(model, tokenizer, rows, eval_rows):
 """,
     ),
     Example(
+        "already_reference_log_probs_cached_before_the_loop",
+        before="""\
+import torch.nn.functional as F
+
+from dpo_utils import build_reference_logprobs_cache
+
+
+def train(policy, reference_model, loader, optimizer):
+    cache = build_reference_logprobs_cache(reference_model, loader)
+    for batch in loader:
+        chosen = policy(batch)
+        loss = -F.logsigmoid(chosen - cache[batch["index"]]).mean()
+        loss.backward()
+        optimizer.step()
+""",
+    ),
+    Example(
+        "proposal_reference_in_the_step_method_loss_imported",
+        before="""\
+import torch
+
+from losses import preference_loss
+
+
+class Trainer:
+    def batch_metrics(self, batch):
+        chosen = self.policy(batch["chosen"])
+        with torch.no_grad():
+            reference = self.forward(self.reference_model, batch)
+        return preference_loss(chosen, reference)
+
+    def train(self, loader):
+        for batch in loader:
+            loss = self.batch_metrics(batch)
+            loss.backward()
+            self.optimizer.step()
+""",
+        files={
+            "losses.py": "import torch.nn.functional as F\n\n\ndef preference_loss(c, r):\n    return -F.logsigmoid(c - r).mean()\n"
+        },
+        proposal="a precompute pass the loop lacks",
+    ),
+    Example(
+        "refuses_a_reference_the_program_caches_behind_a_switch",
+        before="""\
+import torch
+import torch.nn.functional as F
+
+
+def train(policy, reference_model, loader, optimizer, config):
+    for batch in loader:
+        chosen = policy(batch)
+        with torch.no_grad():
+            reference = reference_model(batch, use_cache=config.cache_reference_logprobs)
+        loss = -F.logsigmoid(chosen - reference).mean()
+        loss.backward()
+        optimizer.step()
+""",
+        refusal="caches the reference log-probs itself behind `use_cache=config.cache_reference_logprobs`",
+    ),
+    Example(
         "proposal_hand_written_loop_runs_the_reference_each_step",
         before="""\
 import torch

@@ -33,6 +33,6 @@ class DpoPrecompute(Optimization):
     codemods = (Precompute, SharedCache)
     # A hand-written DPO loop lacks the precompute pass: proposed to a person, never an edit.
     proposers = (ReferencePerStep,)
-    needs = (*Precompute.needs(), Word(PREFERENCE_LOSS))
+    needs = (*Precompute.needs(), Word(PREFERENCE_LOSS), Word("ref_model"), "reference")
 
     examples = EXAMPLES

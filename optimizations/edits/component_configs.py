@@ -5,6 +5,7 @@ boolean setting of such a config switched on, or kept where the config's author 
 from __future__ import annotations
 
 from optimizations.edits.yaml_text import turn_on
+from optimizations.program.choices import invites_turning_on
 from optimizations.program.components import Component
 from optimizations.program.repository import Site
 from optimizations.program.yaml_settings import YamlSetting
@@ -15,8 +16,8 @@ def switch_on(
 ) -> tuple[str, Site]:
     """The file with a false boolean ``setting`` turned true in its own spelling, and its site (``why``: what
     turning it on does). Already done where it is true; kept as chosen on purpose where a comment is on it (on
-    its line, or in the comment lines right above it that name its key); refused where it is not a boolean or
-    where ``blocked`` says why."""
+    its line, or in the comment lines right above it that name its key), unless the comment recommends turning it
+    on for speed; refused where it is not a boolean or where ``blocked`` says why."""
     message = f"{setting.key}: {setting.text} -> true ({why})"
     comment = _comment_on(text, setting)
     if setting.value is True:
@@ -26,7 +27,9 @@ def switch_on(
     reasons = []
     if setting.value is not False:
         reasons.append(f"{setting.key} is not a boolean here")
-    elif comment.startswith("#"):  # a commented choice is the author's: kept
+    elif comment.startswith("#") and not invites_turning_on(
+        comment
+    ):  # a commented choice is the author's: kept
         why = f"the config comments on {setting.key}: {setting.text}: `{comment}`"
         chosen = f"{setting.key}: {setting.text}"
         return text, Site(setting.path, setting.line, optimization, chosen, False, why, kept=True)

@@ -36,6 +36,13 @@ CLIPPING = ("clip_grad_norm_", "clip_grad_value_")
 # (module, function) -> the parameters' position and keyword.
 FACTORIES = {("litgpt.utils", "instantiate_torch_optimizer"): (1, "model_parameters")}
 # The optimizer classes a YAML config names, and the settings torch rejects beside ``fused``.
+# Optimizer classes of other libraries that step Adam/AdamW in fused kernels already (DeepSpeed's CPU Adam: a
+# vectorised host kernel, for a ZeRO-Offload run).
+FUSED_CLASSES = (
+    "deepspeed.ops.adam.FusedAdam",
+    "deepspeed.ops.adam.DeepSpeedCPUAdam",
+    "apex.optimizers.FusedAdam",
+)
 CONFIG_CLASSES = tuple(f"torch.optim.{name}" for name in OPTIMIZERS)
 NOT_WITH_FUSED = ("foreach", "differentiable")
 INLINE_SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -51,6 +58,7 @@ class FuseAdamW(TrainerOptim):
 
     def plan(self, module: cst.Module) -> None:
         self.plan_trainer_optim()
+        self._fused_classes()
         for call in self.nodes(cst.Call):
             names = self.names(call.func)
             factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)
@@ -58,6 +66,19 @@ class FuseAdamW(TrainerOptim):
                 self._plan_optimizer(call, FACTORIES[factory])
             elif qualified_under(names, ("torch.optim",), OPTIMIZERS) and self.runs(call):
                 self._plan_optimizer(call)
+
+    def _fused_classes(self) -> None:
+        """Reports each statement that builds (or picks, ``A = CPUAdam if offload else FusedAdam``) an optimizer
+        of :data:`FUSED_CLASSES` as fused already."""
+        found: dict[int, tuple[cst.BaseStatement, list[str]]] = {}
+        for node in self.nodes(cst.Name, cst.Attribute):
+            fused = self.names(node) & set(FUSED_CLASSES)
+            statement = self.statement_of(node)
+            if fused and statement is not None and self.runs(statement):
+                classes = found.setdefault(self.line(statement), (statement, []))[1]
+                classes += sorted(name.rpartition(".")[2] for name in fused)
+        for statement, classes in found.values():
+            self.already(statement, f"{' / '.join(dict.fromkeys(classes))}: fused Adam kernels already")
 
     def _options(self, call: cst.Call) -> list[dict[str, cst.BaseExpression]] | None:
         """The keyword settings of the call, one dict per way its ``**kwargs`` may be built (``extra =

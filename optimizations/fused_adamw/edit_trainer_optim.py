@@ -19,6 +19,7 @@ from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.recipes import launches
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.runs.resolve import runs_of
+from optimizations.program.runs.settings import memory_saving
 from optimizations.program.syntax import code_of, keyword
 from optimizations.program.yaml_settings import settings
 
@@ -42,14 +43,7 @@ TRAINING_KEYS = frozenset(
 MESSAGE = f'optim="{FUSED}": the same AdamW update in one fused kernel'
 
 
-# Optimizers chosen to save memory (8-bit and paged states, factored moments): a fused AdamW would give that up.
-MEMORY_SAVERS = ("8bit", "paged", "adafactor", "galore", "lomo", "apollo")
 MEMORY_SAVING = "an optimizer chosen to save memory; the fused AdamW would give that saving up"
-
-
-def memory_saving(optim: str) -> bool:
-    """``paged_adamw_32bit``, ``adamw_bnb_8bit``, ``adafactor``, ``galore_adamw``...: chosen for memory."""
-    return any(word in optim.lower() for word in MEMORY_SAVERS)
 
 
 def deepspeed_optimizer(repo: RepoContext, path: str) -> str | None:

@@ -186,6 +186,17 @@ def build(model):
 """,
     ),
     Example(
+        "already_fused_by_deepspeed",
+        before="""\
+from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+
+
+def build(groups, args):
+    AdamOptimizer = DeepSpeedCPUAdam if args.offload else FusedAdam
+    return AdamOptimizer(groups, lr=args.learning_rate, betas=(0.9, 0.95))
+""",
+    ),
+    Example(
         "already_fused_through_kwargs",
         before="""\
 import torch

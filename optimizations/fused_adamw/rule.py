@@ -34,8 +34,15 @@ class FusedAdamW(Optimization):
     keywords = ("fused adamw", "fused adam", "fused=true", "fused optimizer", "fused-cuda adamw")
     codemods = (FuseAdamW,)
     done_by_settings = (("optimizer", "fused"),)
+    chosen_by_launches = (
+        (
+            "optimizer",
+            "memory_saving",
+            "kept: an optimizer the launch chose to save memory, which fused AdamW gives up",
+        ),
+    )
     examples = EXAMPLES
-    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED)
+    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam")
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where

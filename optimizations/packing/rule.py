@@ -2,10 +2,14 @@
 What it changes, the TRL behaviour it relies on and when it refuses: README.md."""
 
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.requirements import excludes
 from optimizations.registry import Numerics, Optimization
 
 from .edit import PackSamples, packed_dataset_sites
 from .examples import EXAMPLES
+
+# The first TRL release that names its padding-free packing "bfd" (earlier releases call it "ffd").
+BFD_SINCE = "0.20"
 
 
 class Packing(Optimization):
@@ -40,5 +44,13 @@ class Packing(Optimization):
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
         instantiates components (:func:`.edit.packed_dataset_sites`); none otherwise."""
         return packed_dataset_sites(ctx, self.id)
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Refused where the requirements keep TRL below :data:`BFD_SINCE`, whose SFTConfig rejects
+        ``packing_strategy="bfd"`` (huggingface/open-r1 pins trl 0.18.0), besides every optimization's refusals."""
+        pinned = excludes(ctx, "trl", BFD_SINCE)
+        if pinned is not None:
+            return f'{pinned} keeps trl below {BFD_SINCE}, which rejects packing_strategy "bfd": upgrade trl first'
+        return super().run_refusal(ctx, path)
 
     examples = EXAMPLES

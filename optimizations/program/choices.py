@@ -29,6 +29,12 @@ REASON = re.compile(
     r"bug|workaround|nans?|oom|deterministic|reproducib\w*|so that|otherwise|hangs?|crash\w*|fails?)\b",
     re.I,
 )
+# A comment on a switched-off setting that recommends turning it on for speed ("True increases speed", "set to
+# true for faster training"): an invitation, not a reason to keep it off. One that also gives a reason is kept.
+INVITES_ON = re.compile(
+    r"\btrue\b.{0,40}?\b(?:increases? (?:the )?(?:speed|throughput)|faster|speeds? (?:it |things |training )?up)\b",
+    re.I,
+)
 # Words that make a comment name an attention, worker or compile setting.
 ATTENTION_TOPICS = ("attn", "attention", "eager", "sdpa", "flash", "fa2", "softcap", "mask")
 WORKER_TOPICS = ("worker", "fork", "spawn", "multiprocess", "subprocess")
@@ -85,6 +91,12 @@ def _gives_reason(comment: str, topics: tuple[str, ...]) -> bool:
         return False
     lowered = comment.lower()
     return bool(REASON.search(comment)) or any(topic in lowered for topic in topics)
+
+
+def invites_turning_on(comment: str) -> bool:
+    """Whether ``comment``, on a setting that is off, recommends turning it on for speed and gives no reason
+    to keep it off (torchtune's ``packed: False  # True increases speed``)."""
+    return bool(INVITES_ON.search(comment)) and not REASON.search(comment)
 
 
 def commented(parsed: ParsedFile, line: int, topics: tuple[str, ...] = (), above: int = 2) -> Choice | None:

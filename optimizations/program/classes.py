@@ -13,6 +13,7 @@ file, at the repository root, and under ``src/``. A module is read (and parsed, 
 
 from __future__ import annotations
 
+import posixpath
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -307,7 +308,17 @@ class RepositoryClasses:
         dots = len(q.name) - len(q.name.lstrip("."))
         if dots:
             return _absolute(package, dots, q.name[dots:])
-        return q.name if self.module_file(q.name.split(".")[0], path) is not None else None
+        top = q.name.split(".")[0]
+        return q.name if self.module_file(top, path) is not None or self._namespace(top, path) else None
+
+    def _namespace(self, top: str, importer: str) -> bool:
+        """Whether ``top`` is a namespace package of the repository for a file at ``importer``: a folder without
+        ``__init__.py`` under one of its import roots that holds Python files (PEP 420)."""
+        return any(
+            (folder := self.root / posixpath.normpath(posixpath.join(root, top))).is_dir()
+            and any(folder.glob("*.py"))
+            for root in import_roots(importer)
+        )
 
     def _external_bases(self, name: str, importer: str) -> frozenset[str]:
         """The bases outside the repository of the class ``name`` and of its repository bases, transitively."""

@@ -89,6 +89,24 @@ def excludes(repo: RepoContext, distribution: str, release: str) -> str | None:
     needed = Version(release)
     for path, written, specifiers in _specified(repo, distribution):
         capped = any(s.operator in ("==", "===", "~=", "<", "<=") for s in specifiers)
-        if written and capped and not specifiers.contains(needed, prereleases=True):
+        if (
+            written
+            and capped
+            and not any(
+                specifiers.contains(version, prereleases=True) for version in _candidates(specifiers, needed)
+            )
+        ):
             return f"{path}: {distribution}{written}"
     return None
+
+
+def _candidates(specifiers: SpecifierSet, needed: Version) -> list[Version]:
+    """``needed`` and the releases at or after it that ``specifiers`` name (``==2.2`` admits 2.2, newer than
+    2.0): what a requirement that admits ``needed`` or a newer release must contain one of."""
+    named = []
+    for specifier in specifiers:
+        try:
+            named.append(Version(specifier.version.removesuffix(".*")))
+        except InvalidVersion:
+            continue
+    return [needed, *(version for version in named if version >= needed)]

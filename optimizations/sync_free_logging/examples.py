@@ -101,6 +101,51 @@ def train(model, loader, optimizer):
 """,
     ),
     Example(
+        "proposal_metrics_copied_to_the_host_every_step",
+        before="""\
+def batch_metrics(policy, batch):
+    loss, rewards = policy(batch)
+    return loss, {"rewards": rewards.cpu().numpy().tolist()}
+
+
+def train(policy, loader, optimizer, history):
+    for step, batch in enumerate(loader):
+        loss, metrics = batch_metrics(policy, batch)
+        loss.backward()
+        optimizer.step()
+        history.append(metrics)
+""",
+        proposal="outside the logging condition",
+    ),
+    Example(
+        "proposal_trainer_subclass_metrics_on_the_host",
+        before="""\
+from transformers import Trainer
+
+
+class PreferenceTrainer(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False):
+        loss, chosen = model(**inputs)
+        self.store_metrics({"rewards/chosen": chosen.mean().cpu()})
+        return loss
+""",
+        proposal="outside the logging condition",
+    ),
+    Example(
+        "already_read_where_the_step_loop_logs",
+        before="""\
+def train(model, get_batch, optimizer, steps, accumulation, log_interval):
+    for step in range(steps):
+        for micro_step in range(accumulation):
+            loss = model(get_batch()) / accumulation
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % log_interval == 0:
+            print(f"step {step}: loss {loss.item() * accumulation:.4f}")
+""",
+    ),
+    Example(
         "already_reads_only_when_logging",
         before="""\
 def train(model, loader, optimizer, log_every):

@@ -5,6 +5,7 @@ from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
 from .edit import SyncFreeLosses
+from .edit_metrics import STEP_METHODS, HostReadsPerStep
 from .examples import EXAMPLES
 
 
@@ -21,6 +22,8 @@ class SyncFreeLogging(Optimization):
     numerics_reason = "the logged and returned losses are the numbers the loop printed before"
     keywords = ("sync-free", "sync free", "loss.item()", ".item()", "host sync", "host-sync")
     codemods = (SyncFreeLosses,)
-    needs = (BACKWARD,)
+    # Other values a step reads on the host every step: proposed to a person, never an edit.
+    proposers = (HostReadsPerStep,)
+    needs = (BACKWARD, *STEP_METHODS)
 
     examples = EXAMPLES

@@ -19,6 +19,8 @@ from optimizations.program.syntax import code_of, keyword, literal_value, star_k
 from optimizations.program.values import outcomes
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 
+from .run_settings import set_at_import, set_by_called_function
+
 ENABLE = "enable_tf32"
 # Settings that decide TF32, by qualified name, and the values that turn it on.
 TF32_SETTINGS = {
@@ -62,6 +64,9 @@ class EnableTf32(PlannedCodemod):
                 functions.append(owner)
         for owner in functions:
             self._plan_startup(module, owner, settings, deterministic)
+        on = next((node for node, matches in settings.items() if matches), None)
+        if not functions and on is not None:
+            self.already(on, f"TF32 on (`{code_of(on)}`) for what this file runs")
 
     def _settings(
         self, module: cst.Module, table: Mapping[str, tuple[object, ...]], only_matching: bool = False
@@ -105,6 +110,8 @@ class EnableTf32(PlannedCodemod):
                 owner, message, f"TF32 is switched off explicitly at line {self.line(off)} (`{code_of(off)}`)"
             )
             return
+        if self._set_elsewhere(owner):
+            return
         call = call_expr(ENABLE, cudnn_benchmark=cst.Name("False")) if deterministic else call_expr(ENABLE)
         statement = cst.SimpleStatementLine([cst.Expr(call)])
         if isinstance(owner, cst.Module):
@@ -122,6 +129,20 @@ class EnableTf32(PlannedCodemod):
                 self.inserted_before.setdefault(first, []).append(statement)
         self.runtime_imports.add((GPU_FLAGS_RUNTIME, ENABLE))
         self.changed(owner, message)
+
+    def _set_elsewhere(self, owner: cst.FunctionDef | cst.Module) -> bool:
+        """Reports TF32 already on where a module this file loads turns it on at import, or a repository
+        function the file calls does; True where one does."""
+        where = set_at_import(self, TF32_SETTINGS)
+        if where is not None:
+            self.already(owner, f"TF32 on at import of a module this file loads ({where})")
+            return True
+        found = set_by_called_function(self, self.nodes(cst.Call), TF32_SETTINGS)
+        if found is not None:
+            call, where = found
+            self.already(call, f"TF32 on in `{code_of(call.func)}()` ({where})")
+            return True
+        return False
 
     def _plan_trainer_config(self, call: cst.Call) -> None:
         callee = code_of(call.func)

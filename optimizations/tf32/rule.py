@@ -33,5 +33,8 @@ class Tf32(Optimization):
     )
     codemods = (EnableTf32,)
     done_by_settings = (("tf32", "on"),)
+    chosen_by_launches = (
+        ("tf32", "off", "the launch switches TF32 off explicitly, and perfbot keeps that choice"),
+    )
     examples = EXAMPLES
-    needs = (BACKWARD, *HF_CONFIGS)
+    needs = (BACKWARD, *HF_CONFIGS, "allow_tf32", "float32_matmul_precision", "fp32_precision")

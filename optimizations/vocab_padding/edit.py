@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.positions import start_line
 from optimizations.program.reachability import program_of
 from optimizations.program.repository import RepoContext, SourceCache
 from optimizations.program.syntax import code_of, keyword, qualified_under, walk
+
+from .edit_resize import PadResizedEmbeddings
 
 FIELD = "vocab_size"
 MULTIPLE = 64
@@ -141,10 +142,12 @@ def _callee(call: cst.Call) -> str:
     )
 
 
-class PadVocabulary(PlannedCodemod):
-    """``vocab_size`` literals of the repository's config classes → the next multiple of 64."""
+class PadVocabulary(PadResizedEmbeddings):
+    """``vocab_size`` literals of the repository's config classes → the next multiple of 64; a Hugging Face
+    model's ``resize_token_embeddings`` padded to it (:class:`PadResizedEmbeddings`)."""
 
     def plan(self, module: cst.Module) -> None:
+        self.plan_resizes()
         self.repository: _Repository | None = None
         candidates: list[tuple[cst.CSTNode, cst.Integer]] = []
         refusals: list[tuple[cst.CSTNode, cst.Integer, str]] = []

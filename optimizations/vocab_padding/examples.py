@@ -241,4 +241,37 @@ config = GPT2Config(vocab_size=50257, n_layer=12)
 """,
         refusal="resize_token_embeddings",
     ),
+    Example(
+        "pads_resized_hugging_face_embeddings",
+        before="""\
+def get_model_tokenizer(model, tokenizer):
+    model.resize_token_embeddings(len(tokenizer))
+    return model, tokenizer
+""",
+        after="""\
+def get_model_tokenizer(model, tokenizer):
+    model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
+    return model, tokenizer
+""",
+    ),
+    Example(
+        "proposes_resize_whose_new_rows_are_the_last_rows",
+        before="""\
+def resize(tokens, tokenizer, model):
+    count = tokenizer.add_special_tokens(tokens)
+    model.resize_token_embeddings(len(tokenizer))
+    embeddings = model.get_input_embeddings().weight.data
+    embeddings[-count:] = embeddings[:-count].mean(dim=0, keepdim=True)
+""",
+        proposal="initialises the new tokens as the last rows",
+    ),
+    Example(
+        "refuses_resize_under_an_old_transformers",
+        before="""\
+def resize(model, tokenizer):
+    model.resize_token_embeddings(len(tokenizer))
+""",
+        files={"requirements.txt": "transformers==4.31.0\n"},
+        refusal="keeps transformers below 4.32",
+    ),
 )

@@ -9,6 +9,7 @@ from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
 
 from .edit import FIELD, PadVocabulary
+from .edit_resize import RESIZE
 from .examples import EXAMPLES
 
 
@@ -31,8 +32,9 @@ class VocabPadding(Optimization):
         "pad vocab",
         "vocab_size",
         "50304",
+        "pad_to_multiple_of",
     )
     codemods = (PadVocabulary,)
-    needs = (FIELD,)
+    needs = (FIELD, RESIZE)
 
     examples = EXAMPLES

@@ -408,15 +408,23 @@ def launched_in(repo: RepoContext, path: str, precision: str) -> list[Setting]:
 def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
     """Why compiling code of ``path`` is no tier-level edit: every run that loads it shards the model (FSDP, or
     DeepSpeed ZeRO-3), each named where it is set; ``None`` when some run does not, or none is known."""
-    runs = runs_of(repo, path)
-    settings = [run.settings.get("distribution") for run in runs]
-    if not runs or not all(s is not None and s.value.startswith(SHARDED) for s in settings):
+    places = sharding_of_every_run(repo, path)
+    if places is None:
         return None
-    places = "; ".join(dict.fromkeys(f"{s.value} at {s.source}" for s in settings if s is not None))
     return (
         f"every run shards the model ({places}): compiling its layers inside the sharding wrapper is a change "
         "to test on that setup first, not a tier-level edit"
     )
+
+
+def sharding_of_every_run(repo: RepoContext, path: str) -> str | None:
+    """Where each run that loads ``path`` shards the model (FSDP, DeepSpeed ZeRO-3), as ``FSDP at file:line;
+    ...``, where every one does; ``None`` when some run does not, or none is known."""
+    runs = runs_of(repo, path)
+    settings = [run.settings.get("distribution") for run in runs]
+    if not runs or not all(s is not None and s.value.startswith(SHARDED) for s in settings):
+        return None
+    return "; ".join(dict.fromkeys(f"{s.value} at {s.source}" for s in settings if s is not None))
 
 
 def _passes(run: Run, tests: tuple[tuple[str, str], ...]) -> bool:

@@ -168,12 +168,24 @@ def reading(name: str, value: object) -> tuple[str, str] | None:
     return None if shown is None else (known[0], shown)
 
 
+# Optimizers chosen to save memory (8-bit and paged states, factored moments): a fused AdamW would give that up.
+MEMORY_SAVERS = ("8bit", "paged", "adafactor", "galore", "lomo", "apollo")
+
+
+def memory_saving(optim: str) -> bool:
+    """``paged_adamw_32bit``, ``adamw_bnb_8bit``, ``adafactor``, ``galore_adamw``...: chosen for memory."""
+    return any(word in optim.lower() for word in MEMORY_SAVERS)
+
+
 # What a setting's value must be for an optimization to be done already, by name (an optimization's
-# ``done_by_settings``): the run configuration's sites of "already done".
+# ``done_by_settings``), or chosen otherwise by a launch (``chosen_by_launches``): the run configuration's sites.
 DONE: dict[str, Callable[[str], bool]] = {
     "on": lambda value: value == "on",
+    "off": lambda value: value == "off",
+    "memory_saving": memory_saving,
     "positive": lambda value: value.isdigit() and int(value) > 0,
     "bf16": lambda value: value.startswith(BF16),
+    "fp16": lambda value: value.startswith(FP16),
     "fused": lambda value: "fused" in value.lower(),
     "flash": lambda value: value.startswith("flash") or "flash-attn" in value or "flash_attn" in value,
 }
