@@ -80,11 +80,13 @@ def test_planted_slowdown_is_named_and_the_no_op_is_not_a_win(tmp_path, capsys):
     planted_runs = _planted_runs(trial)
     assert planted_runs and all(r["metrics"]["planted_slowdown"] == 0.3 for r in planted_runs)
     # Steps 30% longer is about -23% samples/s. On a loaded host a busy wait preempted at its deadline waits
-    # longer than asked, so the change is judged against what the plants of both trials actually waited.
+    # longer than asked, by a different amount in each run, so the change is judged against the span of what the
+    # plants of both trials actually waited, widened by 0.04 for the run-to-run spread of the rest of the step
+    # (a clean clone beside another job measured -34.9% where the median wait, 0.40, alone predicts -28.5%).
     waited = sorted(r["metrics"]["planted_waited"] for t in (trial, second) for r in _planted_runs(t))
     assert waited[0] >= 0.3
-    expected = -waited[len(waited) // 2] / (1 + waited[len(waited) // 2])
-    assert abs(planted["measured_change"] - expected) < 0.06, (planted["measured_change"], waited)
+    least, most = -waited[0] / (1 + waited[0]), -waited[-1] / (1 + waited[-1])
+    assert most - 0.04 < planted["measured_change"] < least + 0.04, (planted["measured_change"], waited)
     # the spread the intervals narrow from: the baseline's runs' CV, the median over the trials
     spreads = [cv(_baseline_values(t)) for t in (trial, second)]
     assert summary["median_baseline_cv"] == pytest.approx(statistics.median(spreads)) and all(spreads)
