@@ -21,7 +21,7 @@ stop_after_steps = true    # the launcher ends the program after `steps` steps (
 
 [tool.bot.workloads.dpo]   # a command read from a launch file at every commit benched, flags set on top
 launch = "scripts/train.sh"
-program = "train_dpo.py"   # the launch file's first command that runs it
+program = "train_dpo.py"   # the launch file's first command that runs it (occurrence = 2: the second)
 flags = { "--max_steps" = "{steps}", "--report_to" = "none" }
 command = "python train_dpo.py --max_steps {steps} --report_to none"   # as the launch read when drafted
 steps = 40
@@ -110,6 +110,7 @@ class Workload:
     # ``program``, with ``flags`` set on top; ``commands`` holds it by commit once read (bot.workload_drafts).
     launch: str | None = None
     program: str | None = None
+    occurrence: int = 1  # the launch file's n-th command that runs the program
     flags: Mapping[str, str] = field(default_factory=dict, hash=False)
     commands: Mapping[str, str] = field(default_factory=dict, hash=False)
 
@@ -257,6 +258,7 @@ _WORKLOAD_KEYS = {
     "models",
     "launch",
     "program",
+    "occurrence",
     "flags",
 }
 
@@ -297,6 +299,7 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         models=_models(_typed(body, "models", dict, {}, path, key), path, f"{key}.models"),
         launch=_typed(body, "launch", str, None, path, key),
         program=_typed(body, "program", str, None, path, key),
+        occurrence=_typed(body, "occurrence", int, 1, path, key),
         flags={flag: str(value) for flag, value in _typed(body, "flags", dict, {}, path, key).items()},
     )
     if (workload.launch is None) != (workload.program is None):

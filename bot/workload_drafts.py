@@ -40,7 +40,7 @@ from benchmarks.spec import BenchSpec, Workload
 from bot.errors import BadInput
 from optimizations.program.recipes import flag_arguments, shell_commands, shell_words
 from optimizations.program.repository import RepoContext
-from optimizations.program.runs.commands import LaunchCommand, commands_in
+from optimizations.program.runs.commands import LaunchCommand, commands_in, launch_commands
 from optimizations.program.runs.resolve import EntryRuns, effective_runs
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -92,6 +92,7 @@ class WorkloadDraft:
     gpus: int = 1
     source: LaunchCommand | None = None  # the launch it was drafted from, read again at every commit benched
     flags: dict[str, str] = field(default_factory=dict)  # the flags set on top of the launch's own
+    occurrence: int = 1  # which of the launch file's commands that run the program it is
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
@@ -111,6 +112,7 @@ class WorkloadDraft:
             lines += [
                 f"launch = {_toml_value(self.source.path)}",
                 f"program = {_toml_value(self.source.target)}",
+                *([f"occurrence = {self.occurrence}"] if self.occurrence > 1 else []),
                 "flags = {"
                 + ", ".join(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in self.flags.items())
                 + "}",
@@ -170,6 +172,8 @@ def _draft(
     else:
         draft = WorkloadDraft(name, launch.where, [], source=launch)
         draft.command = _command(launch, _read(repo, launch.path), draft)
+        same = [c for c in launch_commands(repo) if (c.path, c.target) == (launch.path, launch.target)]
+        draft.occurrence = same.index(launch) + 1
     texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
     _steps(texts.get(entry.entry, ""), texts, size, draft)
     _models(repo, launch, texts, size, draft)
@@ -460,13 +464,15 @@ def _command_at(repo: git.Repo, sha: str, workload: Workload) -> str:
         ) from error
     files = {path for path in repo.git.ls_tree("-r", "--name-only", sha).splitlines() if path.endswith(".py")}
     found = [c for c in commands_in(workload.launch, script, files) if c.target == workload.program]
-    if not found:
+    if len(found) < workload.occurrence:
         raise BadInput(
-            f"workload {workload.name}: {where} has no command that runs {workload.program}; give the workload "
+            f"workload {workload.name}: {where} has no command that runs {workload.program} (or fewer than "
+            f"{workload.occurrence}); give the workload "
             "a command of its own in [tool.bot] (and drop its launch and program)"
         )
-    draft = WorkloadDraft(workload.name, found[0].where, [], source=found[0])
-    draft.command = _command(found[0], script, draft)
+    launch = found[workload.occurrence - 1]
+    draft = WorkloadDraft(workload.name, launch.where, [], source=launch)
+    draft.command = _command(launch, script, draft)
     for flag, value in workload.flags.items():
         _set_flag(draft, flag, value, "set by the workload")
     return draft.command_line

@@ -273,6 +273,20 @@ def test_the_command_is_read_from_the_launch_at_each_commit(tmp_path: Path) -> N
         launched_at(repo, spec, [gone])
 
 
+def test_two_launches_of_one_program_in_one_file_stay_two_workloads(tmp_path: Path) -> None:
+    root = tmp_path / "two"
+    launches = "python train.py --epochs 1\npython train.py --epochs 2\n"
+    make_repo(root, {"train.py": PLAIN_LOOP, "run.sh": launches})
+    init_repository(root, install=INSTALL, lock="")
+    repo = git.Repo(root)
+    head = commit_all(repo, "perfbot: workloads drafted by bot init")
+    spec = launched_at(repo, BenchSpec.from_table(tool_settings(root), root / "pyproject.toml"), [head])
+
+    assert spec.workloads["train"].render("tiny", 0, head) == "python train.py --epochs 1"
+    assert spec.workloads["train-2"].occurrence == 2
+    assert spec.workloads["train-2"].render("tiny", 0, head) == "python train.py --epochs 2"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["trl", "accelerate", "plain"])
 def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shape: str) -> None:
