@@ -80,7 +80,7 @@ def _drafts_hint(root: Path) -> str:
     drafts = draft_workloads(root, DEFAULT_SIZE)
     if not drafts:
         return "; no launch command of a training program was found to draft one from"
-    found = "\n".join(f"  {draft.name}: {draft.command_line}  ({draft.launch})" for draft in drafts)
+    found = "\n".join(f"  {draft.name}: {draft.command_line}  ({draft.drafted_from})" for draft in drafts)
     return f"\n`bot init` drafts these from the repository's launch commands (with every override listed):\n{found}"
 
 

@@ -87,7 +87,7 @@ class WorkloadDraft:
     """One drafted workload: the command, what was changed to measure it, and what still stands in its way."""
 
     name: str
-    launch: str  # ``path:line`` of the command it was drafted from
+    drafted_from: str  # ``path:line`` of the command, or that no launch was found
     command: list[str]  # shell words; ``{steps}``/``{seed}`` placeholders stay unquoted
     gpus: int = 1
     source: LaunchCommand | None = None  # the launch it was drafted from, read again at every commit benched
@@ -104,7 +104,7 @@ class WorkloadDraft:
 
     def toml(self) -> str:
         """The ``[tool.bot.workloads.<name>]`` table, its overrides and blockers as comments above it."""
-        lines = [f"# Drafted from {self.launch} by `bot init`."]
+        lines = [f"# Drafted from {self.drafted_from} by `bot init`."]
         lines += [f"# override: {line}" for line in self.overrides]
         lines += [f"# blocker: {line}" for line in self.blockers]
         lines.append(f"[tool.bot.workloads.{self.name}]")

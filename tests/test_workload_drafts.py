@@ -162,7 +162,7 @@ def test_a_trl_script_gets_its_step_flag_no_tracker_and_a_model_built_from_confi
     root = _repository(tmp_path, "trl")
     [draft] = draft_workloads(root, "tiny")
 
-    assert draft.launch == "scripts/train.sh:3"
+    assert draft.drafted_from == "scripts/train.sh:3"
     words = draft.command
     assert words[:2] == ["python", "sft.py"]
     assert words[words.index("--model_name_or_path") + 1] == "Qwen/Qwen2.5-0.5B"  # the script's variable
@@ -189,7 +189,7 @@ def test_a_loop_with_no_step_option_is_bounded_by_the_launcher_alone(tmp_path: P
     root = _repository(tmp_path, "plain")
     [draft] = draft_workloads(root, "tiny")
 
-    assert draft.launch == "README.md:6"
+    assert draft.drafted_from == "README.md:6"
     assert draft.command == ["python", "train.py", "--epochs", "3", "--lr", "0.01"]
     assert any(line.startswith("stop_after_steps") for line in draft.overrides)
 

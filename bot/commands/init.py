@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, comment: FromComment | None = None) -> int:
     if not args.workloads_only:
         print(PUBLIC_REPOSITORY_WARNING, file=sys.stderr)
     for draft in result.drafts:
-        print(f"workload {draft.name}, drafted from {draft.launch}: {draft.command_line}")
+        print(f"workload {draft.name}, drafted from {draft.drafted_from}: {draft.command_line}")
         for line in draft.overrides:
             print(f"  override: {line}")
         for line in draft.blockers:
