@@ -10,7 +10,7 @@ import libcst as cst
 
 from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.reachability import program_of
-from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
+from optimizations.program.syntax import NESTED_SCOPES, code_of, local_callee, walk
 
 # The names a reference model goes by: `ref_model`, `reference_model`, `self.ref`, `model_ref`, `ref_policy`.
 REFERENCE = re.compile(r"^(?:ref|reference)(?:_model|_policy|_net|_lm)?$|^(?:model|policy)_ref$", re.I)
@@ -104,17 +104,9 @@ class ReferencePerStep(PlannedCodemod):
         that holds the reference forward: eric-mitchell/direct-preference-optimization's
         ``get_batch_metrics``)."""
         called = {
-            node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+            name
             for node in walk(loop.body, NESTED_SCOPES)
-            if isinstance(node, cst.Call)
-            and (
-                isinstance(node.func, cst.Name)
-                or (
-                    isinstance(node.func, cst.Attribute)
-                    and isinstance(node.func.value, cst.Name)
-                    and node.func.value.value == "self"
-                )
-            )
+            if isinstance(node, cst.Call) and (name := local_callee(node)) is not None
         }
         return [f for f in self.nodes(cst.FunctionDef) if f.name.value in called]
 

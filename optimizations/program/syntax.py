@@ -122,3 +122,13 @@ def defines(module: cst.Module, name: str) -> bool:
                 if any(isinstance(t, cst.Name) and t.value == name for t in targets):
                     return True
     return False
+
+
+def local_callee(call: cst.Call) -> str | None:
+    """The name a call reaches in the same module or class: ``f`` of ``f(...)``, ``m`` of ``self.m(...)``."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value
+    return None

@@ -10,7 +10,7 @@ import libcst as cst
 
 from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.hf import trainer_class
-from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
+from optimizations.program.syntax import NESTED_SCOPES, code_of, local_callee, walk
 from optimizations.program.training_loops import LOOPS, is_method_call, loss_names
 
 # Host reads of a tensor: each waits for the GPU to finish the work queued before it.
@@ -68,18 +68,11 @@ class HostReadsPerStep(PlannedCodemod):
         """The functions of this file ``body`` calls by name or as ``self.<method>`` in every step: not in the
         loop's logging blocks, nor under an ``if`` that tests a period (``step % eval_every == 0``)."""
         called = {
-            node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+            name
             for node in walk(body, stop)
             if isinstance(node, cst.Call)
             and (loop is None or not self._periodic(node, loop))
-            and (
-                isinstance(node.func, cst.Name)
-                or (
-                    isinstance(node.func, cst.Attribute)
-                    and isinstance(node.func.value, cst.Name)
-                    and node.func.value.value == "self"
-                )
-            )
+            and (name := local_callee(node)) is not None
         }
         return [
             f for f in self.nodes(cst.FunctionDef) if f.name.value in called and f.name.value != "__init__"
