@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -214,14 +214,23 @@ def visible_gpus() -> list[str]:
 
 
 @contextlib.contextmanager
-def worktrees(repo: git.Repo, commits: Sequence[str], root: Path) -> Iterator[dict[str, Path]]:
-    """Check out each commit in its own detached worktree under ``root``; remove them all on exit."""
+def worktrees(
+    repo: git.Repo, commits: Sequence[str], root: Path, inputs: Iterable[str] = ()
+) -> Iterator[dict[str, Path]]:
+    """Check out each commit in its own detached worktree under ``root``, with a link to each of the working
+    tree's ``inputs`` that the commit does not hold itself (data git ignores); remove them all on exit."""
+    sources = _input_sources(repo, inputs)
     created: dict[str, Path] = {}
     try:
         for index, sha in enumerate(dict.fromkeys(commits)):
             path = root / f"{index:02d}-{sha[:12]}"
             repo.git.worktree("add", "--detach", str(path), sha)
             created[sha] = path
+            for name, source in sources.items():
+                link = path / name
+                if not link.exists():
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(source, target_is_directory=source.is_dir())
         yield created
     finally:
         for path in created.values():
@@ -230,6 +239,19 @@ def worktrees(repo: git.Repo, commits: Sequence[str], root: Path) -> Iterator[di
             except git.GitCommandError:
                 shutil.rmtree(path, ignore_errors=True)
         repo.git.worktree("prune")
+
+
+def _input_sources(repo: git.Repo, inputs: Iterable[str]) -> dict[str, Path]:
+    """Each input's path in the working tree; one that is not there is bad input, named with its fix."""
+    root = Path(repo.working_tree_dir or ".")
+    sources = {name: root / name for name in dict.fromkeys(inputs)}
+    missing = [name for name, source in sources.items() if not source.exists()]
+    if missing:
+        raise ValueError(
+            f"workload input(s) {', '.join(missing)} not found in {root}: put the data there (the bench links it "
+            "into every commit's checkout) or drop it from the workload's inputs in [tool.bot]"
+        )
+    return sources
 
 
 class LocalRunner:
@@ -283,7 +305,8 @@ class LocalRunner:
             raise ValueError(f"{len(self.gpus)} GPU(s) visible, but jobs need more: {', '.join(too_wide)}")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         bench_dir = Path(tempfile.mkdtemp(prefix="bench-", dir=self.work_dir))
-        with worktrees(self.repo, [job.commit for job in jobs], bench_dir / "worktrees") as checkouts:
+        inputs = [name for job in jobs for name in job.workload.inputs]
+        with worktrees(self.repo, [job.commit for job in jobs], bench_dir / "worktrees", inputs) as checkouts:
             return self._schedule(jobs, checkouts, bench_dir / "runs", progress)
 
     def _schedule(

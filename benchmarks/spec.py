@@ -18,6 +18,7 @@ higher_is_better = true
 timeout_s = 1800
 gpus = 1
 stop_after_steps = true    # the launcher ends the program after `steps` steps (a program with no step option)
+inputs = ["data/sft"]      # files git ignores that the program reads: linked into every commit's checkout
 
 [tool.bot.workloads.dpo]   # a command read from a launch file at every commit benched, flags set on top
 launch = "scripts/train.sh"
@@ -42,7 +43,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 DEFAULT_SIZE = "tiny"
@@ -113,6 +114,9 @@ class Workload:
     occurrence: int = 1  # the launch file's n-th command that runs the program
     flags: Mapping[str, str] = field(default_factory=dict, hash=False)
     commands: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Paths (from the repository root) that git ignores and the program reads, such as local data: each commit's
+    # checkout gets a link to the working tree's copy.
+    inputs: tuple[str, ...] = ()
 
     def render(self, size: str, seed: int, commit: str | None = None) -> str:
         """The command (at ``commit``, for one read from a launch file) with ``{size}``, ``{steps}`` and
@@ -260,6 +264,7 @@ _WORKLOAD_KEYS = {
     "program",
     "occurrence",
     "flags",
+    "inputs",
 }
 
 
@@ -301,6 +306,7 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         program=_typed(body, "program", str, None, path, key),
         occurrence=_typed(body, "occurrence", int, 1, path, key),
         flags={flag: str(value) for flag, value in _typed(body, "flags", dict, {}, path, key).items()},
+        inputs=_inputs(_typed(body, "inputs", list, [], path, key), path, f"{key}.inputs"),
     )
     if (workload.launch is None) != (workload.program is None):
         raise BenchSpecError(
@@ -310,6 +316,17 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         workload = replace(workload, max_repeats=max(workload.max_repeats, workload.repeats))
     _check_counts(workload, path, key)
     return workload
+
+
+def _inputs(paths: list[Any], path: Path, key: str) -> tuple[str, ...]:
+    """The ``inputs`` list: relative paths inside the repository, each a string."""
+    for item in paths:
+        if not isinstance(item, str) or not item.strip():
+            raise BenchSpecError(path, key, f"must list paths as strings, got {item!r}")
+        parts = PurePosixPath(item).parts
+        if PurePosixPath(item).is_absolute() or ".." in parts:
+            raise BenchSpecError(path, key, f"{item!r} must be a path inside the repository, from its root")
+    return tuple(paths)
 
 
 def _models(table: Mapping[str, Any], path: Path, key: str) -> dict[str, dict[str, Any]]:

@@ -129,7 +129,9 @@ def _run_profiling(
     }
     if run.models:  # built from their configs, as the bench builds them
         environment[offline_models.ENVIRONMENT] = json.dumps(run.models)
-    with worktrees(workspace.repo, [sha], state_dir(workspace.root) / "profile-worktrees") as trees:
+    with worktrees(
+        workspace.repo, [sha], state_dir(workspace.root) / "profile-worktrees", run.inputs
+    ) as trees:
         try:
             done = subprocess.run(
                 command,

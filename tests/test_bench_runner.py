@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import git
@@ -281,6 +282,42 @@ def test_a_job_wider_than_the_machine_is_refused(target, tmp_path):
     runner = LocalRunner(repo.working_tree_dir, tmp_path / "bench", gpus=["0", "1"], launch=_direct)
     with pytest.raises(ValueError, match="need more"):
         runner.run(plan_jobs(spec, shas))
+
+
+READS_DATA = """\
+import argparse, json, pathlib
+parser = argparse.ArgumentParser()
+parser.add_argument("--out")
+args = parser.parse_args()
+rows = pathlib.Path("data/local/rows.txt").read_text().split()
+with open(args.out, "w") as out:
+    json.dump({"status": "ok", "tokens_per_s": float(len(rows))}, out)
+"""
+
+
+def test_data_git_ignores_is_linked_into_every_commits_checkout(tmp_path):
+    root = tmp_path / "target"
+    repo = git.Repo.init(root)
+    (root / ".gitignore").write_text("data/\n")
+    (root / "reads.py").write_text(READS_DATA)
+    repo.index.add([".gitignore", "reads.py"])
+    first = repo.index.commit("reads local data").hexsha
+    (root / "reads.py").write_text(READS_DATA + "# a second commit\n")
+    repo.index.add(["reads.py"])
+    second = repo.index.commit("touch").hexsha
+    (root / "data" / "local").mkdir(parents=True)
+    (root / "data" / "local" / "rows.txt").write_text("a b c\n")
+    workload = Workload(name="reads", command="python reads.py", steps=1, repeats=1, inputs=("data/local",))
+    runner = LocalRunner(root, tmp_path / "bench", gpus=[], launch=_direct)
+
+    runs = runner.run(plan_jobs(BenchSpec(workloads={"reads": workload}), [first, second]))
+
+    assert [run.status for run in runs] == [RunStatus.OK, RunStatus.OK]
+    assert [run.metrics["tokens_per_s"] for run in runs] == [3.0, 3.0]
+    missing = replace(workload, inputs=("data/elsewhere",))
+    with pytest.raises(ValueError, match=r"data/elsewhere not found in .*drop it from the workload's inputs"):
+        runner.run(plan_jobs(BenchSpec(workloads={"reads": missing}), [first]))
+    assert len(repo.git.worktree("list").splitlines()) == 1
 
 
 def test_plan_interleaves_repeats_and_the_default_launch_wraps_the_command():

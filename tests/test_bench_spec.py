@@ -148,6 +148,15 @@ def test_a_bad_option_is_blamed_not_the_pyproject(tmp_path, options, said):
             "[tool.bot]\ntime_budget_s = 0\n[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\n",
             "tool.bot.time_budget_s",
         ),
+        (
+            "[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\ninputs = 'data'\n",
+            "tool.bot.workloads.s.inputs",
+        ),
+        ("[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\ninputs = [1]\n", "tool.bot.workloads.s.inputs"),
+        (
+            "[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\ninputs = ['../data']\n",
+            "tool.bot.workloads.s.inputs",
+        ),
     ],
 )
 def test_errors_name_the_file_and_key(tmp_path, text, key):
