@@ -27,8 +27,10 @@ from optimizations.program.reachability import program_of
 from optimizations.program.recipes import runs_code_of
 from optimizations.program.repository import RepoContext
 from optimizations.program.requirements import excludes
+from optimizations.program.run_calls import runs_training
 from optimizations.program.runs.code_settings import CodeSettings, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
+from optimizations.program.runs.hydra import launch_recipes
 from optimizations.program.runs.launcher_configs import (
     accelerate_config,
     deepspeed_config,
@@ -182,10 +184,15 @@ def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
 
 def _trains(repo: RepoContext, entry: str, texts: dict[str, str]) -> bool:
     """Whether the entry point trains: it holds a backward pass, a trainer or a fit itself, or it calls a function
-    of a file that does when it runs (FastChat's ``train_mem.py`` runs ``train()`` of ``train.py``); a tool that
-    imports a helper of the training script (stanford_alpaca's ``weight_diff.py``) does not."""
+    of a file that does when it runs (FastChat's ``train_mem.py`` runs ``train()`` of ``train.py``), or reaches
+    one through the package it imports (:func:`runs_training`); a tool that imports a helper of the training
+    script (stanford_alpaca's ``weight_diff.py``) does not."""
     training = [path for path, text in texts.items() if any(marker in text for marker in TRAINING_MARKERS)]
-    return entry in training or any(runs_code_of(repo, entry, path) for path in training)
+    return (
+        entry in training
+        or any(runs_code_of(repo, entry, path) for path in training)
+        or runs_training(repo, entry, TRAINING_MARKERS)
+    )
 
 
 def _trains_by_recipe(repo: RepoContext, launch: LaunchCommand) -> bool:
@@ -243,7 +250,7 @@ def _run(
     if launch is not None:
         late = _launch_configs(repo, launch, values)
         put([s for s in late if s.name != "optimizer"])
-        for recipe in launch.recipes:
+        for recipe in launch_recipes(repo, launch):
             put(_recipe(repo, recipe))
         put(_flags(launch.flags, launch.where))
         configured = values["distribution"].value != PLAIN_DEFAULTS[2].value
