@@ -30,10 +30,11 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import git
+import yaml
 
 from benchmarks.architectures import architecture
 from benchmarks.spec import BenchSpec, Workload
@@ -41,6 +42,7 @@ from bot.errors import BadInput
 from optimizations.program.recipes import flag_arguments, shell_commands, shell_words
 from optimizations.program.repository import RepoContext
 from optimizations.program.runs.commands import LaunchCommand, commands_in, launch_commands
+from optimizations.program.runs.hydra import composed_files, hydra_app, launch_recipes
 from optimizations.program.runs.resolve import EntryRuns, effective_runs
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -72,6 +74,9 @@ MODEL_KEYS = (
     "model",
 )
 DATASET_KEYS = ("dataset_name", "dataset_name_or_path", "dataset", "dataset_path", "data_path", "train_file")
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow", ".txt", ".bin", ".npy", ".pkl")
+# Keys of a Hydra config that turn an experiment tracker on, and the value that turns it off.
+TRACKERS_OFF = {"wandb_project": "null", "report_to": "none", "use_wandb": "false", "log_with": "null"}
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 SHELL_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 # Launchers the bench measures through (``benchmarks.launch``), and the options that count their processes.
@@ -94,6 +99,7 @@ class WorkloadDraft:
     flags: dict[str, str] = field(default_factory=dict)  # the flags set on top of the launch's own
     occurrence: int = 1  # which of the launch file's commands that run the program it is
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)  # git-ignored paths the run reads
     overrides: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
 
@@ -124,6 +130,8 @@ class WorkloadDraft:
             f"repeats = {REPEATS}",
             "stop_after_steps = true",
         ]
+        if self.inputs:
+            lines.append("inputs = [" + ", ".join(_toml_value(path) for path in self.inputs) + "]")
         if self.gpus != 1:
             lines.append(f"gpus = {self.gpus}")
         for model, config in self.models.items():
@@ -176,6 +184,7 @@ def _draft(
         draft.occurrence = same.index(launch) + 1
     texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
     _steps(texts.get(entry.entry, ""), texts, size, draft)
+    _hydra_overrides(repo, launch, size, draft)
     _models(repo, launch, texts, size, draft)
     _datasets(repo, launch, texts, draft)
     draft.overrides.append(
@@ -285,6 +294,35 @@ def _steps(entry_text: str, texts: dict[str, str], size: str, draft: WorkloadDra
         _set_flag(draft, option, "{steps}", "the program's own step limit")
 
 
+def _hydra_overrides(
+    repo: RepoContext, launch: LaunchCommand | None, size: str, draft: WorkloadDraft
+) -> None:
+    """On a Hydra script, set as ``key=value``: a tracker its composed config turns on, off; at the CPU size,
+    bf16/fp16 training off."""
+    app = hydra_app(launch.target, _read(repo, launch.target)) if launch is not None else None
+    if launch is None or app is None:
+        return
+    for path in composed_files(repo, app, launch.positional):
+        text = _read(repo, path)
+        try:
+            config = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if not isinstance(config, dict):
+            continue
+        group = posixpath.relpath(posixpath.dirname(path), app.config_dir)
+        global_package = path == app.primary or text.lstrip().startswith("# @package _global_")
+        prefix = "" if global_package else group.replace("/", ".") + "."
+        for key, off in TRACKERS_OFF.items():
+            if config.get(key) not in (None, False, off):
+                _set_flag(draft, prefix + key, off, "no experiment tracker: the runner has no network")
+        for key in ("bf16", "fp16"):
+            if size == CPU_SIZE and config.get(key) is True:
+                _set_flag(
+                    draft, prefix + key, "false", f"size {CPU_SIZE!r} runs on the CPU, without {key} training"
+                )
+
+
 def _step_option(text: str) -> str | None:
     """The entry point's argparse option that bounds its steps, as it is spelled (``--max-steps``)."""
     try:
@@ -301,8 +339,20 @@ def _step_option(text: str) -> str | None:
 
 
 def _set_flag(draft: WorkloadDraft, flag: str, value: str, why: str) -> None:
-    """Give ``flag`` the value ``value`` in the command (replacing its value where it is already passed)."""
+    """Give ``flag`` the value ``value`` in the command (replacing its value where it is already passed); a
+    Hydra override (``key``, no dashes) is set as ``key=value``, or passed alone when ``value`` is empty
+    (``~key``)."""
     words = draft.command
+    if not flag.startswith("-"):
+        setting = f"{flag}={value}" if value else flag
+        at = next((i for i, word in enumerate(words) if word.partition("=")[0] == flag), None)
+        if at is None:
+            words.append(setting)
+        else:
+            words[at] = setting
+        draft.flags[flag] = value
+        draft.overrides.append(f"{setting}: {why}")
+        return
     names = {flag, flag.replace("_", "-")}
     for index, word in enumerate(words):
         name, equals, _ = word.partition("=")
@@ -325,12 +375,12 @@ def _named_values(
     draft: WorkloadDraft, launch: LaunchCommand | None, repo: RepoContext, keys: tuple[str, ...]
 ) -> list[str]:
     """The values the drafted command gives ``keys`` (its script's variables filled in), then the keys of the
-    launch's YAML recipes."""
+    launch's YAML recipes (those it passes, or a Hydra script composes)."""
     if launch is None:
         return []
     flags, _ = flag_arguments(draft.command)
     found = [flags[key] for key in keys if key in flags]
-    for recipe in launch.recipes:
+    for recipe in launch_recipes(repo, launch):
         text = _read(repo, recipe)
         for key in keys:
             found += [str(setting.value) for setting in yaml_settings(recipe, text, key)]
@@ -402,14 +452,45 @@ def _models(
 def _datasets(
     repo: RepoContext, launch: LaunchCommand | None, texts: dict[str, str], draft: WorkloadDraft
 ) -> None:
-    """A blocker for each dataset the run fetches from the Hub."""
+    """Each local data file the run reads that git ignores, as an input linked into every checkout; a blocker
+    for one that is not on disk, and for each dataset the run fetches from the Hub."""
     named = _named_values(draft, launch, repo, DATASET_KEYS) or _literal_ids(texts, "load_dataset")
     for dataset in dict.fromkeys(named):
+        if _local_data(dataset):
+            if (repo.root / dataset).exists() and not _tracked(repo.root, dataset):
+                draft.inputs.append(posixpath.normpath(dataset))
+                draft.overrides.append(
+                    f"inputs: {dataset} is git-ignored; the bench links it into every commit's checkout"
+                )
+            elif not (repo.root / dataset).exists():
+                draft.blockers.append(
+                    f"{dataset} is read by the run and is not here: put data there in the format the program "
+                    "reads, and list it in the workload's inputs (the bench links them into every checkout)"
+                )
+            continue
         if HUB_ID.fullmatch(dataset) and not (repo.root / dataset).exists():
             draft.blockers.append(
                 f"dataset {dataset} is fetched from the Hub: the runner needs it in its Hugging Face cache, or "
                 "pass a local copy in its place in the command"
             )
+
+
+def _local_data(value: str) -> bool:
+    """A relative path to data in the repository (``data/sft/train.jsonl``, ``./data``), not a Hub id."""
+    path = PurePosixPath(value)
+    return (
+        not path.is_absolute()
+        and "$" not in value
+        and (value.startswith(("./", "../")) or path.suffix in DATA_SUFFIXES or len(path.parts) > 2)
+    )
+
+
+def _tracked(root: Path, path: str) -> bool:
+    """Whether git holds ``path`` (a file, or files under a folder) in the repository at ``root``."""
+    try:
+        return bool(git.Repo(root).git.ls_files("--", path).strip())
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
+        return (root / path).exists()
 
 
 def _unique(name: str, taken: set[str]) -> str:

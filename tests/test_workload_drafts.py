@@ -287,6 +287,99 @@ def test_two_launches_of_one_program_in_one_file_stay_two_workloads(tmp_path: Pa
     assert spec.workloads["train-2"].render("tiny", 0, head) == "python train.py --epochs 2"
 
 
+# A Hydra project: the launched script holds no training code; it reaches the trainer through its package,
+# imported inside the functions it calls. Its data folder is git-ignored, as a user's usually is.
+HYDRA_SCRIPT = """\
+import hydra
+
+
+@hydra.main(config_path="../configs", config_name="config", version_base="1.3")
+def main(cfg):
+    from mypkg.runner import run_single
+
+    run_single(cfg)
+
+
+if __name__ == "__main__":
+    main()
+"""
+HYDRA_RUNNER = """\
+def run_single(cfg):
+    from mypkg.train import train_stages
+
+    return train_stages(cfg)
+"""
+HYDRA_TRAIN = """\
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+
+def train_stages(cfg):
+    model = AutoModelForCausalLM.from_pretrained(cfg.training.model_id)
+    for stage in cfg.condition.stages:
+        args = SFTConfig(output_dir="out", bf16=cfg.training.bf16, report_to="wandb" if cfg.wandb_project else "none")
+        SFTTrainer(model=model, args=args, train_dataset=stage.dataset).train()
+"""
+HYDRA_FILES = {
+    "scripts/train.py": HYDRA_SCRIPT,
+    "src/mypkg/__init__.py": "",
+    "src/mypkg/runner.py": HYDRA_RUNNER,
+    "src/mypkg/train.py": HYDRA_TRAIN,
+    "configs/config.yaml": "defaults:\n  - _self_\n  - training: default\n  - condition: base\n"
+    "wandb_project: my_project\nseed: 1\n",
+    "configs/training/default.yaml": "model_id: Qwen/Qwen2.5-0.5B\nbf16: true\n",
+    "configs/condition/base.yaml": "stages:\n  - dataset: data/base/train.jsonl\n",
+    "configs/condition/two.yaml": "stages:\n  - dataset: data/sft/first.jsonl\n  - dataset: data/sft/later.jsonl\n",
+    "README.md": "```bash\nuv run python scripts/train.py condition=two seed=42\n```\n",
+    ".gitignore": "data/\n",
+}
+
+
+def test_a_hydra_launch_is_drafted_with_its_composed_config_and_git_ignored_data(tmp_path: Path) -> None:
+    root = tmp_path / "hydra"
+    make_repo(root, HYDRA_FILES)
+    (root / "data" / "sft").mkdir(parents=True)
+    (root / "data" / "sft" / "first.jsonl").write_text(CHAT_ROWS)
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.drafted_from == "README.md:2"
+    assert draft.command == [
+        "python",
+        "scripts/train.py",
+        "condition=two",
+        "seed=42",
+        "wandb_project=null",
+        "training.bf16=false",
+    ]
+    assert draft.flags == {"wandb_project": "null", "training.bf16": "false"}
+    assert list(draft.models) == ["Qwen/Qwen2.5-0.5B"]  # from the training group's default option
+    assert draft.inputs == ["data/sft/first.jsonl"]  # the condition the command picks, not the default one
+    assert draft.blockers == [
+        "data/sft/later.jsonl is read by the run and is not here: put data there in the format the program "
+        "reads, and list it in the workload's inputs (the bench links them into every checkout)"
+    ]
+    [gpu] = draft_workloads(root, "gpu")
+    assert "training.bf16" not in gpu.flags
+
+
+def test_hydra_overrides_set_on_a_launch_are_written_as_key_value(tmp_path: Path) -> None:
+    root = tmp_path / "hydra"
+    make_repo(root, HYDRA_FILES)
+    init_repository(root, install=INSTALL, lock="")
+    text = (root / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(
+        text.replace('"wandb_project" = "null"', '"wandb_project" = "null", "~training.warmup_ratio" = ""')
+    )
+    repo = git.Repo(root)
+    head = commit_all(repo, "perfbot: workloads drafted by bot init, one override added by hand")
+    spec = launched_at(repo, BenchSpec.from_table(tool_settings(root), root / "pyproject.toml"), [head])
+
+    assert spec.workloads["train"].render("tiny", 0, head) == (
+        "python scripts/train.py condition=two seed=42 wandb_project=null '~training.warmup_ratio' "
+        "training.bf16=false"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["trl", "accelerate", "plain"])
 def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shape: str) -> None:
