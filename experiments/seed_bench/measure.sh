@@ -15,8 +15,10 @@ cp -a "$prepared" "$work"
 cd "$work"
 cp .bot/revisions.txt .bot/commits.txt .bot/perfbot.diff .bot/human.diff .bot/apply.txt "$out/"
 cp .bot/init.txt "$out/"
-# shellcheck disable=SC2046  # one revision per word, and the two drafts of run_conditions.sh
-bot bench $(awk '{print $2}' .bot/revisions.txt | awk '!seen[$0]++') $(sed 's/^/--workload /' .bot/workloads.txt) \
+# The drafts of run_conditions.sh (WORKLOADS: some of them, e.g. "train" for the SFT condition alone).
+workloads=${WORKLOADS:-$(cat .bot/workloads.txt)}
+# shellcheck disable=SC2046,SC2086  # one revision per word, one workload per word
+bot bench $(awk '{print $2}' .bot/revisions.txt | awk '!seen[$0]++') $(printf -- '--workload %s ' $workloads) \
     "$@" > "$out/bench.txt" 2>&1 || true
 cp .bot/results/*.json "$out/" 2>/dev/null || true
 cat "$out/revisions.txt"
