@@ -184,3 +184,29 @@ def test_a_recipe_edited_by_tf32_runs_every_way_it_ran_before(tmp_path, launch, 
     )
     assert result.returncode == 0, result.stderr
     assert "trained" in result.stderr
+
+
+LAUNCHED_PACKAGE = {
+    "src/pkg/__init__.py": "",
+    "src/pkg/trainer.py": "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n\n"
+    "def train(data):\n"
+    '    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'
+    '    trainer = Trainer(model=model, args=TrainingArguments(output_dir="o", bf16=True), train_dataset=data)\n'
+    "    trainer.train()\n",
+    "scripts/train.py": "from pkg.trainer import train\n\nif __name__ == '__main__':\n    train([])\n",
+    "README.md": "```bash\npython scripts/train.py\n```\n",
+    # An unlaunched study that sorts first and imports nothing of the package.
+    "experiments/aaa/run.py": "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n"
+    'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'
+    'Trainer(model=model, args=TrainingArguments(output_dir="o", bf16=True), train_dataset=[]).train()\n',
+}
+
+
+def test_a_launched_programs_file_places_the_helper_that_an_unlaunched_script_shares(tmp_path):
+    write(tmp_path, LAUNCHED_PACKAGE)
+    change = registry()["regional_compile"].dry_run(tmp_path)
+
+    assert sorted(change.files) == ["src/pkg/_perfbot_compile.py", "src/pkg/trainer.py"]
+    [study] = [site for site in change.sites if site.path == "experiments/aaa/run.py"]
+    assert not study.applicable
+    assert "_perfbot_compile's one copy, src/pkg/_perfbot_compile.py" in study.reason
