@@ -26,6 +26,7 @@ from optimizations.program.syntax import (
     walk,
 )
 from optimizations.program.training_loops import is_method_call
+from optimizations.program.values import ProgramValues
 
 # What a Trainer config gets: its batches copied without blocking the host.
 NON_BLOCKING = 'accelerator_config={"non_blocking": True}'
@@ -373,9 +374,9 @@ class PrefetchBatches(PlannedCodemod):
                     reason = f"accelerator_config sets non_blocking to `{code_of(chosen)}` at line {self.line(chosen)}"
                     self.refused(call, message, reason)
                 return
-        hidden = star_kwargs(call)
+        hidden = ProgramValues(self).hidden(call, ["accelerator_config"])
         if hidden is not None:
-            self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")
+            self.refused(call, message, hidden)
             return
         pin = keyword(call, "dataloader_pin_memory")
         if pin is not None and literal_value(pin.value) is False:

@@ -15,8 +15,8 @@ from optimizations.edits.imports import import_end
 from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import TF32_CHECK, is_training_config
-from optimizations.program.syntax import code_of, keyword, literal_value, star_kwargs
-from optimizations.program.values import outcomes
+from optimizations.program.syntax import code_of, keyword, literal_value
+from optimizations.program.values import ProgramValues, outcomes
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 
 from .run_settings import set_at_import, set_by_called_function
@@ -158,9 +158,9 @@ class EnableTf32(PlannedCodemod):
                     call, message, f"tf32 is set to `{code_of(given.value)}` at line {self.line(given)}"
                 )
             return
-        hidden = star_kwargs(call)
+        hidden = ProgramValues(self).hidden(call, ["tf32"])
         if hidden is not None:
-            self.refused(call, message, f"settings are passed through `**{code_of(hidden.value)}`")
+            self.refused(call, message, hidden)
             return
         check = parse_template_expression(
             "True if {available}() else None", available=cst.Name(TF32_CHECK[1])

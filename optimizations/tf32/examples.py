@@ -178,4 +178,50 @@ def train(model, loader, optimizer):
 """,
         refusal="switched off explicitly",
     ),
+    Example(
+        "config_splat_whose_keys_are_known",
+        before="""\
+from transformers import Trainer, TrainingArguments
+
+
+def warmup(config):
+    if config.warmup_steps > 0:
+        return {"warmup_steps": config.warmup_steps}
+    return {}
+
+
+def main(config, model, data):
+    extra = warmup(config)
+    args = TrainingArguments(output_dir="out", bf16=True, **extra)
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+        after="""\
+from transformers import Trainer, TrainingArguments
+from transformers.utils import is_torch_tf32_available
+
+
+def warmup(config):
+    if config.warmup_steps > 0:
+        return {"warmup_steps": config.warmup_steps}
+    return {}
+
+
+def main(config, model, data):
+    extra = warmup(config)
+    args = TrainingArguments(output_dir="out", bf16=True, **extra, tf32=True if is_torch_tf32_available() else None)
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+    ),
+    Example(
+        "refuses_config_splat_of_unknown_keys",
+        before="""\
+from transformers import Trainer, TrainingArguments
+
+
+def main(model, data, **options):
+    args = TrainingArguments(output_dir="out", **options)
+    Trainer(model=model, args=args, train_dataset=data).train()
+""",
+        refusal="`**options` (train.py:4), whose keys are unknown: `options` is a parameter of main()",
+    ),
 )
