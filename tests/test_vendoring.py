@@ -10,6 +10,7 @@ import pytest
 
 from optimizations.edits.vendoring import vendor
 from optimizations.program.repository import RepoContext
+from optimizations.program.runs.resolve import effective_runs
 from optimizations.registry import registry
 from optimizations.runtime import GPU_FLAGS_RUNTIME
 
@@ -210,3 +211,9 @@ def test_a_launched_programs_file_places_the_helper_that_an_unlaunched_script_sh
     [study] = [site for site in change.sites if site.path == "experiments/aaa/run.py"]
     assert not study.applicable
     assert "_perfbot_compile's one copy, src/pkg/_perfbot_compile.py" in study.reason
+    # A plan that names both files focuses the run on them; the launch of the program is still read.
+    focused = RepoContext(tmp_path, focus=("experiments/aaa/run.py", "src/pkg/trainer.py"))
+    launched = {
+        entry.entry: [run.launch is not None for run in entry.runs] for entry in effective_runs(focused)
+    }
+    assert launched["scripts/train.py"] == [True]

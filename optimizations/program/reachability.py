@@ -30,7 +30,7 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-from optimizations.program.repository import DEFAULT_EXCLUDES, RepoContext, SourceCache, module_paths
+from optimizations.program.repository import RepoContext, SourceCache, module_paths
 
 VENDOR_FOLDERS = frozenset(
     {"third_party", "thirdparty", "3rdparty", "vendor", "vendored", "external", "extern"}
@@ -338,6 +338,5 @@ def program_of(repo: RepoContext) -> Program:
     programs = _PROGRAMS.setdefault(repo.sources, {})
     key = str(repo.root)
     if key not in programs:
-        unfocused = RepoContext(repo.root, repo.exclude[len(DEFAULT_EXCLUDES) :], (), repo.sources)
-        programs[key] = Program(unfocused)
+        programs[key] = Program(repo.whole())
     return programs[key]

@@ -257,6 +257,13 @@ class RepoContext:
         # Non-Python files a transform rewrote (a YAML config, say), by path: committed with the Python edits.
         self.edits: dict[str, str] = {}
 
+    def whole(self) -> RepoContext:
+        """The same repository with no focus, sharing this run's parses: the program and how it is run are read
+        over every file in scope, whatever files a plan focuses on."""
+        if not self.focus:
+            return self
+        return RepoContext(self.root, self.exclude[len(DEFAULT_EXCLUDES) :], (), self.sources)
+
     def python_files(self) -> list[str]:
         """Tracked (or, outside git, present) Python files, minus excluded and vendored ones."""
         return self.files("*.py")

@@ -73,7 +73,7 @@ def launch_commands(repo: RepoContext) -> list[LaunchCommand]:
     per run of perfbot (``repo.sources`` keeps them)."""
     key = (repo.root, "launch commands")
     if key not in repo.sources.facts:
-        repo.sources.facts[key] = _read_all(repo)
+        repo.sources.facts[key] = _read_all(repo.whole())
     return list(repo.sources.facts[key])
 
 

@@ -157,7 +157,7 @@ def effective_runs(repo: RepoContext) -> list[EntryRuns]:
     of perfbot (``repo.sources`` keeps it)."""
     key = (repo.root, "effective runs")
     if key not in repo.sources.facts:
-        repo.sources.facts[key] = _resolve_all(repo)
+        repo.sources.facts[key] = _resolve_all(repo.whole())
     return list(repo.sources.facts[key])
 
 
