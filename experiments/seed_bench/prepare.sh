@@ -6,7 +6,7 @@
 # as PLAN.md, the workloads `bot init --workloads-only` drafts from those launches, and a branch
 # `human` holding the human's trainer.py and sft.py as of b8dd473 (the tier-1 head the seed issue measured);
 # then `bot apply --tier 1` of the seed plan lays perfbot's commits on master (branch bot/plan-tier-1), and
-# `bot apply --tier 2` of two rows of perfbot's own plan on top; DIR/.bot/revisions.txt names the commits.
+# `bot apply --tier 2` of perfbot's own plan on top; DIR/.bot/revisions.txt names the commits.
 # Usage: prepare.sh MIRROR SIZE DIR   (MIRROR: the `fetch` git directory; SIZE: tiny on a CPU, gpu on the GPU)
 set -euo pipefail
 mirror=$1
@@ -70,20 +70,9 @@ git checkout -q master
 
 PYTHONPATH="$project" bot apply --tier 1 --plan PLAN.md --no-push > .bot/apply.txt 2>&1
 tier1=$(git rev-parse HEAD)
-# Tier 2: the seed plan has none. perfbot's own plan (`bot scan --plan`) lists bf16 adapters and regional
-# compilation for trainer.py, the file the two launches run, but refuses them there: each helper's one copy
-# goes first beside an unlaunched experiment script, which trainer.py cannot import. The user keeps those two
-# rows, for trainer.py, in a plan of their own.
-cat > .bot/tier2.md <<'MD'
-### Tier 2 follow-up fixes
-
-| # | File:Line | Change | Expected win | Numerics |
-|---|---|---|---|---|
-| A | src/explore_persona_space/train/trainer.py:155 | LoRA adapters computing in the model's bf16 (opt:bf16_adapters) | adapter matmuls in bf16 | rounding |
-| B | src/explore_persona_space/train/trainer.py:394, src/explore_persona_space/train/trainer.py:599 | Regional compilation of the trained model's repeated layers (opt:regional_compile) | fewer kernel launches | rounding |
-MD
+# Tier 2: the seed plan has none; perfbot's own plan (`bot scan --plan`) has, for the files the launches run too.
 PYTHONPATH="$project" bot scan --plan > .bot/own-plan.md 2>/dev/null
-PYTHONPATH="$project" bot apply --tier 2 --plan .bot/tier2.md --no-push >> .bot/apply.txt 2>&1
+PYTHONPATH="$project" bot apply --tier 2 --plan .bot/own-plan.md --no-push >> .bot/apply.txt 2>&1
 {
     echo "baseline $(git rev-parse master)"
     echo "human $(git rev-parse human)"
