@@ -262,7 +262,9 @@ class Optimization:
         ctx = RepoContext(root, exclude, focus, sources)
         files: dict[str, str] = {}
         sites: list[Site] = []
-        paths = _launched_first(ctx, [path for path in ctx.python_files() if _editable(ctx, path)])
+        from optimizations.program.runs.resolve import launched_first  # loads libcst: not for listing
+
+        paths = launched_first(ctx, [path for path in ctx.python_files() if _editable(ctx, path)])
         with collector_paused():
             for done, path in enumerate(paths, start=1):
                 source = ctx.read(path)
@@ -376,21 +378,6 @@ class Optimization:
         """True when a plan row's text names this optimization."""
         lowered = text.lower()
         return f"opt:{self.id}" in lowered or any(k in lowered for k in self.keywords)
-
-
-def _launched_first(ctx: RepoContext, paths: list[str]) -> list[str]:
-    """``paths`` with the files a launched training program loads first: a run-time helper's one copy goes where
-    the first file that needs it can import it, so a launched program's file places it, not an unlaunched script
-    beside it that the program cannot import from."""
-    from optimizations.program.runs.resolve import effective_runs  # loads libcst: not for listing
-
-    launched = {
-        path
-        for entry in effective_runs(ctx)
-        if any(run.launch is not None for run in entry.runs)
-        for path in entry.files
-    }
-    return sorted(paths, key=lambda path: path not in launched)
 
 
 class RegistryError(Exception):

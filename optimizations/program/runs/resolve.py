@@ -182,6 +182,19 @@ def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
     return found
 
 
+def launched_first(repo: RepoContext, paths: list[str]) -> list[str]:
+    """``paths`` with the files a launched training program loads first: a run-time helper's one copy goes where
+    the first file that needs it can import it, so a launched program's file places it, not an unlaunched script
+    beside it that the program cannot import from."""
+    launched = {
+        path
+        for entry in effective_runs(repo)
+        if any(run.launch is not None for run in entry.runs)
+        for path in entry.files
+    }
+    return sorted(paths, key=lambda path: path not in launched)
+
+
 def _trains(repo: RepoContext, entry: str, texts: dict[str, str]) -> bool:
     """Whether the entry point trains: it holds a backward pass, a trainer or a fit itself, or it calls a function
     of a file that does when it runs (FastChat's ``train_mem.py`` runs ``train()`` of ``train.py``), or reaches
