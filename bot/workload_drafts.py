@@ -12,7 +12,8 @@ written into ``[tool.bot]`` where the user can read and change it:
 - no experiment tracker and no checkpoint saving on a ``Trainer`` script (the runner has no network);
 - a model the runner cannot download, built from its architecture config at the bench's size
   (:mod:`benchmarks.architectures`, :mod:`benchmarks.offline_models`);
-- a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through.
+- a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through;
+- a launch that moves to a folder first (``cd trainer && python train.py``) run in that folder (``directory``).
 
 A drafted workload names its launch file and program, and the bench reads the command from that file again at
 every commit it measures (:func:`launched_at`), so a commit that changes the launch is measured with it.
@@ -95,6 +96,7 @@ class WorkloadDraft:
     drafted_from: str  # ``path:line`` of the command, or that no launch was found
     command: list[str]  # shell words; ``{steps}``/``{seed}`` placeholders stay unquoted
     gpus: int = 1
+    directory: str = ""  # the folder the command runs in (its launch's ``cd``); empty: the repository root
     source: LaunchCommand | None = None  # the launch it was drafted from, read again at every commit benched
     flags: dict[str, str] = field(default_factory=dict)  # the flags set on top of the launch's own
     occurrence: int = 1  # which of the launch file's commands that run the program it is
@@ -119,6 +121,7 @@ class WorkloadDraft:
                 f"launch = {_toml_value(self.source.path)}",
                 f"program = {_toml_value(self.source.target)}",
                 *([f"occurrence = {self.occurrence}"] if self.occurrence > 1 else []),
+                *([f"directory = {_toml_value(self.directory)}"] if self.directory else []),
                 "flags = {"
                 + ", ".join(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in self.flags.items())
                 + "}",
@@ -207,7 +210,13 @@ def _command(launch: LaunchCommand, script: str, draft: WorkloadDraft) -> list[s
     words, target = words[start:], target - start
     launcher = _launcher(words[0]) or "python"
     words[0] = launcher
-    if not launch.as_module and words[target] != launch.target:
+    if launch.directory:
+        draft.directory = launch.directory
+        draft.overrides.append(
+            f"directory {launch.directory}: the command runs in that folder, as its launch's "
+            f"`cd {launch.directory}` has it"
+        )
+    elif not launch.as_module and words[target] != launch.target:
         draft.overrides.append(f"names the script from the repository root: {launch.target}")
         words[target] = launch.target
     processes = next(
@@ -457,12 +466,17 @@ def _datasets(
     named = _named_values(draft, launch, repo, DATASET_KEYS) or _literal_ids(texts, "load_dataset")
     for dataset in dict.fromkeys(named):
         if _local_data(dataset):
-            if (repo.root / dataset).exists() and not _tracked(repo.root, dataset):
-                draft.inputs.append(posixpath.normpath(dataset))
+            path = posixpath.normpath(
+                posixpath.join(draft.directory, dataset)
+            )  # as the run in its folder reads it
+            if path.startswith("../"):
+                continue  # outside the repository: nothing to link into a checkout
+            if (repo.root / path).exists() and not _tracked(repo.root, path):
+                draft.inputs.append(path)
                 draft.overrides.append(
-                    f"inputs: {dataset} is git-ignored; the bench links it into every commit's checkout"
+                    f"inputs: {path} is git-ignored; the bench links it into every commit's checkout"
                 )
-            elif not (repo.root / dataset).exists():
+            elif not (repo.root / path).exists():
                 draft.blockers.append(
                     f"{dataset} is read by the run and is not here: put data there in the format the program "
                     "reads, and list it in the workload's inputs (the bench links them into every checkout)"

@@ -141,10 +141,44 @@ python train.py --epochs 3 --lr 0.01
 ```
 """
 
+# A loop run from its own folder, reading its data by a path relative to it.
+FOLDER_LOOP = """\
+import argparse
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data_path", default="../data/rows.txt")
+    parser.add_argument("--hidden_size", type=int, default=512)
+    args = parser.parse_args()
+    with open(args.data_path) as rows:
+        data = torch.tensor([[int(value) for value in row.split()] for row in rows])
+    model = torch.nn.Sequential(torch.nn.Embedding(16, args.hidden_size), torch.nn.Linear(args.hidden_size, 16))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(100):
+        for batch in data.split(4):
+            loss = torch.nn.functional.cross_entropy(model(batch).flatten(0, 1), batch.flatten())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
+"""
+FOLDER_README = "# From its folder\n\n```bash\ncd trainer && python train.py\n```\n"
+
 REPOSITORIES = {
     "trl": {"sft.py": TRL_SCRIPT, "scripts/train.sh": TRL_LAUNCH, "data/chat.jsonl": CHAT_ROWS},
     "accelerate": {"train_accelerate.py": ACCELERATE_LOOP, "launch.sh": ACCELERATE_LAUNCH},
     "plain": {"train.py": PLAIN_LOOP, "README.md": PLAIN_README},
+    "folder": {
+        "trainer/train.py": FOLDER_LOOP,
+        "data/rows.txt": "1 2 3 4\n" * 32,
+        "README.md": FOLDER_README,
+    },
 }
 
 
@@ -192,6 +226,32 @@ def test_a_loop_with_no_step_option_is_bounded_by_the_launcher_alone(tmp_path: P
     assert draft.drafted_from == "README.md:6"
     assert draft.command == ["python", "train.py", "--epochs", "3", "--lr", "0.01"]
     assert any(line.startswith("stop_after_steps") for line in draft.overrides)
+
+
+def test_a_launch_that_moves_to_a_folder_runs_there(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "folder")
+    init_repository(root, install=INSTALL, lock="")
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.directory == "trainer"
+    assert draft.command == ["python", "train.py"]  # named from its folder
+    assert any(line.startswith("directory trainer:") for line in draft.overrides)
+    workload = _workloads(root)["train"]
+    assert (workload["directory"], workload["program"]) == ("trainer", "trainer/train.py")
+    head = commit_all(git.Repo(root), "perfbot: workloads drafted by bot init")
+    spec = launched_at(
+        git.Repo(root), BenchSpec.from_table(tool_settings(root), root / "pyproject.toml"), [head]
+    )
+    assert spec.workloads["train"].render("tiny", 0, head) == "python train.py"
+    assert spec.workloads["train"].directory == "trainer"
+
+
+def test_a_cd_that_cannot_be_told_reads_the_command_as_without_it(tmp_path: Path) -> None:
+    root = tmp_path / "unknown-folder"
+    make_repo(root, {"train.py": PLAIN_LOOP, "run.sh": 'cd "$WORK" && python train.py --epochs 2\n'})
+    [draft] = draft_workloads(root, "tiny")
+
+    assert (draft.directory, draft.command) == ("", ["python", "train.py", "--epochs", "2"])
 
 
 def test_a_dataset_from_the_hub_and_an_unset_variable_are_blockers(tmp_path: Path) -> None:
@@ -381,7 +441,7 @@ def test_hydra_overrides_set_on_a_launch_are_written_as_key_value(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", ["trl", "accelerate", "plain"])
+@pytest.mark.parametrize("shape", ["trl", "accelerate", "plain", "folder"])
 def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shape: str) -> None:
     root = _repository(tmp_path, shape)
     init_repository(root, install=INSTALL, lock="")
@@ -401,3 +461,25 @@ def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shap
     assert runs and all(run.ok for run in runs), [run.log_tail for run in runs]
     assert all(run.metrics and run.metrics["steps_measured"] >= 1 for run in runs)
     assert not (root / "model.pt").exists()  # the launcher ended the run before the program's save
+
+
+@pytest.mark.slow
+def test_a_run_in_a_folder_names_the_files_it_loaded_from_the_checkout(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "folder")
+    init_repository(root, install=INSTALL, lock="")
+    head = commit_all(git.Repo(root), "perfbot: workloads drafted by bot init")
+    once = ["--repeats", "1", "--max-repeats", "1", "--min-time", "0", "--max-host-load", "1", "--steps", "6"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "bench", head, *once],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    [results] = (root / ".bot" / "results").glob("*.json")
+    [run] = [run for run in Results.load(results).runs if run.repeat >= 0]
+    assert run.ok, run.log_tail
+    assert run.metrics is not None
+    assert {"trainer/train.py", "data/rows.txt"} <= set(run.metrics["files_loaded"])
