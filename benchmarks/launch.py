@@ -6,6 +6,7 @@ Usage::
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- python -m package.train [ARGS...]
     python -m benchmarks.launch [--out FILE] [--warmup-steps N] -- torchrun --nproc-per-node 2 train.py [ARGS...]
     python -m benchmarks.launch --stop-after-steps 40 -- python train.py [ARGS...]
+    python -m benchmarks.launch --chdir trainer -- python train_pretrain.py [ARGS...]
 
 The program runs in this interpreter (``runpy``, with ``sys.argv`` and ``sys.path[0]`` set as ``python`` would
 set them), so the :class:`benchmarks.metrics.Meter` hooks see its training loop. Every ``transformers.Trainer``
@@ -15,6 +16,9 @@ through the global hooks alone (see :mod:`benchmarks.metrics`).
 
 ``--stop-after-steps N`` ends the program after its ``N``-th step (:class:`benchmarks.metrics.StepLimitReached`),
 for a program that has no step option of its own; the run's status is ``ok``.
+
+``--chdir DIR`` runs the program in the folder ``DIR`` of the working directory, as a launch that starts with
+``cd DIR &&`` does; the files it loaded are still named from the working directory (every rank's too).
 
 A ``torchrun`` or ``accelerate launch`` command is run through its launcher with this wrapper on every rank, and
 the ranks' records are merged into one (:mod:`benchmarks.distributed`).
@@ -73,6 +77,9 @@ from benchmarks.turns import client_from_environment
 SCHEMA = "perfbot.run/v1"
 DEFAULT_OUT = "perfbot-metrics.json"
 PLANT_FILE = ".perfbot-plant.json"
+# The checkout a run started in, for a program run in one of its folders (``--chdir``): its ranks name the
+# files they load from there.
+CHECKOUT_ENVIRONMENT = "PERFBOT_CHECKOUT"
 _PYTHON_EXECUTABLE = re.compile(r"python[0-9.]*")
 _IGNORED_INTERPRETER_FLAGS = {"-u", "-B"}
 
@@ -395,6 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="end the program after N steps (for a program with no step option of its own)",
     )
     parser.add_argument(
+        "--chdir",
+        metavar="DIR",
+        help="run the program in this folder of the working directory (its launch's `cd DIR`)",
+    )
+    parser.add_argument(
         "--per-rank",
         action="store_true",
         help="one rank of a distributed run: write FILE.rank<RANK> with the rank and world size in it",
@@ -408,10 +420,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         launch = parse_launcher(command)
         program = parse_command(command) if launch is None else None
-        slowdown = planted_slowdown()
+        slowdown = planted_slowdown(os.environ.get(CHECKOUT_ENVIRONMENT) or ".")
     except (CommandError, LauncherError, ValueError) as error:
         print(f"benchmarks.launch: {error}", file=sys.stderr)
         return 2
+    checkout = os.environ.get(CHECKOUT_ENVIRONMENT) or os.getcwd()
+    if options.chdir:
+        out = os.path.abspath(options.out)
+        try:
+            os.chdir(options.chdir)
+        except OSError as error:
+            print(f"benchmarks.launch: --chdir {options.chdir}: {error}", file=sys.stderr)
+            return 2
+        options.out = out
+        os.environ[CHECKOUT_ENVIRONMENT] = checkout
     if launch is not None:
         return run_distributed(launch, options.out, options.warmup_steps, options.stop_after_steps, command)
     try:
@@ -426,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         turns=turns,
         stop_after=options.stop_after_steps,
     )
-    with FilesLoaded(os.getcwd()) as loaded:
+    with FilesLoaded(checkout) as loaded:
         status, failure, code = run_program(program, meter)
     record = build_record(meter, options.warmup_steps, status, failure, command)
     record[FILES_LOADED] = loaded.paths()

@@ -135,6 +135,7 @@ def launch_command(job: BenchJob, metrics_path: Path) -> list[str]:
         "--warmup-steps",
         str(job.workload.warmup_steps),
         *(["--stop-after-steps", str(job.workload.steps)] if job.workload.stop_after_steps else []),
+        *(["--chdir", job.workload.directory] if job.workload.directory else []),
         "--",
         *shlex.split(job.command),
     ]

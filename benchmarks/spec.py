@@ -19,6 +19,7 @@ timeout_s = 1800
 gpus = 1
 stop_after_steps = true    # the launcher ends the program after `steps` steps (a program with no step option)
 inputs = ["data/sft"]      # files git ignores that the program reads: linked into every commit's checkout
+directory = "trainer"      # run the command in this folder of the checkout (default: its root)
 
 [tool.bot.workloads.dpo]   # a command read from a launch file at every commit benched, flags set on top
 launch = "scripts/train.sh"
@@ -39,6 +40,7 @@ hidden_size = 64           # (any other key of the model's config; see benchmark
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -117,6 +119,8 @@ class Workload:
     # Paths (from the repository root) that git ignores and the program reads, such as local data: each commit's
     # checkout gets a link to the working tree's copy.
     inputs: tuple[str, ...] = ()
+    # The checkout's folder the command runs in (its launch's ``cd DIR &&``); None: the checkout's root.
+    directory: str | None = None
 
     def render(self, size: str, seed: int, commit: str | None = None) -> str:
         """The command (at ``commit``, for one read from a launch file) with ``{size}``, ``{steps}`` and
@@ -265,6 +269,7 @@ _WORKLOAD_KEYS = {
     "occurrence",
     "flags",
     "inputs",
+    "directory",
 }
 
 
@@ -307,6 +312,7 @@ def _workload(name: str, body: Any, path: Path) -> Workload:
         occurrence=_typed(body, "occurrence", int, 1, path, key),
         flags={flag: str(value) for flag, value in _typed(body, "flags", dict, {}, path, key).items()},
         inputs=_inputs(_typed(body, "inputs", list, [], path, key), path, f"{key}.inputs"),
+        directory=_directory(_typed(body, "directory", str, None, path, key), path, f"{key}.directory"),
     )
     if (workload.launch is None) != (workload.program is None):
         raise BenchSpecError(
@@ -327,6 +333,18 @@ def _inputs(paths: list[Any], path: Path, key: str) -> tuple[str, ...]:
         if PurePosixPath(item).is_absolute() or ".." in parts:
             raise BenchSpecError(path, key, f"{item!r} must be a path inside the repository, from its root")
     return tuple(paths)
+
+
+def _directory(value: str | None, path: Path, key: str) -> str | None:
+    """A folder of the checkout, relative, in git's form (``trainer``); None for the root."""
+    if value is None:
+        return None
+    normal = posixpath.normpath(value)
+    if posixpath.isabs(normal) or normal == ".." or normal.startswith("../"):
+        raise BenchSpecError(
+            path, key, f"must be a folder inside the repository, relative to its root, got {value!r}"
+        )
+    return None if normal == "." else normal
 
 
 def _models(table: Mapping[str, Any], path: Path, key: str) -> dict[str, dict[str, Any]]:

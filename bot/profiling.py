@@ -135,7 +135,7 @@ def _run_profiling(
         try:
             done = subprocess.run(
                 command,
-                cwd=trees[sha],
+                cwd=trees[sha] / (run.directory or ""),
                 env=environment,
                 capture_output=True,
                 text=True,

@@ -6,13 +6,21 @@ config files, plus the overrides a short measured run needs. Every override is l
 written into ``[tool.bot]`` where the user can read and change it:
 
 - the step count: the program's own step option where it has one (``--max_steps`` of a ``TrainingArguments``
-  parser, an argparse ``--max-steps``/``--max_iters``), and always the launcher's step limit
+  parser, an argparse ``--max-steps``/``--max_iters``, a module-level ``max_iters = ...`` that a configurator
+  file the program runs (``exec``) overrides from ``--max_iters=N`` words), and always the launcher's step limit
   (``stop_after_steps``), which ends the run after its last measured step without editing the code, so what the
   program does after training (saving, evaluating, uploading) is not run;
 - no experiment tracker and no checkpoint saving on a ``Trainer`` script (the runner has no network);
+- at the CPU size, a hand-written loop's own options (argparse or configurator) set for a CPU: its device, no
+  ``compile``, and the model it builds from its options shrunk to the shapes a tiny Hub model is built at
+  (width, depth, heads, sequence length);
 - a model the runner cannot download, built from its architecture config at the bench's size
   (:mod:`benchmarks.architectures`, :mod:`benchmarks.offline_models`);
-- a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through.
+- a ``deepspeed`` launch run as ``torchrun`` with as many processes, the launcher the bench measures through;
+- a launch that moves to a folder first (``cd trainer && python train.py``) run in that folder (``directory``).
+
+A flag spelled with a trailing ``=`` in ``flags`` (``"--max_iters=" = "{steps}"``) is passed joined to its value
+(``--max_iters=20``), as a configurator that reads ``--name=value`` words needs.
 
 A drafted workload names its launch file and program, and the bench reads the command from that file again at
 every commit it measures (:func:`launched_at`), so a commit that changes the launch is measured with it.
@@ -43,6 +51,7 @@ from optimizations.program.recipes import flag_arguments, shell_commands, shell_
 from optimizations.program.repository import RepoContext
 from optimizations.program.runs.commands import LaunchCommand, commands_in, launch_commands
 from optimizations.program.runs.hydra import composed_files, hydra_app, launch_recipes
+from optimizations.program.runs.options import Option, cpu_settings, program_options
 from optimizations.program.runs.resolve import EntryRuns, effective_runs
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -95,6 +104,7 @@ class WorkloadDraft:
     drafted_from: str  # ``path:line`` of the command, or that no launch was found
     command: list[str]  # shell words; ``{steps}``/``{seed}`` placeholders stay unquoted
     gpus: int = 1
+    directory: str = ""  # the folder the command runs in (its launch's ``cd``); empty: the repository root
     source: LaunchCommand | None = None  # the launch it was drafted from, read again at every commit benched
     flags: dict[str, str] = field(default_factory=dict)  # the flags set on top of the launch's own
     occurrence: int = 1  # which of the launch file's commands that run the program it is
@@ -119,6 +129,7 @@ class WorkloadDraft:
                 f"launch = {_toml_value(self.source.path)}",
                 f"program = {_toml_value(self.source.target)}",
                 *([f"occurrence = {self.occurrence}"] if self.occurrence > 1 else []),
+                *([f"directory = {_toml_value(self.directory)}"] if self.directory else []),
                 "flags = {"
                 + ", ".join(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in self.flags.items())
                 + "}",
@@ -183,10 +194,11 @@ def _draft(
         same = [c for c in launch_commands(repo) if (c.path, c.target) == (launch.path, launch.target)]
         draft.occurrence = same.index(launch) + 1
     texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
-    _steps(texts.get(entry.entry, ""), texts, size, draft)
+    options = program_options(repo, entry.entry, texts.get(entry.entry, ""))
+    _steps(texts, options, size, draft)
     _hydra_overrides(repo, launch, size, draft)
     _models(repo, launch, texts, size, draft)
-    _datasets(repo, launch, texts, draft)
+    _datasets(repo, launch, texts, draft, options)
     draft.overrides.append(
         "stop_after_steps: the launcher ends the run after its last measured step; nothing after training runs"
     )
@@ -207,7 +219,13 @@ def _command(launch: LaunchCommand, script: str, draft: WorkloadDraft) -> list[s
     words, target = words[start:], target - start
     launcher = _launcher(words[0]) or "python"
     words[0] = launcher
-    if not launch.as_module and words[target] != launch.target:
+    if launch.directory:
+        draft.directory = launch.directory
+        draft.overrides.append(
+            f"directory {launch.directory}: the command runs in that folder, as its launch's "
+            f"`cd {launch.directory}` has it"
+        )
+    elif not launch.as_module and words[target] != launch.target:
         draft.overrides.append(f"names the script from the repository root: {launch.target}")
         words[target] = launch.target
     processes = next(
@@ -276,9 +294,10 @@ def _filled(word: str, values: dict[str, str], draft: WorkloadDraft) -> str:
     return SHELL_VARIABLE.sub(value, word)
 
 
-def _steps(entry_text: str, texts: dict[str, str], size: str, draft: WorkloadDraft) -> None:
+def _steps(texts: dict[str, str], options: dict[str, Option], size: str, draft: WorkloadDraft) -> None:
     """The program's own step option set to ``{steps}``; on a Trainer, the tracker and checkpoints off, and
-    the CPU asked for at the CPU size (a bf16 config refuses to start on a CPU otherwise)."""
+    the CPU asked for at the CPU size (a bf16 config refuses to start on a CPU otherwise); on a hand-written
+    loop at the CPU size, its own options set for a CPU (:func:`cpu_settings`)."""
     if any(parser in text for text in texts.values() for parser in TRAINER_PARSERS):
         repeat = "so a short dataset repeats until the measured steps are run"
         _set_flag(draft, "--max_steps", "{steps}", repeat)
@@ -289,9 +308,12 @@ def _steps(entry_text: str, texts: dict[str, str], size: str, draft: WorkloadDra
                 draft, "--use_cpu", "True", f"size {CPU_SIZE!r} runs on the CPU, in the run's own precision"
             )
         return
-    option = _step_option(entry_text)
-    if option is not None:
-        _set_flag(draft, option, "{steps}", "the program's own step limit")
+    step = next((options[name] for name in STEP_OPTIONS if name in options), None)
+    if step is not None:
+        _set_flag(draft, step.flag, "{steps}", "the program's own step limit")
+    if size == CPU_SIZE:  # a hand-written loop's own options, as a run on the CPU needs them
+        for flag, value, why in cpu_settings(options):
+            _set_flag(draft, flag, value, f"size {CPU_SIZE!r} runs on the CPU: {why}")
 
 
 def _hydra_overrides(
@@ -323,25 +345,10 @@ def _hydra_overrides(
                 )
 
 
-def _step_option(text: str) -> str | None:
-    """The entry point's argparse option that bounds its steps, as it is spelled (``--max-steps``)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    spelled = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            for argument in node.args:
-                if isinstance(argument, ast.Constant) and str(argument.value).startswith("--"):
-                    spelled[str(argument.value)[2:].replace("-", "_")] = str(argument.value)
-    return next((spelled[name] for name in STEP_OPTIONS if name in spelled), None)
-
-
 def _set_flag(draft: WorkloadDraft, flag: str, value: str, why: str) -> None:
     """Give ``flag`` the value ``value`` in the command (replacing its value where it is already passed); a
     Hydra override (``key``, no dashes) is set as ``key=value``, or passed alone when ``value`` is empty
-    (``~key``)."""
+    (``~key``); a flag ending in ``=`` (``--max_iters=``) is passed joined to its value, one word."""
     words = draft.command
     if not flag.startswith("-"):
         setting = f"{flag}={value}" if value else flag
@@ -353,22 +360,25 @@ def _set_flag(draft: WorkloadDraft, flag: str, value: str, why: str) -> None:
         draft.flags[flag] = value
         draft.overrides.append(f"{setting}: {why}")
         return
-    names = {flag, flag.replace("_", "-")}
+    joined = flag.endswith("=")
+    bare = flag.removesuffix("=")
+    names = {bare, bare.replace("_", "-")}
     for index, word in enumerate(words):
         name, equals, _ = word.partition("=")
         if name in names:
-            if equals:
+            if equals or joined:
                 words[index] = f"{name}={value}"
             elif index + 1 < len(words) and not words[index + 1].startswith("--"):
                 words[index + 1] = value
             else:
                 words.insert(index + 1, value)
-            flag = name
+            bare = name
             break
     else:
-        words += [flag, value]
+        words += [f"{bare}={value}"] if joined else [bare, value]
+    flag = f"{bare}=" if joined else bare
     draft.flags[flag] = value
-    draft.overrides.append(f"{flag} {value}: {why}")
+    draft.overrides.append(f"{bare}={value}: {why}" if joined else f"{bare} {value}: {why}")
 
 
 def _named_values(
@@ -450,19 +460,35 @@ def _models(
 
 
 def _datasets(
-    repo: RepoContext, launch: LaunchCommand | None, texts: dict[str, str], draft: WorkloadDraft
+    repo: RepoContext,
+    launch: LaunchCommand | None,
+    texts: dict[str, str],
+    draft: WorkloadDraft,
+    options: dict[str, Option] | None = None,
 ) -> None:
     """Each local data file the run reads that git ignores, as an input linked into every checkout; a blocker
-    for one that is not on disk, and for each dataset the run fetches from the Hub."""
-    named = _named_values(draft, launch, repo, DATASET_KEYS) or _literal_ids(texts, "load_dataset")
+    for one that is not on disk, and for each dataset the run fetches from the Hub. The run reads what its
+    command (or recipe) names, else the default of a hand-written loop's data option (``--data_path``)."""
+    named = _named_values(draft, launch, repo, DATASET_KEYS)
+    passed = {key.replace("-", "_") for key in flag_arguments(draft.command)[0]}
+    for key in DATASET_KEYS:
+        option = (options or {}).get(key)
+        if option is not None and isinstance(option.default, str) and key not in passed:
+            named.append(option.default)
+    named = named or _literal_ids(texts, "load_dataset")
     for dataset in dict.fromkeys(named):
         if _local_data(dataset):
-            if (repo.root / dataset).exists() and not _tracked(repo.root, dataset):
-                draft.inputs.append(posixpath.normpath(dataset))
+            path = posixpath.normpath(
+                posixpath.join(draft.directory, dataset)
+            )  # as the run in its folder reads it
+            if path.startswith("../"):
+                continue  # outside the repository: nothing to link into a checkout
+            if (repo.root / path).exists() and not _tracked(repo.root, path):
+                draft.inputs.append(path)
                 draft.overrides.append(
-                    f"inputs: {dataset} is git-ignored; the bench links it into every commit's checkout"
+                    f"inputs: {path} is git-ignored; the bench links it into every commit's checkout"
                 )
-            elif not (repo.root / dataset).exists():
+            elif not (repo.root / path).exists():
                 draft.blockers.append(
                     f"{dataset} is read by the run and is not here: put data there in the format the program "
                     "reads, and list it in the workload's inputs (the bench links them into every checkout)"

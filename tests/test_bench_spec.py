@@ -157,6 +157,10 @@ def test_a_bad_option_is_blamed_not_the_pyproject(tmp_path, options, said):
             "[tool.bot.workloads.s]\ncommand = 'x'\nsteps = 3\ninputs = ['../data']\n",
             "tool.bot.workloads.s.inputs",
         ),
+        (
+            "[tool.bot.workloads.sft]\ncommand = 'x'\nsteps = 3\ndirectory = '../elsewhere'\n",
+            "tool.bot.workloads.sft.directory",
+        ),
     ],
 )
 def test_errors_name_the_file_and_key(tmp_path, text, key):

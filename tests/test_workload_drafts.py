@@ -141,10 +141,97 @@ python train.py --epochs 3 --lr 0.01
 ```
 """
 
+# A loop configured by module-level globals that a configurator file it runs overrides from `--name=value`
+# words (and from config files named on the command line), as nanoGPT's train.py is.
+CONFIGURED_LOOP = """\
+import torch
+
+max_iters = 1000
+device = "cuda"
+compile = True
+n_embd = 384
+n_layer = 6
+n_head = 6
+block_size = 256
+batch_size = 4
+exec(open("configurator.py").read())
+
+assert n_embd % n_head == 0
+torch.manual_seed(0)
+blocks = [torch.nn.Linear(n_embd, n_embd) for _ in range(n_layer)]
+model = torch.nn.Sequential(torch.nn.Embedding(32, n_embd), *blocks, torch.nn.Linear(n_embd, 32)).to(device)
+if compile:
+    model = torch.compile(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+for _ in range(max_iters):
+    tokens = torch.randint(0, 32, (batch_size, block_size), device=device)
+    loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+CONFIGURATOR = """\
+import sys
+from ast import literal_eval
+
+for argument in sys.argv[1:]:
+    if "=" not in argument:
+        exec(open(argument).read())
+        continue
+    key, value = argument[2:].split("=")
+    assert key in globals(), key
+    try:
+        value = literal_eval(value)
+    except (SyntaxError, ValueError):
+        pass
+    globals()[key] = value
+"""
+CONFIGURED_README = "# Configured\n\n```sh\npython train.py config/small.py\n```\n"
+
+# A loop run from its own folder, reading its data by a path relative to it.
+FOLDER_LOOP = """\
+import argparse
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data_path", default="../data/rows.txt")
+    parser.add_argument("--hidden_size", type=int, default=512)
+    args = parser.parse_args()
+    with open(args.data_path) as rows:
+        data = torch.tensor([[int(value) for value in row.split()] for row in rows])
+    model = torch.nn.Sequential(torch.nn.Embedding(16, args.hidden_size), torch.nn.Linear(args.hidden_size, 16))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(100):
+        for batch in data.split(4):
+            loss = torch.nn.functional.cross_entropy(model(batch).flatten(0, 1), batch.flatten())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
+"""
+FOLDER_README = "# From its folder\n\n```bash\ncd trainer && python train.py\n```\n"
+
 REPOSITORIES = {
     "trl": {"sft.py": TRL_SCRIPT, "scripts/train.sh": TRL_LAUNCH, "data/chat.jsonl": CHAT_ROWS},
     "accelerate": {"train_accelerate.py": ACCELERATE_LOOP, "launch.sh": ACCELERATE_LAUNCH},
     "plain": {"train.py": PLAIN_LOOP, "README.md": PLAIN_README},
+    "configured": {
+        "train.py": CONFIGURED_LOOP,
+        "configurator.py": CONFIGURATOR,
+        "config/small.py": "n_layer = 3\nn_head = 3\n",
+        "README.md": CONFIGURED_README,
+    },
+    "folder": {
+        "trainer/train.py": FOLDER_LOOP,
+        "data/rows.txt": "1 2 3 4\n" * 32,
+        "README.md": FOLDER_README,
+    },
 }
 
 
@@ -192,6 +279,92 @@ def test_a_loop_with_no_step_option_is_bounded_by_the_launcher_alone(tmp_path: P
     assert draft.drafted_from == "README.md:6"
     assert draft.command == ["python", "train.py", "--epochs", "3", "--lr", "0.01"]
     assert any(line.startswith("stop_after_steps") for line in draft.overrides)
+
+
+def test_a_configured_loop_gets_its_globals_as_joined_flags_and_a_cpu_run_at_the_tiny_size(
+    tmp_path: Path,
+) -> None:
+    root = _repository(tmp_path, "configured")
+    [tiny] = draft_workloads(root, "tiny")
+    [gpu] = draft_workloads(root, "gpu")
+
+    assert tiny.command == [
+        "python",
+        "train.py",
+        "config/small.py",
+        "--max_iters={steps}",  # one word: the configurator reads `--name=value`
+        "--device=cpu",
+        "--compile=False",
+        "--n_embd=64",
+        "--n_layer=2",
+        "--n_head=4",
+        "--block_size=64",
+    ]
+    assert tiny.flags["--max_iters="] == "{steps}" and tiny.flags["--device="] == "cpu"
+    assert any(
+        "--device=cpu: size 'tiny' runs on the CPU: the program defaults to 'cuda'" in line
+        for line in tiny.overrides
+    )
+    assert any(line.startswith("--n_embd=64:") and "(default 384)" in line for line in tiny.overrides)
+    assert "--batch_size" not in " ".join(tiny.command)  # the batch stays the program's
+    assert gpu.command == ["python", "train.py", "config/small.py", "--max_iters={steps}"]
+
+
+def test_a_loop_of_the_same_globals_without_a_configurator_takes_no_flags(tmp_path: Path) -> None:
+    root = tmp_path / "globals"
+    make_repo(
+        root,
+        {
+            "train.py": CONFIGURED_LOOP.replace('exec(open("configurator.py").read())', ""),
+            "run.sh": "python train.py\n",
+        },
+    )
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.command == ["python", "train.py"]
+
+
+def test_a_launch_that_moves_to_a_folder_runs_there(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "folder")
+    init_repository(root, install=INSTALL, lock="")
+    [draft] = draft_workloads(root, "tiny")
+
+    assert draft.directory == "trainer"
+    assert draft.command == ["python", "train.py", "--hidden_size", "64"]  # named from its folder
+    assert any(line.startswith("directory trainer:") for line in draft.overrides)
+    workload = _workloads(root)["train"]
+    assert (workload["directory"], workload["program"]) == ("trainer", "trainer/train.py")
+    head = commit_all(git.Repo(root), "perfbot: workloads drafted by bot init")
+    spec = launched_at(
+        git.Repo(root), BenchSpec.from_table(tool_settings(root), root / "pyproject.toml"), [head]
+    )
+    assert spec.workloads["train"].render("tiny", 0, head) == "python train.py --hidden_size 64"
+    assert spec.workloads["train"].directory == "trainer"
+
+
+def test_the_data_a_folder_run_reads_by_default_is_an_input_or_a_blocker(tmp_path: Path) -> None:
+    ignored = tmp_path / "ignored"
+    make_repo(ignored, {**REPOSITORIES["folder"], ".gitignore": "data/\n"})
+    assert not git.Repo(ignored).git.ls_files("data")  # on disk, not committed
+    [draft] = draft_workloads(ignored, "tiny")
+    assert draft.inputs == ["data/rows.txt"]  # the default `../data/rows.txt`, read from trainer/
+
+    missing = tmp_path / "missing"
+    make_repo(
+        missing, {name: text for name, text in REPOSITORIES["folder"].items() if name != "data/rows.txt"}
+    )
+    [draft] = draft_workloads(missing, "tiny")
+    assert any(
+        line.startswith("../data/rows.txt is read by the run and is not here") for line in draft.blockers
+    )
+
+
+def test_a_cd_that_cannot_be_told_reads_the_command_as_without_it(tmp_path: Path) -> None:
+    root = tmp_path / "unknown-folder"
+    make_repo(root, {"train.py": PLAIN_LOOP, "run.sh": 'cd "$WORK" && python train.py --epochs 2\n'})
+    [draft] = draft_workloads(root, "tiny")
+
+    assert (draft.directory, draft.command) == ("", ["python", "train.py", "--epochs", "2"])
 
 
 def test_a_dataset_from_the_hub_and_an_unset_variable_are_blockers(tmp_path: Path) -> None:
@@ -381,7 +554,7 @@ def test_hydra_overrides_set_on_a_launch_are_written_as_key_value(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", ["trl", "accelerate", "plain"])
+@pytest.mark.parametrize("shape", ["trl", "accelerate", "plain", "configured", "folder"])
 def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shape: str) -> None:
     root = _repository(tmp_path, shape)
     init_repository(root, install=INSTALL, lock="")
@@ -401,3 +574,25 @@ def test_bot_bench_runs_the_drafted_workloads_without_edits(tmp_path: Path, shap
     assert runs and all(run.ok for run in runs), [run.log_tail for run in runs]
     assert all(run.metrics and run.metrics["steps_measured"] >= 1 for run in runs)
     assert not (root / "model.pt").exists()  # the launcher ended the run before the program's save
+
+
+@pytest.mark.slow
+def test_a_run_in_a_folder_names_the_files_it_loaded_from_the_checkout(tmp_path: Path) -> None:
+    root = _repository(tmp_path, "folder")
+    init_repository(root, install=INSTALL, lock="")
+    head = commit_all(git.Repo(root), "perfbot: workloads drafted by bot init")
+    once = ["--repeats", "1", "--max-repeats", "1", "--min-time", "0", "--max-host-load", "1", "--steps", "6"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "bench", head, *once],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    [results] = (root / ".bot" / "results").glob("*.json")
+    [run] = [run for run in Results.load(results).runs if run.repeat >= 0]
+    assert run.ok, run.log_tail
+    assert run.metrics is not None
+    assert {"trainer/train.py", "data/rows.txt"} <= set(run.metrics["files_loaded"])

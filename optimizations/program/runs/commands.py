@@ -4,13 +4,16 @@ Commands are read from shell scripts, Slurm batch files, Makefiles and the code 
 line continuations joined, split into words with :mod:`shlex` (never run). A command is a launcher (``python``,
 ``accelerate launch``, ``torchrun``, ``deepspeed``, ``srun``...), the launcher's own flags, the target (a
 ``.py`` file of the repository, or ``-m`` one of its modules) and the target's flags. A console script of the
-repository's own project (``axolotl train recipe.yml``) is a launch of the file it runs.
+repository's own project (``axolotl train recipe.yml``) is a launch of the file it runs. A ``cd DIR`` earlier in
+the same command line (``cd trainer && python train.py``) is where the command runs: its script is found there,
+and the launch keeps the folder.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
 from optimizations.program.launch_modes import PYTHON, launch_modes
@@ -44,6 +47,9 @@ class LaunchCommand:
     flags: dict[str, str] = field(default_factory=dict)
     positional: tuple[str, ...] = ()
     words: tuple[str, ...] = ()  # the command as written, split into shell words (variable assignments too)
+    directory: str = (
+        ""  # the folder it runs in, from the repository root, when a ``cd`` before it moves there
+    )
 
     @property
     def where(self) -> str:
@@ -101,11 +107,31 @@ def commands_in(
     body = code_blocks(text) if path.endswith(".md") else text
     found = []
     for line, _start, _end, command in shell_commands(body):
+        directory: str | None = ""  # where a ``cd`` of this line moved; None: somewhere that cannot be told
         for words in _simple_commands(shell_words(command)):
-            launch = _launch(path, line, words, files) or _console_launch(path, line, words, consoles)
+            if words[0] == "cd":
+                directory = _moved(directory, words[1:])
+                continue
+            launch = _launch(path, line, words, files, directory or "") or _console_launch(
+                path, line, words, consoles
+            )
             if launch is not None:
                 found.append(launch)
     return found
+
+
+def _moved(directory: str | None, arguments: list[str]) -> str | None:
+    """The folder (from the repository root) that ``cd ARGUMENTS`` run in ``directory`` moves to; None where
+    that cannot be told from the words (a variable, ``cd`` home, a folder outside the repository), and the
+    command after it is read as if there were no ``cd``."""
+    if directory is None or len(arguments) != 1 or arguments[0] in ("-", "") or arguments[0][0] in "/~":
+        return None
+    if any(c in arguments[0] for c in "$`*?"):
+        return None
+    moved = posixpath.normpath(posixpath.join(directory, arguments[0]))
+    if moved == os.curdir:
+        return ""
+    return None if moved == os.pardir or moved.startswith(os.pardir + "/") else moved
 
 
 def _simple_commands(words: list[str]) -> list[list[str]]:
@@ -119,8 +145,11 @@ def _simple_commands(words: list[str]) -> list[list[str]]:
     return [c for c in commands if c]
 
 
-def _launch(path: str, line: int, written: list[str], files: set[str]) -> LaunchCommand | None:
-    """The command as a launch of a repository file, or ``None`` (not a launcher, or nothing of ours run)."""
+def _launch(
+    path: str, line: int, written: list[str], files: set[str], directory: str = ""
+) -> LaunchCommand | None:
+    """The command as a launch of a repository file, or ``None`` (not a launcher, or nothing of ours run); run
+    in ``directory`` (a ``cd`` before it on its line), where its script is looked for first."""
     words = [w for w in written if not _assignment(w)]  # ``CUDA_VISIBLE_DEVICES=0 python ...``
     start = next((i for i, w in enumerate(words) if _is_launcher(w)), None)
     if start is None:
@@ -137,19 +166,21 @@ def _launch(path: str, line: int, written: list[str], files: set[str]) -> Launch
             if module in TORCHRUN_MODULES:
                 launcher, index = "torchrun", index + 2
                 continue
-            target = _module_file(module, files)
+            target = _module_file(module, files, directory)
             if target is None:
                 return None
-            return _made(
+            made = _made(
                 path, line, launcher, words[start + 1 : index], target, True, words[index + 2 :], written
             )
+            return replace(made, directory=directory) if directory else made
         elif word.endswith(".py"):
-            target = _script_file(word, base, files)
+            target = _script_file(word, base, files, directory)
             if target is None:
                 return None
-            return _made(
+            made = _made(
                 path, line, launcher, words[start + 1 : index], target, False, words[index + 1 :], written
             )
+            return replace(made, directory=directory) if directory else made
         index += 1
     return None
 
@@ -199,13 +230,15 @@ def _assignment(word: str) -> bool:
     return bool(equals) and name.isidentifier() and name.isupper()
 
 
-def _script_file(word: str, base: str, files: set[str]) -> str | None:
-    for candidate in (posixpath.join(base, word), word):
+def _script_file(word: str, base: str, files: set[str], directory: str = "") -> str | None:
+    candidates = (posixpath.join(directory, word),) if directory else (posixpath.join(base, word), word)
+    for candidate in candidates:
         normal = posixpath.normpath(candidate)
         if normal in files:
             return normal
     return None
 
 
-def _module_file(module: str, files: set[str]) -> str | None:
-    return next((p for p in module_paths(module, SOURCE_ROOTS) if p in files), None)
+def _module_file(module: str, files: set[str], directory: str = "") -> str | None:
+    roots = (directory,) if directory else SOURCE_ROOTS
+    return next((p for p in module_paths(module, roots) if p in files), None)
