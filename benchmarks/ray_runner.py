@@ -142,6 +142,12 @@ class RayRunner:
 
     def run(self, jobs: Sequence[BenchJob], progress: ProgressCallback | None = None) -> list[RunRecord]:
         """One record per job, in job order (see :class:`benchmarks.runner.Runner`)."""
+        reading = sorted({job.workload.name for job in jobs if job.workload.inputs})
+        if reading:
+            raise ValueError(
+                f"workload(s) {', '.join(reading)} read git-ignored inputs, which the Ray runner cannot ship (it "
+                "sends commits only): run them with the local runner, or commit a sample of the data"
+            )
         ray = import_ray()
         started_here = not ray.is_initialized()
         if started_here:

@@ -19,6 +19,7 @@ import git
 import pytest
 
 from benchmarks import host
+from benchmarks.ray_runner import RayRunner
 from benchmarks.results import Results, build_results, run_bench
 from benchmarks.runner import PERFBOT_ROOT, LocalRunner, RunRecord, launch_command, plan_jobs
 from benchmarks.spec import BenchSpec, Workload
@@ -318,6 +319,17 @@ def test_data_git_ignores_is_linked_into_every_commits_checkout(tmp_path):
     with pytest.raises(ValueError, match=r"data/elsewhere not found in .*drop it from the workload's inputs"):
         runner.run(plan_jobs(BenchSpec(workloads={"reads": missing}), [first]))
     assert len(repo.git.worktree("list").splitlines()) == 1
+
+
+def test_the_ray_runner_refuses_git_ignored_inputs_before_ray_starts(tmp_path):
+    repo = git.Repo.init(tmp_path / "repo")
+    (tmp_path / "repo" / "train.py").write_text("print('train')\n")
+    repo.index.add(["train.py"])
+    sha = repo.index.commit("train").hexsha
+    workload = Workload(name="sft", command="python train.py", steps=1, inputs=("data/sft",))
+
+    with pytest.raises(ValueError, match=r"workload\(s\) sft read git-ignored inputs, which the Ray runner"):
+        RayRunner(repo).run(plan_jobs(BenchSpec(workloads={"sft": workload}), [sha]))
 
 
 def test_plan_interleaves_repeats_and_the_default_launch_wraps_the_command():
