@@ -36,12 +36,17 @@ class DdpStaticGraph(Optimization):
     examples = EXAMPLES
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
-        """Refused where every run that loads ``path`` shards the model (FSDP, ZeRO-3): no DDP wrapper is built,
-        so its unused-parameter search never runs (ContextualAI/HALOs' accelerate FSDP configs), besides the
-        refusals every optimization has."""
-        from optimizations.program.runs.resolve import sharding_of_every_run  # loads libcst: not for listing
+        """Refused where every run that loads ``path`` shards the model (FSDP, ZeRO-3), or is launched as one
+        process: no DDP wrapper is built, so its unused-parameter search never runs (ContextualAI/HALOs'
+        accelerate FSDP configs; the seed repository's `python scripts/train.py`), besides the refusals every
+        optimization has."""
+        # loads libcst: not for listing
+        from optimizations.program.runs.resolve import one_process_in_every_run, sharding_of_every_run
 
         places = sharding_of_every_run(ctx, path)
         if places is not None:
             return f"every run shards the model ({places}): no DDP wrapper runs its unused-parameter search"
+        launches = one_process_in_every_run(ctx, path)
+        if launches is not None:
+            return f"every run is one process ({launches}): no DDP wrapper is built, so nothing searches"
         return super().run_refusal(ctx, path)

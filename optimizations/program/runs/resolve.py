@@ -81,10 +81,11 @@ NOTHING = "nothing in the code or its launch sets it"
 RECIPE_KEYS = tuple(
     name for name in NAMES if name not in ("num_workers", "pin_memory", "precision", "compile")
 )
+ONE_PROCESS = "one process"
 PLAIN_DEFAULTS = (
     Setting("mixed_precision", FP32, NOTHING),
     Setting("compile", "off", NOTHING),
-    Setting("distribution", "one process", NOTHING),
+    Setting("distribution", ONE_PROCESS, NOTHING),
     Setting("peft", "off", NOTHING),
 )
 # Keys of a recipe that trains (an inference or export recipe has none of them).
@@ -445,6 +446,19 @@ def sharding_of_every_run(repo: RepoContext, path: str) -> str | None:
     if not runs or not all(s is not None and s.value.startswith(SHARDED) for s in settings):
         return None
     return "; ".join(dict.fromkeys(f"{s.value} at {s.source}" for s in settings if s is not None))
+
+
+def one_process_in_every_run(repo: RepoContext, path: str) -> str | None:
+    """Where each run that loads ``path`` is launched as one process (``python``, no launcher or config that
+    starts more), as ``file:line; ...``, where every run is launched by a command and every one is; ``None``
+    otherwise (a run with no launch may be started any way)."""
+    runs = runs_of(repo, path)
+    if not runs or any(run.launch is None for run in runs):
+        return None
+    settings = [run.settings.get("distribution") for run in runs]
+    if not all(s is not None and s.value == ONE_PROCESS for s in settings):
+        return None
+    return "; ".join(dict.fromkeys(run.launch.where for run in runs if run.launch is not None))
 
 
 def _passes(run: Run, tests: tuple[tuple[str, str], ...]) -> bool:
