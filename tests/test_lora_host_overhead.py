@@ -83,6 +83,19 @@ def test_adapters_compute_in_bf16_from_fp32_weights_only_on_a_bf16_model():
         assert adapter_dtypes(other) == {torch.float32} and bf16_compute(other) == {False}
 
 
+def test_an_adapter_added_later_computes_in_bf16_too():
+    # TRL's DPO trainer adds a reference adapter to the PEFT model it is given; without autocast, a plain fp32
+    # projection of it could not multiply the layer's bf16 input.
+    model = compute_adapters_in_bf16(get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA)))
+    model.add_adapter("ref", LoraConfig(**LORA))
+    model.set_adapter("ref")
+    assert adapter_dtypes(model) == {torch.float32} and bf16_compute(model) == {True}
+    assert model(input_ids=torch.randint(0, 128, (2, 8))).logits.dtype == torch.bfloat16
+    model.add_adapter("dora", LoraConfig(**LORA, use_dora=True))  # a variant: PEFT's own input cast again
+    model.set_adapter("dora")
+    assert model(input_ids=torch.randint(0, 128, (2, 8))).logits.dtype == torch.bfloat16
+
+
 def test_a_quantized_base_and_dora_keep_peft_s_layers():
     quantized = get_peft_model(qwen2(layers=1).to(torch.bfloat16), LoraConfig(**LORA))
     quantized.base_model.model.model.norm.register_parameter(  # a packed 4-bit weight, as bitsandbytes stores it

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import TypeVar, cast
 
 import torch
@@ -96,11 +97,35 @@ def compute_adapters_in_bf16(model: Model) -> Model:
         linears = _vanilla_lora_linears(layer)
         if linears is None:
             continue
-        # torch types a Module's attribute values as tensors or modules; it takes any value
-        layer.cast_input_dtype_enabled = False  # type: ignore[assignment]
-        for linear in linears:
-            for parameter in linear.parameters():
-                if parameter.dtype != torch.float32:
-                    parameter.data = parameter.data.float()
-            linear.__class__ = Bf16ComputeLinear
+        _compute_in_bf16(layer, linears)
+        _keep_added_adapters_in_bf16(layer)
     return model
+
+
+def _compute_in_bf16(layer: torch.nn.Module, linears: list[torch.nn.Linear]) -> None:
+    """The LoRA layer's input left bf16, its A/B projections fp32 weights cast for each matmul."""
+    # torch types a Module's attribute values as tensors or modules; it takes any value
+    layer.cast_input_dtype_enabled = False  # type: ignore[assignment]
+    for linear in linears:
+        for parameter in linear.parameters():
+            if parameter.dtype != torch.float32:
+                parameter.data = parameter.data.float()
+        linear.__class__ = Bf16ComputeLinear
+
+
+def _keep_added_adapters_in_bf16(layer: torch.nn.Module) -> None:
+    """An adapter added to the layer later (TRL's DPO trainer adds a reference adapter to a PEFT model) gets
+    the same projections: PEFT builds it as plain fp32 ``nn.Linear``, which a bf16 input no longer cast up would
+    not multiply. A variant adapter (DoRA) added later gives the layer back PEFT's own input cast."""
+    update_layer = cast("Callable[..., object]", layer.update_layer)
+
+    def update_and_keep_bf16(*args: object, **kwargs: object) -> object:
+        result = update_layer(*args, **kwargs)
+        linears = _vanilla_lora_linears(layer)
+        if linears is None:
+            layer.cast_input_dtype_enabled = True  # type: ignore[assignment]
+        else:
+            _compute_in_bf16(layer, linears)
+        return result
+
+    layer.update_layer = update_and_keep_bf16  # type: ignore[assignment]  # a Module takes any attribute
