@@ -103,7 +103,7 @@ def compute_adapters_in_bf16(model: Model) -> Model:
 
 
 def _compute_in_bf16(layer: torch.nn.Module, linears: list[torch.nn.Linear]) -> None:
-    """The LoRA layer's input left bf16, its A/B projections fp32 weights cast for each matmul."""
+    """Keep the layer's input bf16 and cast its A/B projections' weights per matmul."""
     # torch types a Module's attribute values as tensors or modules; it takes any value
     layer.cast_input_dtype_enabled = False  # type: ignore[assignment]
     for linear in linears:
@@ -114,9 +114,12 @@ def _compute_in_bf16(layer: torch.nn.Module, linears: list[torch.nn.Linear]) -> 
 
 
 def _keep_added_adapters_in_bf16(layer: torch.nn.Module) -> None:
-    """An adapter added to the layer later (TRL's DPO trainer adds a reference adapter to a PEFT model) gets
-    the same projections: PEFT builds it as plain fp32 ``nn.Linear``, which a bf16 input no longer cast up would
-    not multiply. A variant adapter (DoRA) added later gives the layer back PEFT's own input cast."""
+    """Give an adapter added to the layer later the same bf16-computing projections.
+
+    TRL's DPO trainer adds a reference adapter to a PEFT model. PEFT builds it as plain fp32 ``nn.Linear``,
+    which a bf16 input no longer cast up would not multiply. A variant adapter (DoRA) added later gives the
+    layer back PEFT's own input cast.
+    """
     update_layer = cast("Callable[..., object]", layer.update_layer)
 
     def update_and_keep_bf16(*args: object, **kwargs: object) -> object:
