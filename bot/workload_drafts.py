@@ -49,6 +49,7 @@ from benchmarks.spec import BenchSpec, Workload
 from bot.errors import BadInput
 from optimizations.program.recipes import flag_arguments, shell_commands, shell_words
 from optimizations.program.repository import RepoContext
+from optimizations.program.run_calls import called_name
 from optimizations.program.runs.commands import LaunchCommand, commands_in, launch_commands
 from optimizations.program.runs.hydra import composed_files, hydra_app, launch_recipes
 from optimizations.program.runs.options import Option, cpu_settings, program_options
@@ -190,10 +191,10 @@ def _draft(
         return None  # a framework's console script: the bench launches Python programs
     else:
         draft = WorkloadDraft(name, launch.where, [], source=launch)
-        draft.command = _command(launch, _read(repo, launch.path), draft)
+        draft.command = _command(launch, repo.text(launch.path), draft)
         same = [c for c in launch_commands(repo) if (c.path, c.target) == (launch.path, launch.target)]
         draft.occurrence = same.index(launch) + 1
-    texts = {path: _read(repo, path) for path in sorted(entry.files) if path.endswith(".py")}
+    texts = {path: repo.text(path) for path in sorted(entry.files) if path.endswith(".py")}
     options = program_options(repo, entry.entry, texts.get(entry.entry, ""))
     _steps(texts, options, size, draft)
     _hydra_overrides(repo, launch, size, draft)
@@ -321,11 +322,11 @@ def _hydra_overrides(
 ) -> None:
     """On a Hydra script, set as ``key=value``: a tracker its composed config turns on, off; at the CPU size,
     bf16/fp16 training off."""
-    app = hydra_app(launch.target, _read(repo, launch.target)) if launch is not None else None
+    app = hydra_app(launch.target, repo.text(launch.target)) if launch is not None else None
     if launch is None or app is None:
         return
     for path in composed_files(repo, app, launch.positional):
-        text = _read(repo, path)
+        text = repo.text(path)
         try:
             config = yaml.safe_load(text)
         except yaml.YAMLError:
@@ -391,7 +392,7 @@ def _named_values(
     flags, _ = flag_arguments(draft.command)
     found = [flags[key] for key in keys if key in flags]
     for recipe in launch_recipes(repo, launch):
-        text = _read(repo, recipe)
+        text = repo.text(recipe)
         for key in keys:
             found += [str(setting.value) for setting in yaml_settings(recipe, text, key)]
     return found
@@ -407,7 +408,7 @@ def _literal_ids(texts: dict[str, str], function: str) -> list[str]:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _called(node) == function and node.args:
+            if isinstance(node, ast.Call) and called_name(node) == function and node.args:
                 first = node.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
                     found.append(first.value)
@@ -418,11 +419,6 @@ def _literal_ids(texts: dict[str, str], function: str) -> list[str]:
                     if default is not None:
                         found.append(default)
     return found
-
-
-def _called(call: ast.Call) -> str | None:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 def _field_default(value: ast.expr | None) -> str | None:
@@ -483,15 +479,15 @@ def _datasets(
             )  # as the run in its folder reads it
             if path.startswith("../"):
                 continue  # outside the repository: nothing to link into a checkout
-            if (repo.root / path).exists() and not _tracked(repo.root, path):
-                draft.inputs.append(path)
-                draft.overrides.append(
-                    f"inputs: {path} is git-ignored; the bench links it into every commit's checkout"
-                )
-            elif not (repo.root / path).exists():
+            if not (repo.root / path).exists():
                 draft.blockers.append(
                     f"{dataset} is read by the run and is not here: put data there in the format the program "
                     "reads, and list it in the workload's inputs (the bench links them into every checkout)"
+                )
+            elif not _tracked(repo.root, path):
+                draft.inputs.append(path)
+                draft.overrides.append(
+                    f"inputs: {path} is git-ignored; the bench links it into every commit's checkout"
                 )
             continue
         if HUB_ID.fullmatch(dataset) and not (repo.root / dataset).exists():
@@ -526,13 +522,6 @@ def _unique(name: str, taken: set[str]) -> str:
     while f"{name}-{number}" in taken:
         number += 1
     return f"{name}-{number}"
-
-
-def _read(repo: RepoContext, path: str) -> str:
-    try:
-        return repo.read(path)
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 def _toml_value(value: Any) -> str:

@@ -24,6 +24,7 @@ import libcst as cst
 from optimizations.program.hf import SCRIPT_ARGUMENT_DEFAULTS, is_argument_parser
 from optimizations.program.queries import FileQuery
 from optimizations.program.repository import RepoContext
+from optimizations.program.run_calls import run_statements
 from optimizations.program.syntax import keyword, qualified_under
 from optimizations.program.yaml_settings import settings
 
@@ -213,13 +214,9 @@ def runs_code_of(repo: RepoContext, entry: str, script: str) -> bool:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules
         for alias in node.names
     }
-    run = list(tree.body)
-    for node in tree.body:
-        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            run += node.body
     return any(
         isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in imported
-        for statement in run
+        for statement in run_statements(tree)
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If))
         for call in ast.walk(statement)
     )

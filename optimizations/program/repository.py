@@ -330,6 +330,13 @@ class RepoContext:
             return self.edits[path]
         return (self.root / path).read_text(encoding="utf-8")
 
+    def text(self, path: str) -> str:
+        """:meth:`read`, or an empty text where the file cannot be read (missing, a folder, not UTF-8)."""
+        try:
+            return self.read(path)
+        except (OSError, UnicodeDecodeError):
+            return ""
+
     def edit(self, path: str, text: str) -> None:
         """Record new contents for a non-Python file (Python files are edited through ``transform_source``)."""
         self.edits[path] = text

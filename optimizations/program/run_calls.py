@@ -27,7 +27,7 @@ def runs_training(repo: RepoContext, entry: str, markers: Iterable[str], depth: 
     tree = _tree(repo, entry)
     if tree is None:
         return False
-    frontier = list(_calls(repo, entry, tree, _run_statements(tree), _imports(repo, entry, tree.body)))
+    frontier = list(_calls(repo, entry, tree, run_statements(tree), _imports(repo, entry, tree.body)))
     seen: set[tuple[str, str]] = set()
     for _ in range(depth):
         following: list[tuple[str, str]] = []
@@ -47,6 +47,12 @@ def runs_training(repo: RepoContext, entry: str, markers: Iterable[str], depth: 
     return False
 
 
+def called_name(call: ast.Call) -> str | None:
+    """The name a call calls: ``f`` of ``f(...)``, ``attr`` of ``x.attr(...)``; ``None`` for anything else."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
 def _tree(repo: RepoContext, path: str) -> ast.Module | None:
     try:
         return ast.parse(repo.read(path))
@@ -54,7 +60,7 @@ def _tree(repo: RepoContext, path: str) -> ast.Module | None:
         return None
 
 
-def _run_statements(tree: ast.Module) -> list[ast.stmt]:
+def run_statements(tree: ast.Module) -> list[ast.stmt]:
     """The statements a script runs: its top level (definitions aside) and its ``__main__`` block."""
     run: list[ast.stmt] = []
     for node in tree.body:

@@ -47,9 +47,8 @@ class LaunchCommand:
     flags: dict[str, str] = field(default_factory=dict)
     positional: tuple[str, ...] = ()
     words: tuple[str, ...] = ()  # the command as written, split into shell words (variable assignments too)
-    directory: str = (
-        ""  # the folder it runs in, from the repository root, when a ``cd`` before it moves there
-    )
+    # The folder it runs in, from the repository root, when a ``cd`` before it on its line moves there.
+    directory: str = ""
 
     @property
     def where(self) -> str:

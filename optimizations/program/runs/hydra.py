@@ -82,10 +82,7 @@ def composed_files(repo: RepoContext, app: HydraApp, overrides: tuple[str, ...])
 
 def launch_recipes(repo: RepoContext, launch: LaunchCommand) -> list[str]:
     """The config files a launch runs with: the YAML recipes it passes, and what a Hydra script composes."""
-    try:
-        app = hydra_app(launch.target, repo.read(launch.target))
-    except (OSError, UnicodeDecodeError):
-        app = None
+    app = hydra_app(launch.target, repo.text(launch.target))
     composed = composed_files(repo, app, launch.positional) if app is not None else []
     return list(dict.fromkeys([*launch.recipes, *composed]))
 

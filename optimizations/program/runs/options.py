@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from optimizations.program.repository import RepoContext
+from optimizations.program.run_calls import called_name
 
 DEVICE_OPTIONS = ("device",)
 COMPILE_OPTIONS = ("compile", "use_compile", "torch_compile")
@@ -101,12 +102,12 @@ def _execs_a_configurator(repo: RepoContext, entry: str, tree: ast.Module) -> bo
     ``sys.argv``: a configurator that sets the entry's globals from the command line."""
     for statement in tree.body:
         call = statement.value if isinstance(statement, ast.Expr) else None
-        if not (isinstance(call, ast.Call) and _called(call) == "exec" and call.args):
+        if not (isinstance(call, ast.Call) and called_name(call) == "exec" and call.args):
             continue
         opened = [
             node
             for node in ast.walk(call.args[0])
-            if isinstance(node, ast.Call) and _called(node) == "open" and node.args
+            if isinstance(node, ast.Call) and called_name(node) == "open" and node.args
         ]
         for node in opened:
             parts = [
@@ -119,21 +120,9 @@ def _execs_a_configurator(repo: RepoContext, entry: str, tree: ast.Module) -> bo
                 posixpath.normpath(path),
                 posixpath.normpath(posixpath.join(posixpath.dirname(entry), path)),
             )
-            if path and any("sys.argv" in _read(repo, candidate) for candidate in candidates):
+            if path and any("sys.argv" in repo.text(candidate) for candidate in candidates):
                 return True
     return False
-
-
-def _called(call: ast.Call) -> str | None:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-
-
-def _read(repo: RepoContext, path: str) -> str:
-    try:
-        return repo.read(path)
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 def _literal(node: ast.expr | None) -> Any:

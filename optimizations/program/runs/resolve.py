@@ -169,7 +169,7 @@ def _resolve_all(repo: RepoContext) -> list[EntryRuns]:
     launched = {command.target for command in commands}
     for entry in sorted({*program.entry_points, *launched}):
         files = program.imported_from(entry)
-        texts = {path: _text(repo, path) for path in files if _own(entry, path)}
+        texts = {path: repo.text(path) for path in files if _own(entry, path)}
         with_recipe = any(c.target == entry and c.console and _trains_by_recipe(repo, c) for c in commands)
         if not (with_recipe or _trains(repo, entry, texts)):
             continue
@@ -226,13 +226,6 @@ def _own(entry: str, path: str) -> bool:
     the entry imports from elsewhere in the repository sets its values under conditions of its own)."""
     folder = posixpath.dirname(entry)
     return path == entry or not folder or path.startswith(folder + "/")
-
-
-def _text(repo: RepoContext, path: str) -> str:
-    try:
-        return repo.read(path)
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 def _run(
