@@ -309,3 +309,42 @@ def test_the_gate_refuses_a_new_module_of_a_package_the_readme_installs_from_the
         "scripts/train.py:2 `from mylib._perfbot_x import f` would not import: README.md:3 runs"
     )
     assert "README.md:2 installs mylib from the package registry (`pip install mylib`)" in problem
+
+
+@pytest.mark.parametrize("puts_tree_on_path", ["", "sys.path.insert(0, '.')\n", "PYTHONPATH=. "])
+def test_a_package_a_launched_script_cannot_reach_in_the_tree_is_an_installed_copy(
+    tmp_path, puts_tree_on_path
+):
+    """A package folder at the root that a script run by path imports with nothing putting the root on its path
+    (no project file, no ``sys.path`` line, no PYTHONPATH: the README installs it from another clone) runs as
+    an installed copy, without anything added to the tree's folder: the helper goes beside the script."""
+    in_file = "" if puts_tree_on_path.startswith("PYTHONPATH") else puts_tree_on_path
+    in_launch = puts_tree_on_path if puts_tree_on_path.startswith("PYTHONPATH") else ""
+    files = {
+        "mylib/__init__.py": LIBRARY,
+        "scripts/train.py": loop(f"{in_file}from mylib import build_model\n", "build_model()"),
+        "README.md": "```bash\ngit clone https://example.org/mylib-kit.git && cd mylib-kit && pip install .\n"
+        f"{in_launch}accelerate launch scripts/train.py\n```\n",
+    }
+    make_repo(tmp_path, files)
+    edits = {
+        "scripts/train.py": files["scripts/train.py"] + "from mylib._perfbot_x import f\n",
+        "mylib/_perfbot_x.py": "",
+    }
+    for path, text in edits.items():
+        (tmp_path / path).write_text(text)
+    problems = import_problems(tmp_path, edits, files.get)
+    if puts_tree_on_path:
+        assert problems == []
+    else:
+        [problem] = problems
+        assert "README.md:3 runs it as `accelerate launch scripts/train.py`" in problem
+        assert "nothing puts ./ on the path of scripts/train.py" in problem
+        assert "its `mylib` is an installed copy, and that copy has no mylib/_perfbot_x.py" in problem
+    (tmp_path / "mylib/_perfbot_x.py").unlink()
+    (tmp_path / "scripts/train.py").write_text(files["scripts/train.py"])
+    change = registry()["tf32"].dry_run(tmp_path)
+    helpers = [path for path in change.files if "_perfbot_" in path]
+    assert helpers == (
+        ["mylib/_perfbot_gpu_flags.py"] if puts_tree_on_path else ["scripts/_perfbot_gpu_flags.py"]
+    )

@@ -195,7 +195,8 @@ LAUNCHED_PACKAGE = {
     '    trainer = Trainer(model=model, args=TrainingArguments(output_dir="o", bf16=True), train_dataset=data)\n'
     "    trainer.train()\n",
     "scripts/train.py": "from pkg.trainer import train\n\nif __name__ == '__main__':\n    train([])\n",
-    "README.md": "```bash\npython scripts/train.py\n```\n",
+    # PYTHONPATH puts this tree's package on the launched script's path.
+    "README.md": "```bash\nPYTHONPATH=src python scripts/train.py\n```\n",
     # An unlaunched study that sorts first and imports nothing of the package.
     "experiments/aaa/run.py": "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n"
     'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'

@@ -5,8 +5,11 @@ script's folder for ``python path/file.py`` (and no package, so no relative impo
 ``python -m pkg.mod``, nothing for a console script. What no folder on the path holds comes from the
 installation: the repository's own packages (:mod:`optimizations.program.installation`) as the tree has them,
 or, installed from the registry, without anything added since (a vendored ``_perfbot_`` helper); a package the
-file already imports at module level is taken to be importable however it runs (a ``sys.path`` line, an
-install); anything else the tree does not hold is a dependency, taken to be installed.
+file already imports at module level is importable however it runs: as the tree has it, except where a
+documented launch runs the file with only folders that lack it on the path and nothing puts the tree there (a
+``sys.path`` line, ``PYTHONPATH``, a project file that ships it): then an installed copy from elsewhere is
+what runs, and it lacks anything added since; anything else the tree does not hold is a dependency, taken
+to be installed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Mode:
     path: tuple[str, ...]
     package: str | None
     installed: bool = False
+    launched: bool = True  # a launch of the repository's (not one assumed where none is found) leads to it
 
     @property
     def key(self) -> ModeKey:
@@ -73,6 +77,7 @@ class Found:
     path: str
     installed: bool = False
     namespace: bool = False  # a folder without ``__init__.py``, which an installed package would win over
+    copy: str = ""  # where an installed copy comes from, when it is not the registry's copy of the project
 
 
 EXTERNAL = Found("(an installed dependency)")  # not this repository's: taken to be installed
@@ -116,19 +121,26 @@ class Resolver:
     (a helper being placed), ``new``: files the registry's copy lacks besides every ``_perfbot_`` module."""
 
     def __init__(
-        self, root: Path, installation: Installation, planned: Collection[str] = (), new: Collection[str] = ()
+        self,
+        root: Path,
+        installation: Installation,
+        planned: Collection[str] = (),
+        new: Collection[str] = (),
+        pythonpath: bool = False,
     ):
         self.root = root
         self.installation = installation
         self.planned = frozenset(planned)
         self.new = frozenset(new)
+        self.pythonpath = pythonpath  # some launch sets PYTHONPATH
         self._files: dict[str, bool] = {}
         self._folders: dict[str, bool] = {}
+        self._path_lines: dict[str, bool] = {}
 
     def with_planned(self, planned: Collection[str]) -> Resolver:
         """The same tree with ``planned`` files about to be written."""
-        other = Resolver(self.root, self.installation, planned, self.new)
-        other._files, other._folders = self._files, self._folders
+        other = Resolver(self.root, self.installation, planned, self.new, self.pythonpath)
+        other._files, other._folders, other._path_lines = self._files, self._folders, self._path_lines
         return other
 
     def exists(self, path: str) -> bool:
@@ -150,7 +162,7 @@ class Resolver:
         top = self._top(mode, parts[0], importer, known)
         if isinstance(top, str) or top is EXTERNAL:
             return top
-        found = self._walk(top.path, parts, top.installed)
+        found = self._walk(top.path, parts, top.installed, top.copy)
         # A folder that merely shares an installed package's name (``data/`` beside a script) is not it.
         return EXTERNAL if isinstance(found, str) and top.namespace else found
 
@@ -167,7 +179,12 @@ class Resolver:
         if not module:
             init = posixpath.join(folder, "__init__.py")
             return Found(init if self.exists(init) else folder, mode.installed)
-        return self._walk(folder, module.split("."), mode.installed)
+        return self._walk(
+            folder,
+            module.split("."),
+            mode.installed,
+            "" if self.installation.registry else "an installed copy of its package runs",
+        )
 
     def _top(self, mode: Mode, top: str, importer: str, known: frozenset[str]) -> Found | str:
         """The folder that holds top-level module ``top`` (as a :class:`Found` of it), :data:`EXTERNAL`, or why
@@ -187,17 +204,41 @@ class Resolver:
             in_package = package_root(self.exists, posixpath.dirname(importer)) is not None
             for root in SOURCE_ROOTS if in_package else import_roots(importer):
                 if self._module_in(root, top):
-                    return Found(root)
+                    if not mode.launched or self.pythonpath or self._sets_path(importer):
+                        return Found(root)
+                    return Found(root, installed=True, copy=self._elsewhere(top, root, importer))
         if top.startswith(VENDORED_PREFIX) or any(self._module_in(r, top) for r in import_roots(importer)):
             where = ", ".join(f"{p or '.'}/" for p in mode.path) or "no folder of the repository"
             return f"`{top}` is not on its path ({where})"
         return EXTERNAL
 
+    def _sets_path(self, importer: str) -> bool:
+        """Whether file ``importer`` changes ``sys.path`` itself (``sys.path.insert(0, ...)``)."""
+        if importer not in self._path_lines:
+            try:
+                syntax = ast.parse((self.root / importer).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+                syntax = ast.Module(body=[], type_ignores=[])
+            self._path_lines[importer] = any(
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and (node.value.id, node.attr) in (("sys", "path"), ("site", "addsitedir"))
+                for node in ast.walk(syntax)
+            )
+        return self._path_lines[importer]
+
+    @staticmethod
+    def _elsewhere(top: str, root: str, importer: str) -> str:
+        return (
+            f"nothing puts {root or '.'}/ on the path of {importer} (no `sys.path` line, no launch sets "
+            f"PYTHONPATH, no project file installs `{top}` from this tree), so its `{top}` is an installed copy"
+        )
+
     def _module_in(self, folder: str, name: str) -> bool:
         base = posixpath.join(folder, name)
         return self.exists(f"{base}.py") or self.exists(posixpath.join(base, "__init__.py"))
 
-    def _walk(self, folder: str, parts: list[str], installed: bool) -> Found | str:
+    def _walk(self, folder: str, parts: list[str], installed: bool, copy: str = "") -> Found | str:
         """``parts`` looked up from ``folder`` down, as a path entry's finder does: a package (its
         ``__init__.py``), then a module (the last part only), then a namespace folder."""
         found = folder
@@ -215,6 +256,6 @@ class Resolver:
             else:
                 return f"there is no {here}.py or {here}/ for `{'.'.join(parts[: position + 1])}`"
             if installed and (posixpath.basename(found).startswith(VENDORED_PREFIX) or found in self.new):
-                return f"{self.installation.registry}, and that copy has no {found}"
+                return f"{copy or self.installation.registry}, and that copy has no {found}"
             folder = here
-        return Found(found, installed)
+        return Found(found, installed, copy=copy)

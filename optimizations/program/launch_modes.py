@@ -126,6 +126,7 @@ class LaunchModes:
         self.repo = RepoContext(repo.root, repo.exclude[len(DEFAULT_EXCLUDES) :], (), repo.sources)
         self.installation: Installation = installation(self.repo)
         self.resolver = Resolver(repo.root, self.installation, new=new)
+        self.resolver.pythonpath = any("PYTHONPATH" in command for _, _, command in self._commands())
         self._modes: dict[str, dict[ModeKey, Mode]] | None = None
         self._imports: dict[str, list[Imported]] = {}
 
@@ -158,9 +159,9 @@ class LaunchModes:
         folder = posixpath.dirname(path)
         chain = package_root(self.resolver.exists, folder)
         if chain is None:
-            return Mode(ASSUMED, "", "as a script by path", (folder,), None)
+            return Mode(ASSUMED, "", "as a script by path", (folder,), None, launched=False)
         base, package = chain
-        return Mode(ASSUMED, "", f"as a module of package `{package}`", (base,), package)
+        return Mode(ASSUMED, "", f"as a module of package `{package}`", (base,), package, launched=False)
 
     # -- launches ---------------------------------------------------------------------------------------
     def launched(self) -> Iterator[tuple[str, Mode]]:
@@ -342,7 +343,15 @@ class LaunchModes:
                     package = name if found.path.endswith("__init__.py") else name.rpartition(".")[0]
                     yield (
                         found.path,
-                        Mode(IMPORTED, f"{path}:{line}", origin, mode.path, package or None, found.installed),
+                        Mode(
+                            IMPORTED,
+                            f"{path}:{line}",
+                            origin,
+                            mode.path,
+                            package or None,
+                            found.installed,
+                            mode.launched,
+                        ),
                     )
 
     def _imports_of(self, path: str) -> list[Imported]:
