@@ -315,6 +315,16 @@ def test_a_commit_touching_a_kept_line_overrides_it(tmp_path: Path) -> None:
     )
 
 
+def test_a_line_inserted_next_to_a_kept_line_overrides_it_only_for_its_optimization(tmp_path: Path) -> None:
+    launch = "python train.py \\\n    --optim paged_adamw_32bit \\\n"
+    repo = make_repo(tmp_path / "r", {"run.sh": launch})
+    facts = commit_change(repo, {"run.sh": launch + "    --dataloader_num_workers 4\n"})
+    kept = Expect("fused_adamw", "keep", ("run.sh",), "run.sh:2", "paged optimizer on purpose")
+    assert _overrides(facts, "dataloader_workers", [kept]) == []
+    [said] = _overrides(facts, "fused_adamw", [kept])
+    assert "touches run.sh:2: kept fused_adamw" in said
+
+
 def test_reasons_must_cite_lines_that_exist() -> None:
     texts = {"a.py": "1\n2\n3\n", "sub/b.yaml": "x: 1\n"}
     lines = LineCounts(frozenset(texts), texts.get)

@@ -97,15 +97,16 @@ def _equal_blocks(old: list[str], new: list[str]) -> dict[int, int]:
     return {b + k + 1: a + k + 1 for a, b, size in matcher.get_matching_blocks() for k in range(size)}
 
 
-def touched_lines(old: str, new: str) -> set[int]:
-    """The lines of `old` (1-based) that `new` replaced or deleted, and both neighbours of an insertion."""
+def touched_lines(old: str, new: str, neighbours: bool = True) -> set[int]:
+    """The lines of `old` (1-based) that `new` replaced or deleted, and (with `neighbours`) both neighbours
+    of an insertion."""
     a, b = old.splitlines(), new.splitlines()
     touched: set[int] = set()
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for tag, i1, i2, _, _ in matcher.get_opcodes():
         if tag in ("replace", "delete"):
             touched.update(range(i1 + 1, i2 + 1))
-        elif tag == "insert":
+        elif tag == "insert" and neighbours:
             touched.update(line for line in (i1, i1 + 1) if 1 <= line <= len(a))
     return touched
 
@@ -155,11 +156,11 @@ class CommitFacts:
         """Every file path at this commit (or at `at`)."""
         return frozenset(self.repo.git.ls_tree("-r", "--name-only", at or self.sha).splitlines())
 
-    def base_lines_touched(self, path: str) -> set[int]:
-        """The lines of `path` as pinned (the base commit) that this commit replaced, deleted or inserted
-        next to; lines earlier commits added are not the snapshot's and are left out."""
+    def base_lines_touched(self, path: str, neighbours: bool = True) -> set[int]:
+        """The lines of `path` as pinned (the base commit) that this commit replaced, deleted or (with
+        `neighbours`) inserted next to; lines earlier commits added are not the snapshot's and are left out."""
         base, parent, new = (self.text(path, at) for at in (self.base, self.parent, self.sha))
         if base is None or parent is None or new is None:
             return set()
         in_base = _equal_blocks(base.splitlines(), parent.splitlines())
-        return {in_base[line] for line in touched_lines(parent, new) if line in in_base}
+        return {in_base[line] for line in touched_lines(parent, new, neighbours) if line in in_base}

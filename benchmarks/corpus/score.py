@@ -184,16 +184,19 @@ def check_imports(
 
 
 def _overrides(facts: CommitFacts, optimization: str, keeps: list[Expect]) -> list[str]:
-    """How a commit overrides `keep` expectations: it touches a cited line, or their files for their optimization."""
+    """How a commit overrides `keep` expectations: it touches a cited line, or their files for their optimization.
+    Lines inserted next to a cited line touch it only for the kept optimization: another one's new line (a
+    flag appended after a kept `--optim`) leaves the kept setting as it was."""
     found = []
     for keep in keeps:
+        same = optimization == keep.optimization
         hits = [
             f"{c.path}:{line}"
             for c in citations(keep.where)
             if c.path in facts.changed
-            for line in sorted(set(c.lines) & facts.base_lines_touched(c.path))
+            for line in sorted(set(c.lines) & facts.base_lines_touched(c.path, neighbours=same))
         ]
-        if not hits and optimization == keep.optimization:
+        if not hits and same:
             hits = [f for f in facts.changed if keep.covers(f)]
         if hits:
             found.append(

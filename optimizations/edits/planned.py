@@ -102,6 +102,12 @@ class PlannedCodemod(OptimizationCodemod):
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 
+    def owning_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class whose body defines ``function`` (a method); ``None`` for a function outside a class body."""
+        block = self.parent(function)
+        owner = self.parent(block) if block is not None else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
         while current is not None:

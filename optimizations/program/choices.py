@@ -1,7 +1,9 @@
 """Deliberate choices: what shows that the program set something on purpose, so an optimization keeps it.
 
 A setting counts as chosen on purpose where a comment in reach gives a reason for it (on the setting's line, or
-in the comment lines right above it, naming the setting or saying why), where the file builds attention masks
+in the comment lines right above it, naming the setting or saying why), where hand-written code's function or
+class docstring says it is written out so on purpose (``explicit implementation ... to show``, ``Careful ...
+this one is the exact one``), where the file builds attention masks
 of its own (4D or block-diagonal: FlashAttention takes none of them), where the model family needs eager
 attention to train, or where attention weights are read (only eager attention returns them). Each piece of
 evidence is a :class:`Choice`: the line it is on and what it says, quoted for the plan.
@@ -33,6 +35,13 @@ REASON = re.compile(
 # true for faster training"): an invitation, not a reason to keep it off. One that also gives a reason is kept.
 INVITES_ON = re.compile(
     r"\btrue\b.{0,40}?\b(?:increases? (?:the )?(?:speed|throughput)|faster|speeds? (?:it |things |training )?up)\b",
+    re.I,
+)
+# Words that make a docstring say its code is written out by hand on purpose: a reason, a warning, a teaching
+# aim. A docstring that only names or cites the formula ("Implementation of ...", "Reference: <paper>") is none.
+WRITTEN_OUT = re.compile(
+    r"\b(?:careful(?:ly)?|exact(?:ly)?|explicit(?:ly)?|to show|for clarity|educational|on purpose|"
+    r"intentional(?:ly)?|deliberate(?:ly)?)\b",
     re.I,
 )
 # Words that make a comment name an attention, worker or compile setting.
@@ -113,6 +122,24 @@ def commented(parsed: ParsedFile, line: int, topics: tuple[str, ...] = (), above
     for where in candidates:
         if _gives_reason(found[where], topics):
             return Choice(where, f"the comment at line {where}: `{found[where]}`")
+    return None
+
+
+def written_out_on_purpose(parsed: ParsedFile, *definitions: cst.FunctionDef | cst.ClassDef) -> Choice | None:
+    """The first of ``definitions`` (a function, the class it is in) whose docstring says its code is written
+    out by hand on purpose (:data:`WRITTEN_OUT`, or a reason word): the line of the docstring and its words."""
+    for definition in definitions:
+        docstring = definition.get_docstring(clean=True)
+        body = definition.body.body if isinstance(definition.body, cst.IndentedBlock) else ()
+        if not docstring or not body:
+            continue
+        said = " ".join(docstring.split())
+        if WRITTEN_OUT.search(said) or REASON.search(said):
+            line = start_line(parsed, body[0])
+            kind = "class" if isinstance(definition, cst.ClassDef) else "function"
+            return Choice(
+                line, f"the docstring of {kind} `{definition.name.value}` at line {line}: `{said[:160]}`"
+            )
     return None
 
 

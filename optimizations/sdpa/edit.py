@@ -9,7 +9,7 @@ import libcst as cst
 
 from optimizations.edits.expressions import call_expr
 from optimizations.edits.model_code import drop_unused_imports, functional
-from optimizations.program.choices import commented, custom_masks
+from optimizations.program.choices import commented, custom_masks, written_out_on_purpose
 from optimizations.program.model_code import bare
 from optimizations.program.syntax import NESTED_SCOPES, code_of, walk
 
@@ -70,10 +70,10 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
         except NotAttention:
             return []
         except Refused as refusal:
-            if not self._kept(chain):
+            if not self._kept(function, chain):
                 self.refused(self._top(chain), message, str(refusal))
             return []
-        if self._kept(chain):
+        if self._kept(function, chain):
             return []
         dropped = chain.consumed + [s for s in local_masks if self._only_read_in(function, s, chain)]
         self._rewrite(chain, q, k, dropped)
@@ -82,12 +82,18 @@ class SdpaCodemod(AttentionRefusals, CausalMaskRefusals):
         )
         return [*dropped, output]
 
-    def _kept(self, chain: Chain) -> bool:
+    def _kept(self, function: cst.FunctionDef, chain: Chain) -> bool:
         """Keep the hand-written attention (a site reported as kept) where it is written so on purpose: a comment
-        right above or on its first line gives a reason, or the file builds attention masks of its own, which a
-        causal SDPA call would drop."""
+        right above or on its first line gives a reason, the docstring of its function or class says so, or
+        the file builds attention masks of its own, which a causal SDPA call would drop."""
         line = self.line(self._top(chain))
-        choice = commented(self.parsed, line) or custom_masks(self.parsed)
+        owner = self.owning_class(function)
+        definitions = (function,) if owner is None else (function, owner)
+        choice = (
+            commented(self.parsed, line)
+            or written_out_on_purpose(self.parsed, *definitions)
+            or custom_masks(self.parsed)
+        )
         if choice is not None:
             self.kept(line, "hand-written attention, written out on purpose", choice.evidence)
         return choice is not None

@@ -254,4 +254,44 @@ class CausalSelfAttention(nn.Module):
 """,
         kept="builds block-diagonal attention masks",
     ),
+    Example(
+        "kept_hand_written_attention_whose_class_docstring_says_it_is_explicit_on_purpose",
+        # minGPT: an educational model that writes attention out "to show that there is nothing too scary here".
+        before="""\
+import math
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    \"\"\"
+    A vanilla multi-head masked self-attention layer. It is possible to use torch.nn.MultiheadAttention here but
+    I am including an explicit implementation here to show that there is nothing too scary here.
+    \"\"\"
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.register_buffer(
+            "bias", torch.tril(torch.ones(config.block_size, config.block_size)).view(1, 1, config.block_size, config.block_size)
+        )
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+""",
+        kept="the docstring of class `CausalSelfAttention` at line 9: `A vanilla multi-head masked self-attention",
+    ),
 )

@@ -12,6 +12,7 @@ import libcst.matchers as m
 from optimizations.edits.expressions import call_expr
 from optimizations.edits.model_code import drop_unused_imports, functional
 from optimizations.edits.planned import PlannedCodemod
+from optimizations.program.choices import written_out_on_purpose
 from optimizations.program.syntax import code_of
 
 from .gelu_formula import gelu_kind
@@ -77,7 +78,7 @@ class NormGelu(PlannedCodemod):
         self.tree = module
         removed: list[cst.CSTNode] = []
         for function in self.nodes(cst.FunctionDef):
-            cls = self._owning_class(function)
+            cls = self.owning_class(function)
             if cls is not None and function.name.value != "forward":
                 continue
             x = _input(function, cls is not None)
@@ -106,15 +107,22 @@ class NormGelu(PlannedCodemod):
             )
         return kernel is not None
 
-    def _owning_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
-        """The class whose body defines ``function``; ``None`` for a function outside a class body."""
-        block = self.parent(function)
-        owner = self.parent(block) if block is not None else None
-        return owner if isinstance(owner, cst.ClassDef) else None
+    def _kept(self, function: cst.FunctionDef) -> bool:
+        """Keep a hand-written formula (a site reported as kept) whose function's or class's docstring says it is
+        written out so on purpose (``Careful ... this one is the exact one used by OpenAI``)."""
+        cls = self.owning_class(function)
+        choice = written_out_on_purpose(self.parsed, *((function,) if cls is None else (function, cls)))
+        if choice is not None:
+            self.kept(
+                self.line(function),
+                f"{self._qualified(function)}(): written out by hand on purpose",
+                choice.evidence,
+            )
+        return choice is not None
 
     def _qualified(self, function: cst.FunctionDef) -> str:
         """``Class.method`` or ``function``."""
-        owner = self._owning_class(function)
+        owner = self.owning_class(function)
         prefix = f"{owner.name.value}." if owner is not None else ""
         return prefix + function.name.value
 
@@ -155,6 +163,8 @@ class NormGelu(PlannedCodemod):
                     "0.5·x·(1 + erf(x/√2)))",
                 )
             return []
+        if self._kept(function):
+            return []
         keywords = {"approximate": cst.SimpleString('"tanh"')} if kind == "tanh" else {}
         self._replace_body(
             function, docstring, call_expr(f"{self._functional()}.gelu", cst.Name(x), **keywords)
@@ -187,6 +197,8 @@ class NormGelu(PlannedCodemod):
         forward = LayerNormForward(self.names, intermediates)
         if not forward.centres(result, x):
             return []  # not a normalisation
+        if self._kept(function):
+            return []
         message = f"{cls.name.value}.forward(): hand-written layer norm → F.layer_norm (parameters unchanged)"
         try:
             if not simple:

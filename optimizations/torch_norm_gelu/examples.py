@@ -177,4 +177,22 @@ class LlamaRMSNorm(nn.Module):
         return self.weight * hidden_states
 """,
     ),
+    Example(
+        "kept_gelu_whose_docstring_says_it_is_the_exact_one_on_purpose",
+        # llm.c's reference model: the C/CUDA kernels mirror this formula, and its docstring warns so.
+        before="""\
+import math
+
+import torch
+import torch.nn as nn
+
+
+class NewGELU(nn.Module):
+    \"\"\"Careful there are a few versions of GeLU, this one is the exact one used by OpenAI\"\"\"
+
+    def forward(self, input):
+        return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))
+""",
+        kept="the docstring of class `NewGELU` at line 8: `Careful there are a few versions of GeLU",
+    ),
 )
