@@ -18,7 +18,7 @@ from optimizations.program.values import outcomes
 from optimizations.runtime import PRECISION_RUNTIME
 
 from .edit_frameworks import CHECK, FrameworkPrecision
-from .edit_loop_precision import LoopPrecision, configured_bf16
+from .edit_loop_precision import UNFOLLOWED_DTYPE, LoopPrecision, configured_bf16
 
 AUTOCAST = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16_supported()):\n    pass\n'
@@ -149,6 +149,18 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
                 loop, f"every launch of this loop trains in bf16 ({cite(launched)}): no autocast to add"
             )
             return
+        chosen = next((entry for entry in existing if entry[2] == [UNFOLLOWED_DTYPE]), None)
+        if (
+            chosen is not None
+        ):  # an autocast whose dtype each run chooses (``--dtype bfloat16``): mixed precision is there
+            item, call, _ = chosen
+            dtype = keyword(call, "dtype") or call.args[1]
+            self.already(
+                item,
+                f"forward and loss under autocast (`with {code_of(item)}:`) to the dtype each run chooses "
+                f"(`{code_of(dtype.value)}`): no second autocast to add",
+            )
+            return
         try:
             if existing:
                 item, _call, dtypes = existing[0]
@@ -163,6 +175,13 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
                     "its forward; choose bf16 there, not an autocast inside it"
                 )
             by_hand = self._cast_by_hand_in_its_modules
+            if by_hand is not None and not any(half in by_hand for half in ("float16", "half()")):
+                self.already(
+                    loop,
+                    f"the model casts itself to its compute dtype by hand at {by_hand}: its forward computes "
+                    "in that dtype without an autocast",
+                )
+                return
             if by_hand is not None:
                 raise _Refused(
                     f"the model casts itself to its compute dtype by hand at {by_hand}: its precision is chosen "

@@ -117,6 +117,10 @@ def configured_bf16(repo: RepoContext) -> list[YamlSetting]:
     return found if found and all(str(s.value) in BF16_DTYPES for s in found) else []
 
 
+# What :meth:`LoopPrecision._dtypes` says of a dtype it cannot follow to a value (``dtype=ptdtype`` from a flag).
+UNFOLLOWED_DTYPE = "a dtype set elsewhere"
+
+
 class LoopPrecision(PlannedCodemod):
     """The checks of a training loop that find its precision already chosen: by an autocast of its own, by weights
     in bf16, or outside its file (an FSDP policy, a model that casts itself)."""
@@ -150,7 +154,7 @@ class LoopPrecision(PlannedCodemod):
             return ["float16"] if not is_method_call(autocast, "autocast") else ["the framework's dtype"]
         values = outcomes(given.value, scopes)
         if values is None:
-            return ["a dtype set elsewhere"]
+            return [UNFOLLOWED_DTYPE]
         dtypes = []
         for value in values:
             names: set[object] = {n.rpartition(".")[2] for n in self.names(value) if n.startswith("torch.")}

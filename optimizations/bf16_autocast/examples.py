@@ -226,7 +226,31 @@ if __name__ == "__main__":
         },
     ),
     Example(
-        "refuses_a_model_that_casts_itself_to_its_compute_dtype",
+        "already_an_autocast_to_the_dtype_a_flag_picks",
+        # llm.c's train_gpt2.py: `--dtype bfloat16` in its launches, float32 for the C reference by default.
+        before="""\
+import argparse
+from contextlib import nullcontext
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--dtype", type=str, default="float32")
+args = parser.parse_args()
+ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+ctx = torch.amp.autocast(device_type="cuda", dtype=ptdtype) if torch.cuda.is_available() else nullcontext()
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        with ctx:
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+""",
+    ),
+    Example(
+        "already_a_model_that_casts_itself_to_its_compute_dtype",
         before="""\
 import torch
 
@@ -258,6 +282,42 @@ class GPT(nn.Module):
         super().__init__()
         self.wte = nn.Embedding(512, 64)
         self.wte.to(dtype=COMPUTE_DTYPE)
+""",
+        },
+    ),
+    Example(
+        "refuses_a_model_that_casts_itself_to_float16",
+        before="""\
+import torch
+
+from mini.gpt import GPT
+
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+        files={
+            "mini/__init__.py": "",
+            "mini/common.py": """\
+import torch
+
+COMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+""",
+            "mini/gpt.py": """\
+import torch
+from torch import nn
+
+from mini.common import COMPUTE_DTYPE
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(512, 64)
+        self.wte.to(dtype=torch.float16)
 """,
         },
         refusal="the model casts itself to its compute dtype by hand at mini/gpt.py:11",
