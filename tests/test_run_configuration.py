@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from git_repos import make_repo
 
 from optimizations.program.repository import RepoContext
@@ -246,9 +247,45 @@ def test_compiling_is_refused_where_every_run_shards_the_model(tmp_path: Path) -
     compile_layers = registry()["regional_compile"]
     sites = compile_layers.dry_run(tmp_path).sites
     assert sites and all(not s.applicable for s in sites)
-    assert "every run shards the model (FSDP (full_shard auto_wrap) at run.sh:1)" in sites[0].reason
+    assert "every run shards the model or loads it quantized (FSDP (full_shard auto_wrap) at run.sh:1)" in (
+        sites[0].reason
+    )
     (tmp_path / "single.sh").write_text("python train.py --bf16 True\n")
     assert any(s.applicable for s in compile_layers.dry_run(tmp_path).sites)
+
+
+QUANTIZED_SCRIPT = HF_SCRIPT.replace(
+    "    optim: str",
+    "    bits: int = field(default=16)\n    q_lora: bool = False\n    optim: str",
+).replace(
+    'from_pretrained("m")',
+    'from_pretrained(\n        "m", quantization_config=BitsAndBytesConfig(load_in_4bit=True) if args.q_lora else None\n    )',
+)
+
+
+@pytest.mark.parametrize(
+    ("launch", "refused"),
+    [
+        ("python train.py --bits 4\n", "4-bit at run.sh:1"),
+        ("python train.py --bits 16\n", ""),
+        # The literal load_in_4bit=True is built only under --q_lora: no launch passes it.
+        ("python train.py\n", ""),
+    ],
+    ids=["4-bit-flag", "16-bit-flag", "conditional-literal"],
+)
+def test_compiling_is_refused_where_every_run_loads_the_model_quantized(
+    tmp_path: Path, launch: str, refused: str
+) -> None:
+    """qlora's shape: `--bits 4` in every launch loads 4-bit layers, which the compile helper leaves as they are;
+    a `load_in_4bit=True` built only behind a flag is no setting of the run."""
+    make_repo(
+        tmp_path,
+        {"train.py": "from transformers import BitsAndBytesConfig\n" + QUANTIZED_SCRIPT, "run.sh": launch},
+    )
+    [site] = registry()["regional_compile"].dry_run(tmp_path).sites
+    assert site.applicable is not bool(refused), site.reason
+    if refused:
+        assert f"every run shards the model or loads it quantized ({refused})" in site.reason
 
 
 FRAMEWORK = {

@@ -32,6 +32,11 @@ DISTRIBUTED = {
 }
 
 
+# Settings a literal keyword sets only where the call runs whatever the flags: QLoRA scripts build
+# ``BitsAndBytesConfig(load_in_4bit=True)`` only ``if args.q_lora``.
+BRANCH_ONLY = frozenset({"quantization"})
+
+
 @dataclass(frozen=True)
 class CodeSettings:
     """The settings one file's code sets, split by strength: its literal keywords and statements (``code``),
@@ -45,9 +50,14 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
     """What the file ``path`` (parsed: ``tree``) sets."""
     code: list[Setting] = []
     defaults: list[Setting] = []
+    branched = _in_branches(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            code += _call_settings(path, node)
+            code += [
+                setting
+                for setting in _call_settings(path, node)
+                if not (setting.name in BRANCH_ONLY and id(node) in branched)
+            ]
             defaults += _argument_default(path, node)
         elif isinstance(node, ast.Assign):
             code += _assigned(path, node)
@@ -55,6 +65,17 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
             defaults += _field_defaults(path, node)
     order = lambda s: int(s.source.rpartition(":")[2])  # noqa: E731 - a sort key
     return CodeSettings(tuple(sorted(code, key=order)), tuple(sorted(defaults, key=order)))
+
+
+def _in_branches(tree: ast.Module) -> set[int]:
+    """The ids of the calls under an ``if`` or a conditional expression (``x if flag else None``)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp)):
+            branches = [node.body, node.orelse] if isinstance(node, ast.IfExp) else [*node.body, *node.orelse]
+            for branch in branches:
+                found.update(id(n) for n in ast.walk(branch) if isinstance(n, ast.Call))
+    return found
 
 
 def _name(node: ast.expr) -> str:

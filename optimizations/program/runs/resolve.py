@@ -87,6 +87,7 @@ PLAIN_DEFAULTS = (
     Setting("compile", "off", NOTHING),
     Setting("distribution", ONE_PROCESS, NOTHING),
     Setting("peft", "off", NOTHING),
+    Setting("quantization", "off", NOTHING),
 )
 # Keys of a recipe that trains (an inference or export recipe has none of them).
 TRAINING_KEYS = (
@@ -421,14 +422,29 @@ def launched_in(repo: RepoContext, path: str, precision: str) -> list[Setting]:
 
 def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
     """Why compiling code of ``path`` is no tier-level edit: every run that loads it shards the model (FSDP, or
-    DeepSpeed ZeRO-3), each named where it is set; ``None`` when some run does not, or none is known."""
-    places = sharding_of_every_run(repo, path)
-    if places is None:
+    DeepSpeed ZeRO-3) or loads it quantized (4- or 8-bit layers, which the compile helper leaves as they are),
+    each named where it is set; ``None`` when some run does neither, or none is known."""
+    runs = runs_of(repo, path)
+    found = [_sharded_or_quantized(run) for run in runs]
+    if not runs or not all(found):
         return None
+    places = "; ".join(dict.fromkeys(place for place in found if place))
     return (
-        f"every run shards the model ({places}): compiling its layers inside the sharding wrapper is a change "
-        "to test on that setup first, not a tier-level edit"
+        f"every run shards the model or loads it quantized ({places}): compiling its layers inside the sharding "
+        "wrapper is a change to test on that setup first, and quantized layers stay uncompiled; not a tier-level "
+        "edit"
     )
+
+
+def _sharded_or_quantized(run: Run) -> str:
+    """``DeepSpeed ZeRO-3 at file:line`` or ``4-bit at file:line`` for a run that shards or quantizes its model;
+    empty for one that does neither."""
+    sharding, bits = run.settings.get("distribution"), run.settings.get("quantization")
+    if sharding is not None and sharding.value.startswith(SHARDED):
+        return f"{sharding.value} at {sharding.source}"
+    if bits is not None and bits.value.endswith("-bit"):
+        return f"{bits.value} at {bits.source}"
+    return ""
 
 
 def sharding_of_every_run(repo: RepoContext, path: str) -> str | None:

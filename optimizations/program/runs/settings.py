@@ -25,6 +25,7 @@ SETTINGS = (
     "gradient_checkpointing",
     "distribution",
     "peft",
+    "quantization",
 )
 BF16 = "bf16"
 FP16 = "fp16"
@@ -122,6 +123,12 @@ def _fsdp(value: object) -> str | None:
     return f"FSDP ({value})" if isinstance(value, str) and _on_off(value) is None else "FSDP"
 
 
+def _bits(value: object) -> str | None:
+    """A base model loaded in 4 or 8 bits (``--bits 4``, ``load_in_4bit: true``); full precision reads as off."""
+    text = str(value)
+    return f"{text}-bit" if text in ("4", "8") else ("off" if text in ("16", "32") else None)
+
+
 Reading = Callable[[object], str | None]
 
 # An argument, flag or YAML key's name -> the setting it sets and how its value reads (None: it sets nothing).
@@ -156,6 +163,9 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "use_peft": ("peft", _peft),
     "use_lora": ("peft", _peft),
     "fsdp": ("distribution", _fsdp),
+    "load_in_4bit": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
+    "load_in_8bit": ("quantization", lambda v: {"on": "8-bit", "off": "off"}.get(_on_off(v) or "")),
+    "bits": ("quantization", _bits),
 }
 
 
