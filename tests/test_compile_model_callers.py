@@ -77,7 +77,10 @@ def test_without_callers_or_module_use_the_refusal_says_why(tmp_path):
     result = _apply(tmp_path, {"training.py": TRAINING})
     assert result.source == TRAINING
     (site,) = result.sites
-    assert site.refused and "no call of train() passes it the module its optimizer steps" in site.reason
+    assert (
+        site.refused
+        and "no call of train() (defined at line 8) passes it the module its optimizer steps" in site.reason
+    )
     assert TRAINING.splitlines()[site.line - 1].strip().startswith("for inputs, targets in loader")
 
 

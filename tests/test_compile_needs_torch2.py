@@ -34,7 +34,7 @@ def test_regional_compile_needs_a_torch_with_compile(tmp_path: Path, requirement
     [site] = change.sites
     assert site.applicable is not refused
     if refused:
-        assert "requirements.txt: torch>=1.13.1,<2 keeps torch below 2.0" in site.reason
+        assert "requirements.txt:2: torch>=1.13.1,<2 keeps torch below 2.0" in site.reason
 
 
 def test_a_pin_above_the_release_admits_it(tmp_path: Path) -> None:

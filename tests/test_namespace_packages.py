@@ -56,5 +56,6 @@ def test_packing_is_refused_under_a_trl_without_bfd(tmp_path: Path) -> None:
     recipe = [s for s in change.sites if s.path == "recipes/sft.yaml"]
     assert recipe and not recipe[0].applicable
     assert (
-        'setup.py: trl==0.18.0 keeps trl below 0.20, which rejects packing_strategy "bfd"' in recipe[0].reason
+        'setup.py:3: trl==0.18.0 keeps trl below 0.20, which rejects packing_strategy "bfd"'
+        in recipe[0].reason
     )

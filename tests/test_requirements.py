@@ -20,13 +20,13 @@ def _repo(tmp_path, files: dict[str, str]) -> RepoContext:
 @pytest.mark.parametrize(
     ("path", "text", "admitted"),
     [
-        ("requirements.txt", "torch\ntransformers>=4.31.0\n", "requirements.txt: transformers>=4.31.0"),
+        ("requirements.txt", "torch\ntransformers>=4.31.0\n", "requirements.txt:2: transformers>=4.31.0"),
         ("requirements.txt", "transformers >= 4.40, < 5  # pinned\n", None),
         ("requirements.txt", "transformers\n", None),  # an installation gets the newest release
-        ("requirements.txt", "transformers<4.30\n", "requirements.txt: transformers<4.30"),
-        ("requirements.txt", "transformers==4.28.1\n", "requirements.txt: transformers==4.28.1"),
+        ("requirements.txt", "transformers<4.30\n", "requirements.txt:1: transformers<4.30"),
+        ("requirements.txt", "transformers==4.28.1\n", "requirements.txt:1: transformers==4.28.1"),
         ("requirements.txt", "transformers~=4.36.0\n", None),
-        ("requirements.txt", "Transformers>4.35,<5\n", "requirements.txt: transformers>4.35,<5"),
+        ("requirements.txt", "Transformers>4.35,<5\n", "requirements.txt:1: transformers>4.35,<5"),
         ("requirements.txt", "sentence-transformers>=2.0\n", None),  # another distribution
         (  # huggingface/trl: a comment beside an extra requires nothing
             "pyproject.toml",
@@ -36,12 +36,12 @@ def _repo(tmp_path, files: dict[str, str]) -> RepoContext:
         (
             "pyproject.toml",
             '[project]\ndependencies = ["torch", "transformers[torch]>=4.31"]\n',
-            "pyproject.toml: transformers>=4.31",
+            "pyproject.toml:2: transformers>=4.31",
         ),
         (
             "setup.py",
             'setup(install_requires=["transformers>=4.31.0", "peft"])\n',
-            "setup.py: transformers>=4.31.0",
+            "setup.py:1: transformers>=4.31.0",
         ),
     ],
 )
@@ -56,8 +56,8 @@ def test_a_requirement_admits_an_older_release_through_a_lower_or_only_an_upper_
 @pytest.mark.parametrize(
     ("text", "excluded"),
     [
-        ("transformers==4.31.0\n", "exp_requirements.txt: transformers==4.31.0"),  # jiaweizzhao/GaLore
-        ("transformers<4.36\n", "exp_requirements.txt: transformers<4.36"),
+        ("transformers==4.31.0\n", "exp_requirements.txt:1: transformers==4.31.0"),  # jiaweizzhao/GaLore
+        ("transformers<4.36\n", "exp_requirements.txt:1: transformers<4.36"),
         ("transformers>=4.28.1\n", None),  # tatsu-lab/stanford_alpaca: installs the newest
         ("transformers>=4.28,<5\n", None),
         ("transformers\n", None),
@@ -73,7 +73,7 @@ def test_a_requirement_excludes_a_release_only_through_a_pin_or_upper_bound_belo
 def test_a_distribution_is_found_however_its_name_is_spelled(tmp_path):
     ctx = _repo(tmp_path, {"requirements-gpu.txt": "Liger_Kernel==0.3.1\n", "train.py": ""})
     assert declares_dependency(ctx, "liger-kernel") == "requirements-gpu.txt"
-    assert admits_older(ctx, "liger-kernel", "0.4") == "requirements-gpu.txt: liger-kernel==0.3.1"
+    assert admits_older(ctx, "liger-kernel", "0.4") == "requirements-gpu.txt:1: liger-kernel==0.3.1"
     assert declares_dependency(ctx, "liger") is None
 
 
@@ -133,7 +133,7 @@ def test_a_config_call_says_which_settings_it_left_out_and_why(tmp_path):
     (site,) = result.sites
     assert site.message == (
         "TrainingArguments(...): dataloader_num_workers=DATALOADER_WORKERS, pinned memory (left out, as "
-        "requirements.txt: transformers>=4.31.0 allows older releases: dataloader_persistent_workers, new in 4.36.0; "
+        "requirements.txt:1: transformers>=4.31.0 allows older releases: dataloader_persistent_workers, new in 4.36.0; "
         "dataloader_prefetch_factor, new in 4.38.0)"
     )
 

@@ -126,6 +126,19 @@ def test_dataclass_default_is_the_optimizer_when_no_launch_sets_it(tmp_path: Pat
     assert not entry.every_run_in("bf16")
 
 
+def test_a_compiled_helper_function_is_no_compiled_model(tmp_path: Path) -> None:
+    """open-instruct's `@torch.compile(dynamic=True)` on its log-softmax helper compiles a function, not the
+    model: the run's compile stays off; a `torch.compile(model)` statement turns it on."""
+    helper = "import torch\n\n\n@torch.compile(dynamic=True)\ndef gather(logits):\n    return logits.log_softmax(-1)\n"
+    (entry,) = runs_of(tmp_path, {"train.py": HF_SCRIPT + "\n" + helper})
+    assert values(entry)["compile"][0] == "off"
+    (tmp_path / "train.py").write_text(
+        HF_SCRIPT.replace("Trainer(model=model", "model = torch.compile(model)\n    Trainer(model=model")
+    )
+    (entry,) = effective_runs(RepoContext(tmp_path))
+    assert values(entry)["compile"] == ("on", "train.py:17")
+
+
 def test_accelerate_launch_with_a_config_file(tmp_path: Path) -> None:
     config = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 8\n"
     launch = "#!/bin/bash\naccelerate launch --config_file configs/zero3.yaml \\\n  train.py --lr 1e-4\n"

@@ -77,7 +77,10 @@ class ComputeAdaptersInBf16(TrainerFollowUp):
         elif (current := keyword(original_node, FLAG)) is not None:
             reason = f"{FLAG}={code_of(current.value)} is set here and perfbot keeps that choice"
         elif (hidden := star_kwargs(original_node)) is not None:
-            reason = f"its arguments are passed through `**{code_of(hidden.value)}`, which may set {FLAG}"
+            reason = (
+                f"its arguments are passed through `**{code_of(hidden.value)}` (line {self.line(hidden)}), which "
+                f"may set {FLAG}"
+            )
         else:
             self.import_runtime(PRECISION_RUNTIME, HELPER)
             self.changed(original_node, message)

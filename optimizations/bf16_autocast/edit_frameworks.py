@@ -261,7 +261,11 @@ class FrameworkPrecision(PlannedCodemod):
                 self._judge_json(call, message, cast(str, literal_value(value)))  # all strings: checked above
             return
         if any(items is None for items in configs):
-            self.refused(call, message, f"the config `{code_of(setting.value)}` is not a dict literal here")
+            self.refused(
+                call,
+                message,
+                f"the config `{code_of(setting.value)}` (line {self.line(setting)}) is not a dict literal here",
+            )
             return
         readable = cast(list[dict[str, cst.BaseExpression]], configs)  # none is None: checked above
         for value, items in zip(values, readable, strict=True):

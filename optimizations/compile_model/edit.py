@@ -242,8 +242,9 @@ class CompileLoopModel(PlannedCodemod):
         if len(used) == 1:
             return used.pop(), set()
         raise _Refused(
-            f"cannot tell which one module the loop trains: no call of {function.name.value}() passes it the "
-            f"module its optimizer steps, and it uses {', '.join(sorted(used)) or 'no parameter'} as a module"
+            f"cannot tell which one module the loop trains: no call of {function.name.value}() (defined at line "
+            f"{self.line(function)}) passes it the module its optimizer steps, and it uses "
+            f"{', '.join(sorted(used)) or 'no parameter'} as a module"
         )
 
     def _passed_modules(

@@ -136,8 +136,8 @@ class AddWorkers(LoaderRefusals):
             self.refused(
                 call,
                 f"`{code_of(call.func)}` fills the config from flags: dataloader workers in its launch",
-                "no shell script launches this script: pass `--dataloader_num_workers 4 "
-                "--dataloader_pin_memory true` where the run is launched",
+                f"no shell script launches this script, whose parser (line {self.line(call)}) reads the flags: pass "
+                "`--dataloader_num_workers 4 --dataloader_pin_memory true` where the run is launched",
             )
         self.sites.extend(launched or [])
 
@@ -239,10 +239,10 @@ class AddWorkers(LoaderRefusals):
             )
         if not torch_loader:
             return None
-        if self._dataset_is_iterable(node):
+        if (iterable := self._iterable_dataset(node)) is not None:
             return (
-                "the dataset is an IterableDataset: every worker would replay the whole stream unless it "
-                "shards by torch.utils.data.get_worker_info()"
+                f"the dataset `{code_of(iterable)}` (line {self.line(iterable)}) is an IterableDataset: every "
+                "worker would replay the whole stream unless it shards by torch.utils.data.get_worker_info()"
             )
         if (on_device := self._dataset_on_device(node)) is not None:
             return on_device

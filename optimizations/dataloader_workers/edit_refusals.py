@@ -153,21 +153,22 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
             return streaming is not None and literal_value(streaming.value) is not False
         return is_method_call(value, "to_iterable_dataset")
 
-    def _dataset_is_iterable(self, call: cst.Call) -> bool:
-        """Whether the loader's dataset is an ``IterableDataset``: built from a class of this file, or of another
-        module of the repository (``from mypkg.data import Stream``), that derives from torch's."""
+    def _iterable_dataset(self, call: cst.Call) -> cst.CSTNode | None:
+        """The loader's dataset argument where it is an ``IterableDataset`` (built from a class of this file, or
+        of another module of the repository, ``from mypkg.data import Stream``, that derives from torch's);
+        None otherwise."""
         value = _dataset_of(call)
         if value is None:
-            return False
+            return None
         if self._builds_iterable(value) or (
             isinstance(value, cst.Name) and value.value in self.iterable_instances
         ):
-            return True
+            return value
         builder = self._built_by(value)
         if builder is None:
-            return False
+            return None
         bases = repository_classes(self.repo).ancestors(self.path, self.qualified(builder.func))
-        return not bases.isdisjoint(TORCH_ITERABLE_DATASETS)
+        return None if bases.isdisjoint(TORCH_ITERABLE_DATASETS) else value
 
     # -- datasets whose items may be on the GPU, which worker processes cannot touch -------------------
     def _dataset_on_device(self, call: cst.Call) -> str | None:

@@ -155,7 +155,8 @@ class ParserSettingSwitch(ConfigCallReads, OptimizationCodemod):
             if already or any(s.applicable for s in yaml_sites):
                 return
             reason = (
-                f"no recipe YAML in the repository sets {self.setting}: pass `{self.flag_hint}` where the run is "
-                f"launched, or set `{self.setting}: true` in the recipe it reads"
+                f"no recipe YAML in the repository sets {self.setting} for the parser at line "
+                f"{self.line(site.call)}: pass `{self.flag_hint}` where the run is launched, or set "
+                f"`{self.setting}: true` in the recipe it reads"
             )
         self.refused(site.call, message, reason)

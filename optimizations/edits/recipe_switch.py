@@ -133,7 +133,10 @@ def _launch_sites(
             sites.extend(_switch_recipe(repo, config, setting, optimization))
         return sites
     if launch.documented:
-        reason = f"the documented command passes no recipe; add `{_flags(setting)}` to it where the run is launched"
+        reason = (
+            f"the documented command ({launch.path}:{launch.line}) passes no recipe; add `{_flags(setting)}` to it "
+            "where the run is launched"
+        )
         return [Site(launch.path, launch.line, optimization, f"launch flag --{message}", False, reason)]
     return [_add_flags(repo, launch, setting, optimization, message)]
 

@@ -46,7 +46,8 @@ class AttentionDecisions(AttentionSites):
         if isinstance(current, (cst.Name, cst.Attribute)):
             return code_of(current), None  # read at run time: the picker keeps any choice but sdpa/eager/None
         return None, (
-            f"attn_implementation is set from `{code_of(current)}`; perfbot does not guess what it holds: "
+            f"attn_implementation is set from `{code_of(current)}` (line {self.line(current)}); perfbot does not "
+            "guess what it holds: "
             "choose the implementation where that value is defined"
         )
 

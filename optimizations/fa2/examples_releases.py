@@ -18,6 +18,6 @@ for batch in loader:
     optimizer.step()
 """,
         files={"exp_requirements.txt": "torch\ntransformers==4.31.0\n"},
-        refusal="exp_requirements.txt: transformers==4.31.0 keeps transformers below 4.36.0",
+        refusal="exp_requirements.txt:2: transformers==4.31.0 keeps transformers below 4.36.0",
     ),
 )

@@ -104,8 +104,9 @@ class FuseAdamW(TrainerOptim):
         try:
             options = self._options(call)
             if options is None:  # only a `**` splat's keys can be unreadable
+                splat = cast(cst.Arg, star_kwargs(call))
                 raise _Refused(
-                    f"settings are passed through `**{code_of(cast(cst.Arg, star_kwargs(call)).value)}`"
+                    f"settings are passed through `**{code_of(splat.value)}` (line {self.line(splat)})"
                 )
             fused = [o["fused"] for o in options if "fused" in o]
             if fused:

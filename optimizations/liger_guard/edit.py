@@ -197,7 +197,8 @@ class GuardLiger(OptimizationCodemod):
         if reason is None and declares_dependency(self.repo, LIGER_DISTRIBUTION) is None:
             reason = (
                 f"a recipe cannot check at run time that {LIGER_DISTRIBUTION} is installed, and the repository does "
-                f"not list it among its requirements: add it, then set use_liger_kernel: true in full fine-tune recipes"
+                f"not list it among its requirements for the parser at line {self.line(call)}: add it, then set "
+                "use_liger_kernel: true in full fine-tune recipes"
             )
         dpo = any(qualified_under(self.names(e), ("trl",), ("DPOConfig",)) for e in types)
         setting = replace(RECIPE_LIGER, blocked=_dpo_recipe_blocked) if dpo else RECIPE_LIGER

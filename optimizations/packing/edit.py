@@ -96,7 +96,8 @@ def packed_dataset_sites(ctx: RepoContext, optimization_id: str) -> list[Site]:
                 blocked = "torchtune does not pack multimodal datasets"
             elif unset:
                 blocked = (
-                    "torchtune packs into rows of the tokenizer's max_seq_len, which this config does not set"
+                    "torchtune packs into rows of the tokenizer's max_seq_len, which this config does not set "
+                    f"for the dataset at {path}:{setting.line}"
                 )
             text, site = switch_on(
                 text, setting, optimization_id, "examples packed into max_seq_len rows", blocked

@@ -75,7 +75,9 @@ class StreamAdamW(PlannedCodemod):
                     )
             hidden = star_kwargs(call)
             if hidden is not None:
-                raise _Refused(f"settings are passed through `**{code_of(hidden.value)}`")
+                raise _Refused(
+                    f"settings are passed through `**{code_of(hidden.value)}` (line {self.line(hidden)})"
+                )
             params = keyword(call, "params")
             if params is None and call.args and call.args[0].keyword is None and not call.args[0].star:
                 params = call.args[0]
@@ -136,7 +138,9 @@ class StreamAdamW(PlannedCodemod):
                     raise _Refused(f"the trainer is given `{name}=`: it already chooses its optimizer")
             hidden = star_kwargs(call)
             if hidden is not None:
-                raise _Refused(f"arguments are passed through `**{code_of(hidden.value)}`")
+                raise _Refused(
+                    f"arguments are passed through `**{code_of(hidden.value)}` (line {self.line(hidden)})"
+                )
             if sum(1 for a in call.args if a.keyword is None) >= TRAINER_POSITIONAL_LIMIT:
                 raise _Refused(
                     "too many positional arguments to tell whether optimizers/model_init is among them"

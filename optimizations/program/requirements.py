@@ -54,20 +54,21 @@ def declares_dependency(repo: RepoContext, distribution: str) -> str | None:
 
 
 def _specified(repo: RepoContext, distribution: str) -> Iterator[tuple[str, str, SpecifierSet]]:
-    """``(file, specifiers as written, parsed)`` for each requirement of ``distribution`` the repository declares
-    (one whose specifiers do not parse is left out)."""
+    """``(file:line, specifiers as written, parsed)`` for each requirement of ``distribution`` the repository
+    declares (one whose specifiers do not parse is left out)."""
     pattern = _requirement(distribution)
     for path, text in _declarations(repo):
         for match in pattern.finditer(text):
             written = re.sub(r"\s+", "", match.group("specifiers")).rstrip(",")
+            line = text.count("\n", 0, match.start("specifiers")) + 1
             try:
-                yield path, written, SpecifierSet(written)
+                yield f"{path}:{line}", written, SpecifierSet(written)
             except InvalidSpecifier:
                 continue
 
 
 def admits_older(repo: RepoContext, distribution: str, release: str) -> str | None:
-    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits a release older than
+    """``<file:line>: <requirement>`` for a requirement of ``distribution`` that admits a release older than
     ``release``: its lower bound is older, or it has only an upper bound. A bare requirement admits the newest
     release, which is what an installation gets: None, as for no requirement."""
     needed = Version(release)
@@ -83,7 +84,7 @@ def admits_older(repo: RepoContext, distribution: str, release: str) -> str | No
 
 
 def excludes(repo: RepoContext, distribution: str, release: str) -> str | None:
-    """``<file>: <requirement>`` for a requirement of ``distribution`` that admits neither ``release`` nor any
+    """``<file:line>: <requirement>`` for a requirement of ``distribution`` that admits neither ``release`` nor any
     newer one: a pin below it (``==4.31.0``) or an upper bound below it (``<4.36``). A lower bound alone
     (``>=4.28``) lets an installation take the newest release: None."""
     needed = Version(release)

@@ -134,8 +134,8 @@ class SyncFreeLosses(PlannedCodemod):
                 plan.replacements[read] = _detached(loss)
             else:
                 raise _Refused(
-                    "it is read on the host every step, outside the loop's logging condition; "
-                    "move it under the `if` that logs"
+                    f"it is read on the host every step (line {self.line(read)}), outside the loop's logging "
+                    "condition; move it under the `if` that logs"
                 )
         except _Refused as refusal:
             self.refused(read, message, str(refusal))

@@ -171,7 +171,7 @@ def train(model, loader, optimizer):
         optimizer.step()
         progress.set_postfix(loss=loss.item())
 """,
-        refusal="every step, outside the loop's logging condition",
+        refusal="outside the loop's logging condition; move it under the `if` that logs",
     ),
     Example(
         "refuses_value_used_every_step",

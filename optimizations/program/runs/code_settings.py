@@ -51,8 +51,13 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
     code: list[Setting] = []
     defaults: list[Setting] = []
     branched = _in_branches(tree)
+    decorators = {
+        id(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list
+    }
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
+        if (
+            isinstance(node, ast.Call) and id(node) not in decorators
+        ):  # ``@torch.compile(...)`` compiles a function
             code += [
                 setting
                 for setting in _call_settings(path, node)
