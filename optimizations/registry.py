@@ -156,20 +156,20 @@ class Optimization:
     capabilities: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
-    # Codemods that find changes needing restructuring (a precompute pass a hand-written loop lacks): run over each
-    # file for their sites alone, proposals for a person, never an edit.
+    # Codemods that find changes needing restructuring (a precompute pass a hand-written loop lacks): proposals, never edits.
     proposers: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
-    # It compiles the model (or its layers): refused where every run shards the model (:meth:`run_refusal`).
-    compiles_model: ClassVar[bool] = False
+    compiles_model: ClassVar[bool] = False  # refused where every run shards or quantizes the model
     # The run-configuration settings that say it is done, each with the test of its value (a name of
     # :data:`optimizations.program.runs.settings.DONE`), all of which a run must pass; the first is the one
     # cited. Where a run sets it so outside Python (a launch flag, a recipe, a launcher config), that line is a
     # site of "already done"; where every run of a file passes, the file's changes are done there.
     done_by_settings: ClassVar[tuple[tuple[str, str], ...]] = ()
     # Run settings a launch chooses that rule the optimization out for that run, ``(setting, test, why)``: each
-    # line outside Python where a run sets one is a refused site (a launch that trains in fp16 on purpose).
+    # line outside Python where a run sets one is a refused site (a launch that trains in fp16 on purpose), and
+    # with ``chosen_in_code`` each literal in the code too, where no codemod of its own judges that setting.
     chosen_by_launches: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    chosen_in_code: ClassVar[bool] = False
     # The numerics contract, and in one line what changes (required unless ``Numerics.EXACT``).
     numerics: ClassVar[Numerics]
     numerics_reason: ClassVar[str] = ""
@@ -335,7 +335,7 @@ class Optimization:
                 message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"
                 found[path, int(line)] = Site(path, int(line), self.id, message, False, already=True)
         for name, test, why in self.chosen_by_launches:
-            for entry, setting in done_by_runs(ctx, ((name, test),)):
+            for entry, setting in done_by_runs(ctx, ((name, test),), in_code=self.chosen_in_code):
                 path, _, line = setting.source.rpartition(":")
                 if setting.source not in cited and (path, int(line)) not in seen | found.keys():
                     message = f"{setting.name} {setting.value} for the run of {entry}"

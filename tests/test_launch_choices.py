@@ -31,7 +31,7 @@ def test_an_fp16_launch_is_refused_and_a_bf16_one_done(tmp_path: Path) -> None:
     assert sites["scripts/bf16.sh"].already
     refused = sites["scripts/fp16.sh"]
     assert not refused.applicable and not refused.already
-    assert "this launch trains in fp16" in refused.reason and "scripts/fp16.sh:1" in refused.reason
+    assert "this run trains in fp16 on purpose" in refused.reason and "scripts/fp16.sh:1" in refused.reason
 
 
 def test_tf32_off_and_a_memory_saving_optimizer_chosen_by_a_launch_are_refused(tmp_path: Path) -> None:

@@ -139,6 +139,20 @@ def test_a_compiled_helper_function_is_no_compiled_model(tmp_path: Path) -> None
     assert values(entry)["compile"] == ("on", "train.py:17")
 
 
+def test_a_trainer_the_script_sets_to_fp16_is_refused_bf16_there(tmp_path: Path) -> None:
+    """alpaca-lora's shape: `TrainingArguments(fp16=True)` written in the script is the run's precision, chosen on
+    purpose; bf16 is refused at that line, which no codemod of bf16_autocast judges."""
+    script = HF_SCRIPT.replace(
+        "Trainer(model=model, args=args)",
+        "Trainer(model=model, args=transformers.TrainingArguments(output_dir='o', fp16=True))",
+    )
+    make_repo(tmp_path, {"train.py": script})
+    sites = registry()["bf16_autocast"].dry_run(tmp_path).sites
+    [site] = [s for s in sites if s.path == "train.py"]
+    assert not site.applicable and site.line == 17
+    assert "this run trains in fp16 on purpose" in site.reason and "`fp16=True` at train.py:17" in site.reason
+
+
 def test_accelerate_launch_with_a_config_file(tmp_path: Path) -> None:
     config = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 8\n"
     launch = "#!/bin/bash\naccelerate launch --config_file configs/zero3.yaml \\\n  train.py --lr 1e-4\n"

@@ -43,8 +43,11 @@ class Bf16Autocast(Optimization):
         (
             "mixed_precision",
             "fp16",
-            "this launch trains in fp16: which precision a launch uses is its user's flag",
+            "this run trains in fp16 on purpose: which precision a run uses is its user's choice",
         ),
+    )
+    chosen_in_code = (
+        True  # a Trainer's `fp16=True` in the script: no codemod judges TrainingArguments' precision
     )
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:

@@ -475,10 +475,13 @@ def _passes(run: Run, tests: tuple[tuple[str, str], ...]) -> bool:
     return all((s := run.settings.get(name)) is not None and DONE[done](s.value) for name, done in tests)
 
 
-def done_by_runs(repo: RepoContext, tests: tuple[tuple[str, str], ...]) -> list[tuple[str, Setting]]:
+def done_by_runs(
+    repo: RepoContext, tests: tuple[tuple[str, str], ...], in_code: bool = False
+) -> list[tuple[str, Setting]]:
     """``(entry, setting)`` for each run that passes every ``(setting, test)`` of ``tests``, the setting the
-    first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config):
-    that line says the optimization is done already for that run."""
+    first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config),
+    or with ``in_code`` in Python too: that line says the optimization is done already (or chosen otherwise)
+    for that run."""
     found = []
     for entry in effective_runs(repo):
         for run in entry.runs:
@@ -486,7 +489,7 @@ def done_by_runs(repo: RepoContext, tests: tuple[tuple[str, str], ...]) -> list[
                 continue
             setting = run.settings[tests[0][0]]
             path, _, line = setting.source.rpartition(":")
-            if path and not path.endswith(".py") and line.isdigit():
+            if path and (in_code or not path.endswith(".py")) and line.isdigit():
                 found.append((entry.entry, setting))
     return found
 
