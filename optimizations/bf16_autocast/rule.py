@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from optimizations.program.frameworks import FRAMEWORK_WORDS
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.runs.settings import Setting
 from optimizations.program.shapes import ProgramShape
 from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
@@ -51,8 +52,24 @@ class Bf16Autocast(Optimization):
     )
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
-        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done."""
-        return [
+        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done; and
+        each launch that sets no precision where the entry point's other launches pass bf16: refused there."""
+        from optimizations.program.runs.resolve import unset_beside_launched  # loads libcst: not for listing
+
+        fp32 = [
+            Site(
+                run.launch.path,
+                run.launch.line,
+                self.id,
+                f"mixed precision fp32 for the run of {run.entry}",
+                False,
+                f"this launch sets no precision, so it trains in fp32, unlike {_first_of(bf16)}: which precision "
+                "a launch uses is its user's flag",
+            )
+            for run, bf16 in unset_beside_launched(ctx, "mixed_precision", "bf16")
+            if run.launch is not None
+        ]
+        return fp32 + [
             Site(
                 s.path,
                 s.line,
@@ -63,3 +80,9 @@ class Bf16Autocast(Optimization):
             )
             for s in configured_bf16(ctx)
         ]
+
+
+def _first_of(settings: list[Setting]) -> str:
+    """The first place that sets a value, and how many more do: ``run.sh:1 `--bf16 true` and 4 more``."""
+    places = list(dict.fromkeys(setting.cited for setting in settings))
+    return places[0] + (f" and {len(places) - 1} more" if len(places) > 1 else "")

@@ -494,6 +494,27 @@ def done_by_runs(
     return found
 
 
+def unset_beside_launched(repo: RepoContext, setting: str, value: str) -> list[tuple[Run, list[Setting]]]:
+    """Each launched run that leaves ``setting`` unset (its default) where another launch of the same entry point
+    sets it to ``value`` (``bf16``): launches that disagree, each with where the others set it."""
+    found = []
+    for entry in effective_runs(repo):
+        chosen = [
+            s
+            for run in entry.runs
+            if run.launch is not None
+            and (s := run.settings.get(setting)) is not None
+            and s.value.startswith(value)
+            and ".py:" not in s.source  # a launch's flag, recipe or config, not the code's own literal
+        ]
+        for run in entry.runs if chosen else ():
+            current = run.settings.get(setting)
+            unset = current is None or current.source == NOTHING or current.source.startswith("default of")
+            if run.launch is not None and unset:
+                found.append((run, chosen))
+    return found
+
+
 def done_in_every_run(repo: RepoContext, path: str, tests: tuple[tuple[str, str], ...]) -> list[Setting]:
     """The first-named setting of each run that loads ``path``, where every one of them passes every
     ``(setting, test)`` of ``tests``; empty when one does not, or no run loads the file."""
