@@ -153,6 +153,32 @@ def test_a_trainer_the_script_sets_to_fp16_is_refused_bf16_there(tmp_path: Path)
     assert "this run trains in fp16 on purpose" in site.reason and "`fp16=True` at train.py:17" in site.reason
 
 
+def test_a_deepspeed_config_of_any_name_and_a_vaguer_initialize_in_the_code(tmp_path: Path) -> None:
+    """open-instruct's shape: `--deepspeed_config_file x.conf` (JSON by another name) says ZeRO-3, which a
+    `deepspeed.initialize(...)` elsewhere in the code (for a reference model) does not make vaguer; `--use_qlora`
+    loads the model in 4 bits."""
+    conf = json.dumps({"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}, indent=4)
+    loop = (
+        ACCELERATE_LOOP
+        + "\n\ndef reference(model):\n    import deepspeed\n\n    return deepspeed.initialize(model=model)\n"
+    )
+    launch = "accelerate launch --use_deepspeed --deepspeed_config_file configs/ds.conf train.py {flag}\n"
+    files = {
+        "train.py": loop,
+        "configs/ds.conf": conf,
+        "run.sh": launch.format(flag=""),
+        "qlora.sh": launch.format(flag="--use_qlora"),
+    }
+    (entry,) = runs_of(tmp_path, files)
+    by_launch = {run.launch.path: run.settings for run in entry.runs if run.launch is not None}
+    assert (by_launch["run.sh"]["distribution"].value, by_launch["run.sh"]["distribution"].source) == (
+        "DeepSpeed ZeRO-3",
+        "configs/ds.conf:6",
+    )
+    assert by_launch["run.sh"]["quantization"].value == "off"
+    assert by_launch["qlora.sh"]["quantization"].value == "4-bit"
+
+
 def test_accelerate_launch_with_a_config_file(tmp_path: Path) -> None:
     config = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 8\n"
     launch = "#!/bin/bash\naccelerate launch --config_file configs/zero3.yaml \\\n  train.py --lr 1e-4\n"

@@ -265,11 +265,18 @@ def _run(
         # A launcher's processes are DDP, or DeepSpeed, unless a config already says how they are spread.
         put([s for s in _launcher_flags(launch) if not (configured and s.name == "distribution")])
     for path in sorted(read):
-        put(read[path].code)
+        # A `deepspeed.initialize(...)` in the code says DeepSpeed, not which stage: the launch's config does.
+        put([c for c in read[path].code if not _vaguer(c, values.get(c.name))])
     for path, text in texts.items():
         put(_deepspeed_in_code(path, text, trees.get(path)))
     put([s for s in late if s.name == "optimizer"])
     return Run(entry, launch, values)
+
+
+def _vaguer(setting: Setting, current: Setting | None) -> bool:
+    """Whether ``setting`` says less than ``current`` of the same thing (``DeepSpeed`` beside ``DeepSpeed
+    ZeRO-3``)."""
+    return current is not None and current.value != setting.value and current.value.startswith(setting.value)
 
 
 def _trl_config(repo: RepoContext, texts: dict[str, str]) -> bool:
@@ -306,7 +313,7 @@ def _launch_configs(repo: RepoContext, launch: LaunchCommand, values: dict[str, 
         )
         or named
     )
-    if ds_file and ds_file.endswith(".json"):
+    if ds_file:  # JSON whatever its name (open-instruct's `stage3_no_offloading_accelerate.conf`)
         ds_file = posixpath.normpath(ds_file)
         flags = _flags(launch.flags, launch.where)
         trainer = precision_of({s.name: s for s in flags}) or precision_of(values)

@@ -166,6 +166,8 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "load_in_4bit": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
     "load_in_8bit": ("quantization", lambda v: {"on": "8-bit", "off": "off"}.get(_on_off(v) or "")),
     "bits": ("quantization", _bits),
+    "use_qlora": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
+    "q_lora": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
 }
 
 
