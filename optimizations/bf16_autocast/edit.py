@@ -227,8 +227,9 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
         forward pass to the last assignment of the loss."""
         backwards = backward_calls(loop)
         if len(backwards) > 1:
+            lines = ", ".join(str(self.line(b)) for b in backwards)
             raise _Refused(
-                f"the loop calls .backward() {len(backwards)} times: wrap each forward pass by hand"
+                f"the loop calls .backward() {len(backwards)} times (lines {lines}): wrap each forward pass by hand"
             )
         backward = backwards[0]
         # Every node of the module is in a statement directly in a block or in the module itself.

@@ -93,8 +93,8 @@ class CompileLoopModel(PlannedCodemod):
         self.refused(
             loop,
             "torch.compile the model of a top-level training loop",
-            "the loop runs at the top level of the script, not in a function: compile the model by hand where "
-            "the script builds it (`model = torch.compile(model)`)",
+            f"the loop (line {self.line(loop)}) runs at the top level of the script, not in a function: compile "
+            "the model by hand where the script builds it (`model = torch.compile(model)`)",
         )
 
     def _plan_function(self, function: cst.FunctionDef, loop: cst.For | cst.While) -> None:
@@ -307,7 +307,9 @@ class CompileLoopModel(PlannedCodemod):
                 return statement, True
         params = {p.name.value for p in function.params.params}
         if model not in params:
-            raise _Refused(f"`{model}` is not built before the loop in {function.name.value}()")
+            raise _Refused(
+                f"`{model}` is not built before the loop (line {self.line(top)}) in {function.name.value}()"
+            )
         first = body[0]
         docstring = m.matches(
             first, m.SimpleStatementLine([m.Expr(m.SimpleString() | m.ConcatenatedString())])

@@ -216,7 +216,7 @@ for batch in batches():
     loss.backward()
     optimizer.step()
 """,
-        refusal="the loop runs at the top level of the script, not in a function",
+        refusal="runs at the top level of the script, not in a function",
     ),
     Example(
         "model_and_optimizer_passed_by_the_caller",

@@ -201,7 +201,8 @@ class AddWorkers(LoaderRefusals):
             self.refused(
                 original_node,
                 message,
-                f"{label} comes from `{code_of(current.value)}`; raise its default where that value is defined",
+                f"{label} comes from `{code_of(current.value)}` (line {self.line(original_node)}); raise its "
+                "default where that value is defined",
             )
             return updated_node
         reason = self._refusal(original_node, settings)

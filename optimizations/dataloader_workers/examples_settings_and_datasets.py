@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 def loader(ds, num_workers=0):
     return DataLoader(ds, batch_size=8, num_workers=num_workers, pin_memory=True)
 """,
-        refusal="num_workers comes from `num_workers`; raise its default where that value is defined",
+        refusal="num_workers comes from `num_workers` (line 5); raise its default where that value is defined",
     ),
     Example(
         "pins_memory_when_workers_come_from_a_variable",
