@@ -179,6 +179,35 @@ def test_a_deepspeed_config_of_any_name_and_a_vaguer_initialize_in_the_code(tmp_
     assert by_launch["qlora.sh"]["quantization"].value == "4-bit"
 
 
+def test_an_unfused_optim_in_the_code_stands_beside_a_fused_default(tmp_path: Path) -> None:
+    """alpaca-lora's `TrainingArguments(optim="adamw_torch")`: the code's unfused choice is the run's, not a vaguer
+    spelling of the Trainer's fused default."""
+    script = HF_SCRIPT.replace(
+        "Trainer(model=model, args=args)",
+        "Trainer(model=model, args=transformers.TrainingArguments(output_dir='o', optim='adamw_torch'))",
+    )
+    (entry,) = runs_of(tmp_path, {"train.py": script})
+    assert values(entry)["optimizer"] == ("adamw_torch", "train.py:17")
+
+
+def test_a_launch_whose_recipe_is_a_shell_parameter_does_not_decide_the_compile_refusal(
+    tmp_path: Path,
+) -> None:
+    """open-instruct's `finetune_with_accelerate_config.sh`: `finetune.py "$2"` reads a recipe no one can read
+    here; the ZeRO-3 launches beside it decide, and compiling stays refused."""
+    conf = json.dumps({"zero_optimization": {"stage": 3}}, indent=4)
+    zero3 = "accelerate launch --use_deepspeed --deepspeed_config_file ds.json train.py --bf16 True\n"
+    files = {
+        "train.py": HF_SCRIPT,
+        "ds.json": conf,
+        "zero3.sh": zero3,
+        "any.sh": 'accelerate launch train.py "$2"\n',
+    }
+    make_repo(tmp_path, files)
+    [site] = registry()["regional_compile"].dry_run(tmp_path).sites
+    assert not site.applicable and "DeepSpeed ZeRO-3 at ds.json:3" in site.reason
+
+
 def test_accelerate_launch_with_a_config_file(tmp_path: Path) -> None:
     config = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 8\n"
     launch = "#!/bin/bash\naccelerate launch --config_file configs/zero3.yaml \\\n  train.py --lr 1e-4\n"

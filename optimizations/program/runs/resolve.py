@@ -274,9 +274,14 @@ def _run(
 
 
 def _vaguer(setting: Setting, current: Setting | None) -> bool:
-    """Whether ``setting`` says less than ``current`` of the same thing (``DeepSpeed`` beside ``DeepSpeed
-    ZeRO-3``)."""
-    return current is not None and current.value != setting.value and current.value.startswith(setting.value)
+    """Whether the distribution ``setting`` says less than ``current`` (``DeepSpeed`` beside ``DeepSpeed
+    ZeRO-3``); an optimizer ``adamw_torch`` is no vaguer ``adamw_torch_fused``."""
+    return (
+        setting.name == "distribution"
+        and current is not None
+        and current.value != setting.value
+        and current.value.startswith(setting.value)
+    )
 
 
 def _trl_config(repo: RepoContext, texts: dict[str, str]) -> bool:
@@ -430,8 +435,9 @@ def launched_in(repo: RepoContext, path: str, precision: str) -> list[Setting]:
 def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
     """Why compiling code of ``path`` is no tier-level edit: every run that loads it shards the model (FSDP, or
     DeepSpeed ZeRO-3) or loads it quantized (4- or 8-bit layers, which the compile helper leaves as they are),
-    each named where it is set; ``None`` when some run does neither, or none is known."""
-    runs = runs_of(repo, path)
+    each named where it is set; ``None`` when some run does neither, or none is known. A launch whose recipe is
+    a shell parameter (``finetune.py "$2"``) has settings no one can read here: it counts for neither."""
+    runs = [run for run in runs_of(repo, path) if not _recipe_unknown(run)]
     found = [_sharded_or_quantized(run) for run in runs]
     if not runs or not all(found):
         return None
@@ -441,6 +447,11 @@ def sharded_in_every_run(repo: RepoContext, path: str) -> str | None:
         "wrapper is a change to test on that setup first, and quantized layers stay uncompiled; not a tier-level "
         "edit"
     )
+
+
+def _recipe_unknown(run: Run) -> bool:
+    """Whether the run's launch passes its recipe as a shell parameter (``"$2"``, ``$CONFIG``), unread here."""
+    return run.launch is not None and any(word.startswith("$") for word in run.launch.positional)
 
 
 def _sharded_or_quantized(run: Run) -> str:
