@@ -3,6 +3,7 @@ TRL ``model_init_kwargs`` dict becomes a call of the vendored ``pick_attention_i
 
 from __future__ import annotations
 
+import re
 from typing import cast
 
 import libcst as cst
@@ -18,6 +19,9 @@ from .edit_decisions import PICKER, AttentionDecisions
 from .edit_sites import init_kwargs_site, site_message
 
 RUNTIME = RuntimeHelper("attention", "optimizations.fa2")
+# A module-level call that patches a model family's attention to FlashAttention before the model is loaded
+# (lm-sys/FastChat's train_mem.py: `replace_llama_attn_with_flash_attn()`).
+FLASH_PATCH = re.compile(r"^replace_\w*attn\w*_with_flash_attn\w*$")
 # The name a loader's first argument is bound to (with `:=`) when the picker needs it too.
 BOUND_NAMES = {"from_pretrained": "checkpoint", "from_config": "model_config"}
 TRL_DTYPE_DEFAULT = "TRL loads the model in float32 when model_init_kwargs sets no dtype"
@@ -88,6 +92,12 @@ class PickAttention(AttentionDecisions):
         if original_node in self.init_kwargs:
             return self._edit_init_kwargs(original_node, updated_node)
         func = original_node.func
+        if self._patches_in_flash_attention(original_node):
+            self.already(
+                original_node,
+                f"`{code_of(original_node)}` patches the model's attention to FlashAttention before it is loaded",
+            )
+            return updated_node
         if not (isinstance(func, cst.Attribute) and func.attr.value in MODEL_LOADERS):
             return updated_node
         classes = [
@@ -186,6 +196,22 @@ class PickAttention(AttentionDecisions):
         self.changed(original_node, message + self._live_when(dtype))
         self.edited = True
         return call
+
+    def _patches_in_flash_attention(self, call: cst.Call) -> bool:
+        """A statement of the module's own that calls a FlashAttention monkeypatch (:data:`FLASH_PATCH`)."""
+        name = (
+            call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+        )
+        parents = self.parsed.parents()
+        statement = parents.get(call)
+        line = parents.get(statement) if statement is not None else None
+        return (
+            isinstance(name, str)
+            and FLASH_PATCH.match(name) is not None
+            and isinstance(statement, cst.Expr)
+            and line is not None
+            and parents.get(line) is self.parsed.module
+        )
 
     # -- TRL model_init_kwargs --------------------------------------------------------------------------
     def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:

@@ -69,4 +69,18 @@ def train(model, data):
 """,
         kept="needed: our collator passes 4D masks",
     ),
+    Example(
+        "already_attention_patched_to_flash_attention_before_the_model_loads",
+        # lm-sys/FastChat's train_mem.py: every Vicuna launch runs it, and the patch replaces LlamaAttention.
+        before="""\
+from fastchat.train.llama2_flash_attn_monkey_patch import replace_llama_attn_with_flash_attn
+
+replace_llama_attn_with_flash_attn()
+
+from fastchat.train.train import train
+
+if __name__ == "__main__":
+    train()
+""",
+    ),
 )

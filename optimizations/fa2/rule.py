@@ -41,7 +41,7 @@ class FlashAttention(Optimization):
     capabilities = ("fused attention", "flash attention", "flashattention", "efficient attention")
     codemods = (PickAttention,)
     done_by_settings = (("attention", "flash"),)
-    needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs")
+    needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs", "_with_flash_attn")
 
     examples = EXAMPLES
 
