@@ -53,3 +53,26 @@ def test_no_edit_where_nothing_pins_the_optimizer(tmp_path: Path) -> None:
     make_repo(tmp_path, {"sft.py": SCRIPT, "recipe.yaml": RECIPE.replace("optim: adamw_torch\n", "")})
     change = registry()["fused_adamw"].dry_run(tmp_path)
     assert not change.files and not change.sites
+
+
+def test_a_recipe_that_sets_no_optim_gets_the_fused_one_where_torch_is_pinned_below_2_8(
+    tmp_path: Path,
+) -> None:
+    """open-r1's shape: setup.py pins torch 2.6, where the Trainer's default is the unfused adamw_torch, so a
+    recipe its launches pass that sets no optim gets `optim: adamw_torch_fused`; without the pin, nothing."""
+    recipe = RECIPE.replace("optim: adamw_torch\n", "")
+    files = {
+        "scripts/sft.py": SCRIPT,
+        "recipes/sft.yaml": recipe,
+        "run.sh": "accelerate launch scripts/sft.py --config recipes/sft.yaml\n",
+        "setup.py": 'from setuptools import setup\n\nsetup(name="x", install_requires=["torch==2.6.0"])\n',
+    }
+    make_repo(tmp_path, files)
+    change = registry()["fused_adamw"].dry_run(tmp_path)
+    assert change.files["recipes/sft.yaml"] == recipe + "optim: adamw_torch_fused\n"
+    [site] = [s for s in change.applied if s.path == "recipes/sft.yaml"]
+    assert site.line == 5 and "setup.py:3: torch==2.6.0 keeps torch below 2.8" in site.message
+    (tmp_path / "setup.py").write_text(
+        'from setuptools import setup\n\nsetup(name="x", install_requires=["torch>=2.6"])\n'
+    )
+    assert "recipes/sft.yaml" not in registry()["fused_adamw"].dry_run(tmp_path).files

@@ -3,7 +3,9 @@ unfused ``adamw_torch`` (or the older ``adamw_hf``) -- in a ``TrainingArguments`
 config call's literal keyword, a recipe YAML's ``optim:`` key or a launch script's ``--optim`` flag.
 
 ``adamw_torch_fused`` is the Trainer's own default from transformers 4.56 on torch 2.8, so a repository that
-sets nothing gets no edit: only an explicit unfused choice is one. A value with a comment on its line is kept
+sets nothing gets no edit: only an explicit unfused choice is one -- unless its requirements keep torch below
+2.8, where the default is the unfused ``adamw_torch``: then a recipe its launches pass that sets no ``optim``
+gets ``optim: adamw_torch_fused``. A value with a comment on its line is kept
 as chosen on purpose; a run whose DeepSpeed config builds its own optimizer (an ``optimizer`` block, or ZeRO's
 CPU offload) ignores ``optim``, so the site is refused naming that config line.
 """
@@ -15,15 +17,19 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from optimizations.edits.planned import PlannedCodemod
+from optimizations.edits.yaml_text import add_keys
 from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.recipes import launches
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.requirements import excludes
 from optimizations.program.runs.resolve import runs_of
 from optimizations.program.runs.settings import memory_saving
 from optimizations.program.syntax import code_of, keyword
 from optimizations.program.yaml_settings import settings
 
 FUSED = "adamw_torch_fused"
+# The torch release from which transformers' Trainer defaults to the fused AdamW (with transformers >= 4.56).
+FUSED_DEFAULT_SINCE = "2.8"
 UNFUSED = ("adamw_torch", "adamw_hf")
 # Keys that mark a YAML mapping as a recipe of TrainingArguments (two of them beside ``optim``).
 TRAINING_KEYS = frozenset(
@@ -132,6 +138,8 @@ def recipe_and_flag_sites(repo: RepoContext, optimization: str) -> list[Site]:
         return sites
     for path in repo.files("*.yaml", "*.yml"):
         sites += _recipe_sites(repo, path, optimization, parsers[0])
+    if (pinned := excludes(repo, "torch", FUSED_DEFAULT_SINCE)) is not None:
+        sites += _unset_recipe_sites(repo, parsers, optimization, pinned)
     for script in parsers:
         for launch in launches(repo, script):
             value = launch.flags.get("optim")
@@ -146,6 +154,33 @@ def recipe_and_flag_sites(repo: RepoContext, optimization: str) -> list[Site]:
                 )
                 if reason is None:
                     sites[-1] = _flip(repo, launch.path, launch.line, value, optimization)
+    return sites
+
+
+def _unset_recipe_sites(repo: RepoContext, parsers: list[str], optimization: str, pinned: str) -> list[Site]:
+    """``optim: adamw_torch_fused`` added to each recipe the parsers' launches pass that sets no ``optim``
+    (where the requirement ``pinned`` keeps the Trainer's default unfused), or why not."""
+    sites: list[Site] = []
+    done: set[str] = set()
+    for script in parsers:
+        for path in (c for launch in launches(repo, script) for c in launch.configs if c not in done):
+            done.add(path)
+            try:
+                text = repo.read(path)
+            except (OSError, UnicodeDecodeError):
+                continue
+            keys = {s.key for key in TRAINING_KEYS for s in settings(path, text, key)}
+            if settings(path, text, "optim") or len(keys) < 2:
+                continue
+            message = f"recipe optim: {FUSED} ({pinned} keeps torch below {FUSED_DEFAULT_SINCE}, where the default is unfused)"
+            reason = deepspeed_optimizer(repo, script)
+            added = None if reason else add_keys(text, {"optim": FUSED})
+            if added is None:
+                reason = reason or "the recipe is not a plain YAML mapping"
+                sites.append(Site(path, 1, optimization, message, False, reason))
+                continue
+            repo.edit(path, added[0])
+            sites.append(Site(path, added[1], optimization, message))
     return sites
 
 
