@@ -156,7 +156,7 @@ class Optimization:
     capabilities: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
     codemods: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
-    # Codemods that find changes needing restructuring (a precompute pass a hand-written loop lacks): proposals, never edits.
+    # Codemods that find changes needing restructuring (a missing precompute pass): proposals, never edits.
     proposers: ClassVar[tuple[type[OptimizationCodemod], ...]] = ()
     needs: ClassVar[tuple[str | AllOf, ...]] = ()
     compiles_model: ClassVar[bool] = False  # refused where every run shards or quantizes the model
@@ -306,8 +306,8 @@ class Optimization:
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Why no run that loads ``path`` should get this optimization's edit there, naming the line of the run
         configuration it rests on: the library of a framework its commands drive by recipe, and for an
-        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3) or a torch the requirements
-        keep below 2.0, which has no ``torch.compile``."""
+        optimization that compiles the model, a file every run shards (FSDP, ZeRO-3) or quantizes, or a torch
+        the requirements keep below 2.0, which has no ``torch.compile``."""
         # imported here: listing optimizations loads no libcst, which the run configuration's readers use
         from optimizations.program.requirements import excludes
         from optimizations.program.runs.resolve import framework_library, sharded_in_every_run

@@ -150,9 +150,8 @@ class Bf16AutocastCodemod(FrameworkPrecision, LoopPrecision):
             )
             return
         chosen = next((entry for entry in existing if entry[2] == [UNFOLLOWED_DTYPE]), None)
-        if (
-            chosen is not None
-        ):  # an autocast whose dtype each run chooses (``--dtype bfloat16``): mixed precision is there
+        # an autocast whose dtype each run chooses (``--dtype bfloat16``): the mixed precision is there
+        if chosen is not None:
             item, call, _ = chosen
             dtype = keyword(call, "dtype") or call.args[1]
             self.already(

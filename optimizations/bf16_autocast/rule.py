@@ -47,9 +47,8 @@ class Bf16Autocast(Optimization):
             "this run trains in fp16 on purpose: which precision a run uses is its user's choice",
         ),
     )
-    chosen_in_code = (
-        True  # a Trainer's `fp16=True` in the script: no codemod judges TrainingArguments' precision
-    )
+    # a Trainer's `fp16=True` in the script too: no codemod of this rule judges TrainingArguments' precision
+    chosen_in_code = True
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done; and

@@ -172,7 +172,10 @@ def _unset_recipe_sites(repo: RepoContext, parsers: list[str], optimization: str
             keys = {s.key for key in TRAINING_KEYS for s in settings(path, text, key)}
             if settings(path, text, "optim") or len(keys) < 2:
                 continue
-            message = f"recipe optim: {FUSED} ({pinned} keeps torch below {FUSED_DEFAULT_SINCE}, where the default is unfused)"
+            message = (
+                f"recipe optim: {FUSED} ({pinned} keeps torch below {FUSED_DEFAULT_SINCE}, where the default is "
+                "unfused)"
+            )
             reason = deepspeed_optimizer(repo, script)
             added = None if reason else add_keys(text, {"optim": FUSED})
             if added is None:

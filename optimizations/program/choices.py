@@ -3,9 +3,9 @@
 A setting counts as chosen on purpose where a comment in reach gives a reason for it (on the setting's line, or
 in the comment lines right above it, naming the setting or saying why), where hand-written code's function or
 class docstring says it is written out so on purpose (``explicit implementation ... to show``, ``Careful ...
-this one is the exact one``), where the file builds attention masks
-of its own (4D or block-diagonal: FlashAttention takes none of them), where the model family needs eager
-attention to train, or where attention weights are read (only eager attention returns them). Each piece of
+this one is the exact one``), where the file builds attention masks of its own (4D or block-diagonal:
+FlashAttention takes none of them), where the model family needs eager attention to train, or where attention
+weights are read (only eager attention returns them). Each piece of
 evidence is a :class:`Choice`: the line it is on and what it says, quoted for the plan.
 """
 

@@ -55,9 +55,8 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
         id(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list
     }
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call) and id(node) not in decorators
-        ):  # ``@torch.compile(...)`` compiles a function
+        # a decorator call (``@torch.compile(dynamic=True)``) sets up a function, not the run's model
+        if isinstance(node, ast.Call) and id(node) not in decorators:
             code += [
                 setting
                 for setting in _call_settings(path, node)

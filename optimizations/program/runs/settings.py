@@ -131,6 +131,13 @@ def _bits(value: object) -> str | None:
 
 Reading = Callable[[object], str | None]
 
+
+def _loaded_in(bits: str) -> Reading:
+    """How a switch that loads the base model quantized (``load_in_4bit``, ``--use_qlora``) reads: ``bits`` when
+    on, off when off."""
+    return lambda value: {"on": bits, "off": "off"}.get(_on_off(value) or "")
+
+
 # An argument, flag or YAML key's name -> the setting it sets and how its value reads (None: it sets nothing).
 NAMES: dict[str, tuple[str, Reading]] = {
     "bf16": ("mixed_precision", _bf16_flag),
@@ -163,11 +170,11 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "use_peft": ("peft", _peft),
     "use_lora": ("peft", _peft),
     "fsdp": ("distribution", _fsdp),
-    "load_in_4bit": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
-    "load_in_8bit": ("quantization", lambda v: {"on": "8-bit", "off": "off"}.get(_on_off(v) or "")),
+    "load_in_4bit": ("quantization", _loaded_in("4-bit")),
+    "load_in_8bit": ("quantization", _loaded_in("8-bit")),
     "bits": ("quantization", _bits),
-    "use_qlora": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
-    "q_lora": ("quantization", lambda v: {"on": "4-bit", "off": "off"}.get(_on_off(v) or "")),
+    "use_qlora": ("quantization", _loaded_in("4-bit")),
+    "q_lora": ("quantization", _loaded_in("4-bit")),
 }
 
 
