@@ -6,6 +6,34 @@ from optimizations.registry import Example
 from .examples_frameworks import FRAMEWORK_CALL_ROLES, FRAMEWORK_SETTINGS
 
 # Autocast around the forward pass and loss; an FSDP policy or a self-casting model of the same run.
+# A loop whose model casts its own layers to a dtype by name (karpathy/nanochat's gpt.py), in a package beside it.
+SELF_CASTING_LOOP = """\
+import torch
+
+from mini.gpt import GPT
+
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in batches():
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def self_casting_package(dtype: str) -> dict[str, str]:
+    """The ``mini`` package whose GPT casts its embedding to ``dtype`` (a name) at line 11 of ``mini/gpt.py``."""
+    return {
+        "mini/__init__.py": "",
+        "mini/common.py": "import torch\n\nCOMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32\n",
+        "mini/gpt.py": (
+            "import torch\nfrom torch import nn\n\nfrom mini.common import COMPUTE_DTYPE\n\n\n"
+            "class GPT(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            f"        self.wte = nn.Embedding(512, 64)\n        self.wte.to(dtype={dtype})\n"
+        ),
+    }
+
+
 LOOP_AUTOCAST = (
     Example(
         "forward_returns_loss",
@@ -251,75 +279,13 @@ def train(model, loader, optimizer):
     ),
     Example(
         "already_a_model_that_casts_itself_to_its_compute_dtype",
-        before="""\
-import torch
-
-from mini.gpt import GPT
-
-model = GPT()
-optimizer = torch.optim.AdamW(model.parameters())
-for x, y in batches():
-    loss = model(x, y)
-    loss.backward()
-    optimizer.step()
-""",
-        files={
-            "mini/__init__.py": "",
-            "mini/common.py": """\
-import torch
-
-COMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-""",
-            "mini/gpt.py": """\
-import torch
-from torch import nn
-
-from mini.common import COMPUTE_DTYPE
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(512, 64)
-        self.wte.to(dtype=COMPUTE_DTYPE)
-""",
-        },
+        before=SELF_CASTING_LOOP,
+        files=self_casting_package("COMPUTE_DTYPE"),
     ),
     Example(
         "refuses_a_model_that_casts_itself_to_float16",
-        before="""\
-import torch
-
-from mini.gpt import GPT
-
-model = GPT()
-optimizer = torch.optim.AdamW(model.parameters())
-for x, y in batches():
-    loss = model(x, y)
-    loss.backward()
-    optimizer.step()
-""",
-        files={
-            "mini/__init__.py": "",
-            "mini/common.py": """\
-import torch
-
-COMPUTE_DTYPE = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-""",
-            "mini/gpt.py": """\
-import torch
-from torch import nn
-
-from mini.common import COMPUTE_DTYPE
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(512, 64)
-        self.wte.to(dtype=torch.float16)
-""",
-        },
+        before=SELF_CASTING_LOOP,
+        files=self_casting_package("torch.float16"),
         refusal="the model casts itself to its compute dtype by hand at mini/gpt.py:11",
     ),
 )
