@@ -12,15 +12,4 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 mkdir -p "$out"
 "$here/prepare.sh" "$size" "$work" > "$out/init.txt" 2>&1
 cd "$work"
-git config user.name user && git config user.email user@example.com
-bot apply --tier 1 --no-push > "$out/apply.txt" 2>&1 || true
-tier1=$(git rev-parse HEAD)
-bot apply --tier 2 --no-push >> "$out/apply.txt" 2>&1 || true
-tier2=$(git rev-parse HEAD)
-git log --format='%h %s' main..HEAD > "$out/commits.txt"
-git diff main..HEAD -- . ':(exclude)_perfbot_*.py' > "$out/diff.txt"
-revisions=$(printf '%s\n' "$(git rev-parse main)" "$tier1" "$tier2" | awk '!seen[$0]++')
-# shellcheck disable=SC2086  # one revision per word
-bot bench $revisions "$@" > "$out/bench.txt" 2>&1 || true
-cp .bot/results/*.json "$out/" 2>/dev/null || true
-tail -n 20 "$out/bench.txt"
+"$here/../apply_and_bench.sh" "$out" "$@"

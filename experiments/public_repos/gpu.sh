@@ -5,13 +5,9 @@
 # Usage: bash experiments/public_repos/gpu.sh   (results under $OUT/nanogpt and $OUT/minimind)
 set -u
 start=$(date +%s)
-wheels=$(ls .whl/*.whl | grep -v '/perfbot-')
-# shellcheck disable=SC2086  # one wheel per word
-python3 -m pip install -q --no-index --no-deps --target /tmp/site $wheels 2>&1 | grep -v "already exists" | tail -2
-mkdir -p /tmp/site/bin
-printf '#!/bin/sh\nexec python3 -m bot.cli "$@"\n' > /tmp/site/bin/bot
-chmod +x /tmp/site/bin/bot
-export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PUBLIC_REPOS_SNAPSHOTS=$PWD/.whl/public_repos
+# shellcheck source=experiments/device_env.sh
+source experiments/device_env.sh
+export PUBLIC_REPOS_SNAPSHOTS=$PWD/.whl/public_repos
 out=${OUT:-/tmp/public-out}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 elapsed() { echo $(( $(date +%s) - start )); }

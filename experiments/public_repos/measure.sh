@@ -22,15 +22,4 @@ mkdir -p "$out"
 "$here/prepare.sh" "$name" "$size" "$work" > "$out/init.txt" 2>&1
 cd "$work"
 cp pyproject.toml PLAN.md "$out/"
-git config user.name user && git config user.email user@example.com
-bot apply --tier 1 --no-push > "$out/apply.txt" 2>&1 || true
-tier1=$(git rev-parse HEAD)
-bot apply --tier 2 --no-push >> "$out/apply.txt" 2>&1 || true
-tier2=$(git rev-parse HEAD)
-git log --format='%h %s' main..HEAD > "$out/commits.txt"
-git diff main..HEAD -- . ':(exclude)_perfbot_*.py' ':(exclude)**/_perfbot_*.py' > "$out/diff.txt"
-revisions=$(printf '%s\n' "$(git rev-parse main)" "$tier1" "$tier2" | awk '!seen[$0]++')
-# shellcheck disable=SC2086  # one revision per word
-bot bench $revisions --workload "$workload" "$@" > "$out/bench.txt" 2>&1 || true
-cp .bot/results/*.json "$out/" 2>/dev/null || true
-tail -n 20 "$out/bench.txt"
+"$here/../apply_and_bench.sh" "$out" --workload "$workload" "$@"

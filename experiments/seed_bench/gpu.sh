@@ -4,13 +4,8 @@
 # (`prepare.sh MIRROR gpu /tmp/seed-gpu && tar -czf .whl/seed_repo.tar.gz -C /tmp seed-gpu`).
 # Usage: WORKLOADS=train|train-2 bash experiments/seed_bench/gpu.sh [bot bench options]   (results in $OUT)
 set -u
-wheels=$(ls .whl/*.whl | grep -v '/perfbot-')
-# shellcheck disable=SC2086  # one wheel per word
-python3 -m pip install -q --no-index --no-deps --target /tmp/site $wheels 2>&1 | grep -v "already exists" | tail -2
-mkdir -p /tmp/site/bin
-printf '#!/bin/sh\nexec python3 -m bot.cli "$@"\n' > /tmp/site/bin/bot
-chmod +x /tmp/site/bin/bot
-export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH
+# shellcheck source=experiments/device_env.sh
+source experiments/device_env.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 python3 - <<'PY'
 import time, torch
