@@ -23,16 +23,38 @@ def _literal(node: ast.expr | None) -> object:
         return ...
 
 
-def _flag_default(call: ast.Call, name: str) -> Default | None:
+@dataclass(frozen=True)
+class Argument:
+    """One ``parser.add_argument(...)``: the strings that name the option (``--max-steps``, ``-n``), the
+    keywords it is given (``dest``, ``default``...) and its line."""
+
+    names: tuple[str, ...]
+    keywords: dict[str, ast.expr]
+    line: int
+
+    @property
+    def dest(self) -> object:
+        """The literal ``dest=``; ``...`` where none is given or it is not literal."""
+        return _literal(self.keywords.get("dest"))
+
+
+def argparse_argument(call: ast.Call) -> Argument | None:
+    """The :class:`Argument` a call declares, where it is an ``add_argument`` call; None otherwise."""
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
         return None
-    flags = {str(a.value) for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
-    keywords = {k.arg: k.value for k in call.keywords if k.arg}
-    dest = _literal(keywords.get("dest"))
-    named = {f"--{name}", f"--{name.replace('_', '-')}"} & flags or dest == name
+    names = tuple(str(a.value) for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    return Argument(names, {k.arg: k.value for k in call.keywords if k.arg}, call.lineno)
+
+
+def _flag_default(call: ast.Call, name: str) -> Default | None:
+    argument = argparse_argument(call)
+    if argument is None:
+        return None
+    named = {f"--{name}", f"--{name.replace('_', '-')}"} & set(argument.names) or argument.dest == name
     if not named:
         return None
-    return Default(_literal(keywords.get("default")) if "default" in keywords else None, call.lineno)
+    default = _literal(argument.keywords["default"]) if "default" in argument.keywords else None
+    return Default(default, argument.line)
 
 
 def attribute_defaults(tree: ast.Module, name: str) -> list[Default]:

@@ -13,6 +13,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from optimizations.program.attribute_defaults import argparse_argument
 from optimizations.program.repository import RepoContext
 from optimizations.program.run_calls import called_name
 
@@ -46,15 +47,12 @@ def program_options(repo: RepoContext, entry: str, text: str) -> dict[str, Optio
         return {}
     options: dict[str, Option] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            spelled = [
-                a.value
-                for a in node.args
-                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
-            ]
-            default = next((k.value for k in node.keywords if k.arg == "default"), None)
-            for flag in spelled:
-                options[flag[2:].replace("-", "_")] = Option(flag, _literal(default))
+        argument = argparse_argument(node) if isinstance(node, ast.Call) else None
+        if argument is None:
+            continue
+        default = _literal(argument.keywords.get("default"))
+        for flag in (n for n in argument.names if n.startswith("--")):
+            options[flag[2:].replace("-", "_")] = Option(flag, default)
     if options or not _execs_a_configurator(repo, entry, tree):
         return options
     for statement in tree.body:
