@@ -125,8 +125,8 @@ class LaunchModes:
     def __init__(self, repo: RepoContext, new: Collection[str] = ()):
         self.repo = RepoContext(repo.root, repo.exclude[len(DEFAULT_EXCLUDES) :], (), repo.sources)
         self.installation: Installation = installation(self.repo)
-        self.resolver = Resolver(repo.root, self.installation, new=new)
-        self.resolver.pythonpath = any("PYTHONPATH" in command for _, _, command in self._commands())
+        pythonpath = any("PYTHONPATH" in command for _, _, command in self._commands())
+        self.resolver = Resolver(repo.root, self.installation, new=new, pythonpath=pythonpath)
         self._modes: dict[str, dict[ModeKey, Mode]] | None = None
         self._imports: dict[str, list[Imported]] = {}
 
