@@ -489,3 +489,48 @@ def test_scripts_kept_in_a_snapshot_folder_are_edited_only_where_a_launch_runs_t
     assert edited == {"run.py", "_perfbot_gpu_flags.py"}  # the record's optimizer config is not edited either
     (root / "reproduce.sh").write_text(f"#!/bin/sh\npython {record}\n")  # a launch file runs the record
     assert {s.path for s in _sites("tf32", root)} == {"run.py", record}
+
+
+def test_a_deepspeed_optimizer_block_written_in_code_is_fused_already(tmp_path):
+    strategy = """\
+    import deepspeed
+
+
+    def setup(model, loader, lr, offload):
+        optim = {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.95]}}
+        config = {"zero_optimization": {"stage": 2}, "optimizer": optim}
+        engine, _, _, _ = deepspeed.initialize(model=model, config=config)
+        for batch in loader:
+            engine.backward(engine(batch))
+            engine.step()
+    """
+    root = _repo(tmp_path, {"train.py": strategy})
+    assert [(s.line, s.already) for s in _sites("fused_adamw", root)] == [(5, True)]
+    torch_adam = strategy.replace('"betas": [0.9, 0.95]', '"torch_adam": True')
+    assert _sites("fused_adamw", _repo(tmp_path, {"train.py": torch_adam})) == []
+
+
+def test_an_option_default_of_a_dotted_flag_reports_the_setting_done(tmp_path):
+    cli = """\
+    import argparse
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+
+    def train(args):
+        model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation=args.ds.attn)
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+        for batch in range(3):
+            model(batch).loss.backward()
+            optimizer.step()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--ds.attn_implementation", default="flash_attention_2")
+        train(parser.parse_args())
+    """
+    root = _repo(tmp_path, {"train.py": cli})
+    done = {s.line: s.message for s in _sites("fa2", root) if s.already}
+    assert "--ds.attn_implementation default 'flash_attention_2'" in done[17]

@@ -257,7 +257,7 @@ def test_deepspeed_config_written_in_code(tmp_path: Path) -> None:
     )
     (entry,) = runs_of(tmp_path, {"train.py": script, "run.sh": "deepspeed --num_gpus 8 train.py\n"})
     got = values(entry)
-    assert got["mixed_precision"] == ("bf16", "train.py:8")
+    assert got["mixed_precision"] == ("bf16 (bf16 weights)", "train.py:8")
     assert got["distribution"][0] == "DeepSpeed ZeRO-2"
 
 

@@ -46,3 +46,18 @@ def test_a_module_that_sets_tf32_at_import_counts_as_done(tmp_path: Path) -> Non
     )
     make_repo(tmp_path, {"flags.py": flags, "train.py": LOOP.format(head="import flags")})
     assert ("train.py", 4, True, False) in _sites(tmp_path)
+
+
+def test_a_run_whose_deepspeed_config_casts_the_weights_to_bf16_is_refused(tmp_path: Path) -> None:
+    files = {"train.py": LOOP.format(head=""), "run.sh": "deepspeed train.py --deepspeed ds.json\n"}
+    make_repo(
+        tmp_path, {**files, "ds.json": '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}\n'}
+    )
+    (site,) = registry()["tf32"].dry_run(tmp_path).sites
+    assert not site.applicable and "bf16 weights (ds.json:1" in site.reason
+
+
+def test_a_deepspeed_config_in_fp16_leaves_float32_matmuls_for_tf32(tmp_path: Path) -> None:
+    files = {"train.py": LOOP.format(head=""), "run.sh": "deepspeed train.py --deepspeed ds.json\n"}
+    make_repo(tmp_path, {**files, "ds.json": '{"fp16": {"enabled": true}}\n'})
+    assert [s.applicable for s in registry()["tf32"].dry_run(tmp_path).sites] == [True]

@@ -17,6 +17,7 @@ from optimizations.program.positions import start_line
 from optimizations.program.syntax import (
     NESTED_SCOPES,
     code_of,
+    imported_modules,
     keyword,
     literal_value,
     qualified_under,
@@ -59,6 +60,7 @@ class FuseAdamW(TrainerOptim):
     def plan(self, module: cst.Module) -> None:
         self.plan_trainer_optim()
         self._fused_classes()
+        self._deepspeed_optimizer_blocks()
         for call in self.nodes(cst.Call):
             names = self.names(call.func)
             factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)
@@ -79,6 +81,27 @@ class FuseAdamW(TrainerOptim):
                 classes += sorted(name.rpartition(".")[2] for name in fused)
         for statement, classes in found.values():
             self.already(statement, f"{' / '.join(dict.fromkeys(classes))}: fused Adam kernels already")
+
+    def _deepspeed_optimizer_blocks(self) -> None:
+        """Reports each DeepSpeed config optimizer block written in code (``{"type": "AdamW", "params": {...}}``
+        in a file that imports deepspeed) as fused already: DeepSpeed builds its FusedAdam from it (its CPU Adam
+        under ZeRO-Offload), unless the block asks for torch's Adam."""
+        if not any(name.split(".")[0] == "deepspeed" for name in imported_modules(self.parsed)):
+            return
+        for block in self.nodes(cst.Dict):
+            items = {
+                literal_value(element.key): element.value
+                for element in block.elements
+                if isinstance(element, cst.DictElement)
+            }
+            params, kind = items.get("params"), literal_value(items.get("type", cst.Name("None")))
+            if kind not in OPTIMIZERS or not isinstance(params, cst.Dict) or "torch_adam" in code_of(params):
+                continue
+            statement = self.statement_of(block)
+            if statement is not None and self.runs(statement):
+                self.already(
+                    statement, f'DeepSpeed optimizer block `"type": "{kind}"`: DeepSpeed builds FusedAdam'
+                )
 
     def _options(self, call: cst.Call) -> list[dict[str, cst.BaseExpression]] | None:
         """The keyword settings of the call, one dict per way its ``**kwargs`` may be built (``extra =

@@ -4,6 +4,7 @@ README.md says what it changes, what it refuses and why."""
 from __future__ import annotations
 
 from optimizations.program.hf import HF_CONFIGS
+from optimizations.program.repository import RepoContext
 from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
@@ -38,3 +39,17 @@ class Tf32(Optimization):
     )
     examples = EXAMPLES
     needs = (BACKWARD, *HF_CONFIGS, "allow_tf32", "float32_matmul_precision", "fp32_precision")
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Refused where every run that loads ``path`` casts its weights to bf16 (DeepSpeed's bf16, a bf16
+        ``param_dtype``): no float32 matmul is left for TF32 to speed up, and the commit would change nothing."""
+        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.settings import cite
+
+        bf16 = done_in_every_run(ctx, path, (("mixed_precision", "bf16_weights"),))
+        if bf16:
+            return (
+                f"every run that loads this file computes with bf16 weights ({cite(bf16)}): no float32 matmul "
+                "is left for TF32"
+            )
+        return super().run_refusal(ctx, path)

@@ -208,7 +208,9 @@ def _argument_default(path: str, call: ast.Call) -> list[Setting]:
     read = None if value is ... else reading(flag[2:].replace("-", "_"), value)
     if read is None:
         return []
-    return [Setting(read[0], read[1], f"{path}:{call.lineno}", f"{flag} default {value!r}")]
+    return [
+        Setting(read[0], read[1], f"{path}:{call.lineno}", f"{flag} default {value!r}", option_default=True)
+    ]
 
 
 def _field_defaults(path: str, cls: ast.ClassDef) -> list[Setting]:
@@ -225,7 +227,9 @@ def _field_defaults(path: str, cls: ast.ClassDef) -> list[Setting]:
         read = None if value is ... else reading(statement.target.id, value)
         if read is not None:
             written = f"{statement.target.id} = {_dotted(default)}  (default of {cls.name})"
-            found.append(Setting(read[0], read[1], f"{path}:{statement.lineno}", written))
+            found.append(
+                Setting(read[0], read[1], f"{path}:{statement.lineno}", written, option_default=True)
+            )
     return found
 
 

@@ -14,7 +14,7 @@ import posixpath
 import yaml
 
 from optimizations.program.repository import RepoContext
-from optimizations.program.runs.settings import BF16, FP16, Setting, reading
+from optimizations.program.runs.settings import BF16_WEIGHTS, FP16, Setting, reading
 from optimizations.program.yaml_settings import composed_documents
 
 DEEPSPEED_LAUNCHERS = ("deepspeed",)
@@ -82,10 +82,10 @@ def deepspeed_settings(
 ) -> list[Setting]:
     """The settings of a DeepSpeed config's contents (a JSON file's, or a dict literal's in code)."""
     found = []
-    for key, precision in (("bf16", BF16), ("fp16", FP16)):
+    for key, precision in (("bf16", BF16_WEIGHTS), ("fp16", FP16)):
         block = data.get(key)
         enabled = block.get("enabled") if isinstance(block, dict) else None
-        if enabled is True or (enabled == "auto" and trainer_precision == precision):
+        if enabled is True or (enabled == "auto" and trainer_precision == precision.split(" ")[0]):
             where = f"{path}:{_line_of(text, json.dumps(key))}"
             found.append(
                 Setting("mixed_precision", precision, where, f'"{key}": {{"enabled": {json.dumps(enabled)}}}')

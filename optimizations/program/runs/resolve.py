@@ -497,9 +497,9 @@ def done_by_runs(
     repo: RepoContext, tests: tuple[tuple[str, str], ...], in_code: bool = False
 ) -> list[tuple[str, Setting]]:
     """``(entry, setting)`` for each run that passes every ``(setting, test)`` of ``tests``, the setting the
-    first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config),
-    or with ``in_code`` in Python too: that line says the optimization is done already (or chosen otherwise)
-    for that run."""
+    first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config) or
+    as an option's default (``add_argument(..., default=...)``, a config dataclass field), or with ``in_code``
+    anywhere in Python: that line says the optimization is done already (or chosen otherwise) for that run."""
     found = []
     for entry in effective_runs(repo):
         for run in entry.runs:
@@ -507,7 +507,8 @@ def done_by_runs(
                 continue
             setting = run.settings[tests[0][0]]
             path, _, line = setting.source.rpartition(":")
-            if path and (in_code or not path.endswith(".py")) and line.isdigit():
+            outside_code = not path.endswith(".py") or setting.option_default
+            if path and (in_code or outside_code) and line.isdigit():
                 found.append((entry.entry, setting))
     return found
 

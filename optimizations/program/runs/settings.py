@@ -41,6 +41,7 @@ class Setting:
     value: str
     source: str  # ``path:line``, or ``default of <what>``
     written: str = ""  # the text that sets it there (``--bf16 True``, ``bf16: {enabled: true}``)
+    option_default: bool = False  # the default of a command-line option or config field, in Python
 
     @property
     def cited(self) -> str:
@@ -97,6 +98,18 @@ def _precision(value: object) -> str | None:
     return None
 
 
+BF16_WEIGHTS = f"{BF16} (bf16 weights)"
+"""Mixed precision that casts the weights themselves to bf16 (DeepSpeed's ``bf16``, a ``param_dtype``): every
+matmul of the run is a bf16 one."""
+
+
+def _param_dtype(value: object) -> str | None:
+    """``param_dtype`` (FSDP's mixed-precision policy, a DeepSpeed strategy's flag): the dtype the weights compute
+    in."""
+    precision = _precision(value)
+    return BF16_WEIGHTS if precision == BF16 else precision
+
+
 def _dtype(value: object) -> str | None:
     text = str(value).lower().replace("torch.", "")
     return {"bfloat16": BF16, "bf16": BF16, "float16": FP16, "fp16": FP16, "half": FP16}.get(
@@ -144,6 +157,7 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "fp16": ("mixed_precision", _fp16_flag),
     "mixed_precision": ("mixed_precision", _precision),
     "precision": ("mixed_precision", _precision),
+    "param_dtype": ("mixed_precision", _param_dtype),
     "torch_dtype": ("weights_dtype", _dtype),
     "dtype": ("weights_dtype", _dtype),
     "tf32": ("tf32", _on_off),
@@ -179,8 +193,9 @@ NAMES: dict[str, tuple[str, Reading]] = {
 
 
 def reading(name: str, value: object) -> tuple[str, str] | None:
-    """``(setting, value as shown)`` that ``name = value`` sets, or ``None``."""
-    known = NAMES.get(name)
+    """``(setting, value as shown)`` that ``name = value`` sets, or ``None``. A dotted name (``ds.param_dtype``
+    of a nested-config CLI) reads as its last part."""
+    known = NAMES.get(name.rpartition(".")[2])
     if known is None:
         return None
     shown = known[1](value)
@@ -204,6 +219,7 @@ DONE: dict[str, Callable[[str], bool]] = {
     "memory_saving": memory_saving,
     "positive": lambda value: value.isdigit() and int(value) > 0,
     "bf16": lambda value: value.startswith(BF16),
+    "bf16_weights": lambda value: value == BF16_WEIGHTS,
     "fp16": lambda value: value.startswith(FP16),
     "fused": lambda value: "fused" in value.lower(),
     "flash": lambda value: value.startswith("flash") or "flash-attn" in value or "flash_attn" in value,
