@@ -209,6 +209,17 @@ class AddWorkers(LoaderRefusals):
         if reason is not None:
             self.refused(original_node, message, reason)
             return updated_node
+        if settings is TORCH_SETTINGS and (discarded := self._discarded_batches(original_node)) is not None:
+            loop, replaced = discarded
+            self.proposed(
+                original_node,
+                message,
+                f"the training loop at line {self.line(loop)} replaces each batch of this loader before using it "
+                f"(`{code_of(replaced)}` at line {self.line(replaced)}): workers would load batches nothing "
+                "reads. Train on the loader's batches (then give it workers) or drop the loader; either changes "
+                "how batches are sampled, which a person should decide",
+            )
+            return updated_node
 
         call = updated_node
         if current is not None:

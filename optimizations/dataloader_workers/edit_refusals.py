@@ -1,6 +1,6 @@
 """What ``dataloader_workers`` judges a loader by before it gives it workers: where it is built (import time, a
-trainer class), what its dataset is (a stream, items on the GPU) and how the program reads it (only measured, or
-once per call of an evaluation)."""
+trainer class), what its dataset is (a stream, items on the GPU) and how the program reads it (only measured,
+once per call of an evaluation, or by a loop that replaces each batch before using it)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from optimizations.program.model_use import bound_name
 from optimizations.program.names import scoped_names
 from optimizations.program.positions import start_line
 from optimizations.program.repository import ParsedFile, RepoContext
-from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under, walk
+from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, qualified_under, walk
 from optimizations.program.training_loops import BACKWARD, is_method_call
 
 # torch's iterable-style dataset, as the repository's classes may name their base.
@@ -89,6 +89,43 @@ def _loop_iterating(name: cst.Name, parents: dict[cst.CSTNode, cst.CSTNode]) -> 
     call = parents.get(parent) if isinstance(parent, cst.Arg) else None
     loop = parents.get(call) if isinstance(call, cst.Call) else None
     return loop if isinstance(loop, cst.For) and loop.iter is call else None
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    """The names ``node`` is or holds."""
+    return {n.value for n in (node, *walk(node, ())) if isinstance(n, cst.Name)}
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    """Whether ``node`` is, or holds, the name ``name``."""
+    return name in _names(node)
+
+
+def _batch_names(loop: cst.For) -> set[str]:
+    """The names the loop binds each batch to: its target, less ``enumerate``'s count."""
+    target: cst.BaseExpression = loop.target
+    counted = isinstance(loop.iter, cst.Call) and code_of(loop.iter.func) == "enumerate"
+    if counted and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        target = target.elements[1].value
+    return _names(target)
+
+
+def _replaced_batch(loop: cst.For) -> cst.Assign | None:
+    """The statement of the loop's body that assigns every batch name again before any statement reads one
+    (``input_ids, targets = get_batch(...)``); None where a batch name is read first."""
+    batch = _batch_names(loop)
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    for statement in body:
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(small, cst.Assign):
+            if batch & _names(small.value):
+                return None
+            assigned = set().union(*(_names(t.target) for t in small.targets))
+            if batch and batch <= assigned:
+                return small
+        elif batch & _names(statement):
+            return None
+    return None
 
 
 def _trains(loop: cst.For) -> bool:
@@ -255,6 +292,33 @@ class LoaderRefusals(SettingsPlacement, OptimizationCodemod):
                 caller = self.values.function_of(call)
                 if caller is not None and caller is not function:
                     return caller
+        return None
+
+    def _discarded_batches(self, call: cst.Call) -> tuple[cst.For, cst.Assign] | None:
+        """A training loop over the loader ``call`` builds (bound to a name in its function, or returned from it
+        to a caller of this file that binds it) whose every batch name is assigned again, by the assignment
+        returned, before the loop reads it: the loader's batches are thrown away. None otherwise."""
+        parents = self.parsed.parents()
+        name, function = bound_name(parents, call), self.values.function_of(call)
+        if name is None:
+            return None
+        holders: list[tuple[str, cst.CSTNode]] = [(name, function or self.parsed.module)]
+        if function is not None and any(
+            isinstance(node, cst.Return) and node.value is not None and _mentions(node.value, name)
+            for node in walk(function.body, NESTED_SCOPES)
+        ):
+            for caller in self.nodes(cst.Call):
+                if isinstance(caller.func, cst.Name) and caller.func.value == function.name.value:
+                    bound, calling = bound_name(parents, caller), self.values.function_of(caller)
+                    if bound is not None:
+                        holders.append((bound, calling or self.parsed.module))
+        for held, scope in holders:
+            for node in walk(scope, NESTED_SCOPES):
+                if isinstance(node, cst.Name) and node.value == held:
+                    loop = _loop_iterating(node, parents)
+                    replaced = _replaced_batch(loop) if loop is not None and _trains(loop) else None
+                    if loop is not None and replaced is not None:
+                        return loop, replaced
         return None
 
     def _without_gradients(self, loop: cst.For, function: cst.FunctionDef) -> bool:

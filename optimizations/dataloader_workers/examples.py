@@ -454,4 +454,26 @@ def main(model, data):
 """,
         kept="workers deadlock",
     ),
+    Example(
+        "proposed_where_the_loop_replaces_each_batch",
+        before="""\
+import torch
+from torch.utils.data import DataLoader
+
+
+def get_dataloader(dataset):
+    loader = DataLoader(dataset, batch_size=4, shuffle=True)
+    return loader
+
+
+def train(model, optimizer, dataset, data):
+    loader = get_dataloader(dataset)
+    for step, (inputs, targets) in enumerate(loader):
+        inputs, targets = data.sample(4)
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+""",
+        proposal="replaces each batch of this loader before using it",
+    ),
 )
