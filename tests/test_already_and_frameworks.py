@@ -534,3 +534,27 @@ def test_an_option_default_of_a_dotted_flag_reports_the_setting_done(tmp_path):
     root = _repo(tmp_path, {"train.py": cli})
     done = {s.line: s.message for s in _sites("fa2", root) if s.already}
     assert "--ds.attn_implementation default 'flash_attention_2'" in done[17]
+
+
+def test_an_adam_update_the_program_compiles_itself_is_fused_already(tmp_path):
+    optim = """\
+    import torch
+
+
+    @torch.compile(fullgraph=True)
+    def adamw_step_fused(p, grad, exp_avg, exp_avg_sq, lr):
+        exp_avg.lerp_(grad, 0.1)
+        exp_avg_sq.lerp_(grad.square(), 0.001)
+        p.add_(exp_avg / (exp_avg_sq.sqrt() + 1e-8), alpha=-lr)
+
+
+    def train(model, loader, states):
+        for batch in loader:
+            model(batch).backward()
+            for p, (m, v) in zip(model.parameters(), states):
+                adamw_step_fused(p, p.grad, m, v, 1e-3)
+    """
+    root = _repo(tmp_path, {"train.py": optim})
+    assert [(s.line, s.already) for s in _sites("fused_adamw", root)] == [(5, True)]
+    uncompiled = optim.replace("@torch.compile(fullgraph=True)", "@torch.no_grad()")
+    assert _sites("fused_adamw", _repo(tmp_path, {"train.py": uncompiled})) == []

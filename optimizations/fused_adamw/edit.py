@@ -61,6 +61,7 @@ class FuseAdamW(TrainerOptim):
         self.plan_trainer_optim()
         self._fused_classes()
         self._deepspeed_optimizer_blocks()
+        self._compiled_adam_steps()
         for call in self.nodes(cst.Call):
             names = self.names(call.func)
             factory = next((f for f in FACTORIES if qualified_under(names, (f[0],), (f[1],))), None)
@@ -81,6 +82,18 @@ class FuseAdamW(TrainerOptim):
                 classes += sorted(name.rpartition(".")[2] for name in fused)
         for statement, classes in found.values():
             self.already(statement, f"{' / '.join(dict.fromkeys(classes))}: fused Adam kernels already")
+
+    def _compiled_adam_steps(self) -> None:
+        """Reports each Adam update the program writes itself and compiles (``@torch.compile def
+        adamw_step_fused(...)``, nanochat's) as fused already: Inductor fuses its element-wise ops."""
+        for function in self.nodes(cst.FunctionDef):
+            compiled = any(
+                "torch.compile"
+                in self.names(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                for d in function.decorators
+            )
+            if compiled and "adam" in function.name.value.lower() and self.runs(function):
+                self.already(function, f"`{function.name.value}`: an Adam update compiled into fused kernels")
 
     def _deepspeed_optimizer_blocks(self) -> None:
         """Reports each DeepSpeed config optimizer block written in code (``{"type": "AdamW", "params": {...}}``

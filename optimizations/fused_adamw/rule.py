@@ -42,7 +42,8 @@ class FusedAdamW(Optimization):
         ),
     )
     examples = EXAMPLES
-    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam")
+    # "adam": a compiled Adam update of the program's own (``adamw_step_fused``)
+    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam", "adam")
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where
