@@ -469,3 +469,58 @@ def test_a_trl_config_trains_in_bf16_with_checkpointing_unless_an_old_trl_is_pin
     both = TRL_SCRIPT.replace("SFTTrainer(model", "SFTConfig(fp16=True, bf16=False)\n    SFTTrainer(model")
     (half,) = runs_of(tmp_path / "half", {"sft.py": both})
     assert values(half)["mixed_precision"][0] == "fp16"
+
+
+HYDRA_LOOP = """\
+import hydra
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+
+@hydra.main(config_path="config", config_name="config")
+def main(config):
+    kwargs = {{"torch_dtype": getattr(torch, config.model.{policy}), "device_map": None}}
+    policy = AutoModelForCausalLM.from_pretrained(config.model.name_or_path, **kwargs)
+    reference = AutoModelForCausalLM.from_pretrained(
+        config.model.name_or_path, torch_dtype=getattr(torch, config.model.reference_dtype)
+    )
+    accelerator = Accelerator()
+    optimizer = torch.optim.AdamW(policy.parameters())
+    for batch in range(10):
+        accelerator.backward(policy(batch).loss - reference(batch).loss.detach())
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+HYDRA_CONFIGS = {
+    "config/config.yaml": "defaults:\n  - model: llama\n\nlr: 1e-5\n",
+    "config/model/base_model.yaml": "name_or_path: null\npolicy_dtype: bfloat16\nreference_dtype: float32\n",
+    "config/model/llama.yaml": "defaults:\n  - base_model\n\nname_or_path: meta-llama/Llama-3-8B\n",
+    "run.sh": "accelerate launch launch.py model=llama\n",
+}
+
+
+def test_a_dtype_the_code_reads_from_a_hydra_key_of_a_group_base_config(tmp_path: Path) -> None:
+    (entry,) = runs_of(tmp_path, {"launch.py": HYDRA_LOOP.format(policy="policy_dtype"), **HYDRA_CONFIGS})
+    # the trained model's key, from the base config llama.yaml lists first; the reference model's is not the run's
+    assert values(entry)["weights_dtype"] == ("bf16", "config/model/base_model.yaml:2")
+    (site,) = [s for s in registry()["bf16_autocast"].dry_run(tmp_path).sites if s.path == "launch.py"]
+    assert site.already and not site.applicable
+
+
+def test_a_launch_override_of_the_key_wins_over_the_recipe(tmp_path: Path) -> None:
+    files = {
+        **HYDRA_CONFIGS,
+        "run.sh": "accelerate launch launch.py model=llama model.policy_dtype=float32\n",
+    }
+    (entry,) = runs_of(tmp_path, {"launch.py": HYDRA_LOOP.format(policy="policy_dtype"), **files})
+    assert values(entry)["weights_dtype"] == ("fp32", "run.sh:1")
+
+
+def test_a_value_read_from_no_config_sets_nothing(tmp_path: Path) -> None:
+    loop = HYDRA_LOOP.format(policy="policy_dtype").replace("config.model.policy_dtype", "policy.dtype")
+    (entry,) = runs_of(tmp_path, {"launch.py": loop, **HYDRA_CONFIGS})
+    assert "weights_dtype" not in values(entry)

@@ -50,6 +50,18 @@ class Bf16Autocast(Optimization):
     # a Trainer's `fp16=True` in the script too: no codemod of this rule judges TrainingArguments' precision
     chosen_in_code = True
 
+    def run_done(self, ctx: RepoContext, path: str) -> str | None:
+        """Done where every run that loads ``path`` sets bf16 mixed precision, or loads the model it trains in
+        bf16 (``torch_dtype`` from a recipe's ``policy_dtype: bfloat16``): its matmuls are bf16 already."""
+        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.settings import cite
+
+        done = super().run_done(ctx, path)
+        weights = done_in_every_run(ctx, path, (("weights_dtype", "bf16"),)) if done is None else []
+        if weights:
+            return f"the model is loaded in bf16 in every run that loads this file ({cite(weights)})"
+        return done
+
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done; and
         each launch that sets no precision where the entry point's other launches pass bf16: refused there."""

@@ -14,6 +14,7 @@ from optimizations.edits.expressions import add_keywords, call_expr
 from optimizations.program.components import Component
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
+from optimizations.program.runs.resolve import done_in_every_run
 from optimizations.program.syntax import (
     NESTED_SCOPES,
     code_of,
@@ -69,6 +70,8 @@ class FuseAdamW(TrainerOptim):
                 self._plan_optimizer(call, FACTORIES[factory])
             elif qualified_under(names, ("torch.optim",), OPTIMIZERS) and self.runs(call):
                 self._plan_optimizer(call)
+            elif self._adam_by_name(call) and self.runs(call):
+                self._plan_optimizer(call)
 
     def _fused_classes(self) -> None:
         """Reports each statement that builds (or picks, ``A = CPUAdam if offload else FusedAdam``) an optimizer
@@ -82,6 +85,16 @@ class FuseAdamW(TrainerOptim):
                 classes += sorted(name.rpartition(".")[2] for name in fused)
         for statement, classes in found.values():
             self.already(statement, f"{' / '.join(dict.fromkeys(classes))}: fused Adam kernels already")
+
+    def _adam_by_name(self, call: cst.Call) -> bool:
+        """``getattr(torch.optim, config.optimizer)(...)`` where every run of the file names Adam or AdamW
+        (``optimizer: AdamW`` in its recipe)."""
+        func = call.func
+        if not (isinstance(func, cst.Call) and code_of(func.func) == "getattr" and len(func.args) == 2):
+            return False
+        if "torch.optim" not in self.names(func.args[0].value):
+            return False
+        return bool(done_in_every_run(self.repo, self.path, (("optimizer", "adam"),)))
 
     def _compiled_adam_steps(self) -> None:
         """Reports each Adam update the program writes itself and compiles (``@torch.compile def

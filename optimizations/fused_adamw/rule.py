@@ -10,7 +10,7 @@ from optimizations.edits.component_configs import add_keyword
 from optimizations.program.components import components, instantiates_components, readable_configs
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.shapes import ProgramShape
-from optimizations.registry import Numerics, Optimization
+from optimizations.registry import AllOf, Numerics, Optimization
 
 from .edit import CONFIG_CLASSES, FACTORIES, OPTIMIZERS, FuseAdamW, config_refusal
 from .edit_trainer_optim import UNFUSED, recipe_and_flag_sites
@@ -42,8 +42,17 @@ class FusedAdamW(Optimization):
         ),
     )
     examples = EXAMPLES
-    # "adam": a compiled Adam update of the program's own (``adamw_step_fused``)
-    needs = (*OPTIMIZERS, *(function for _, function in FACTORIES), *UNFUSED, "FusedAdam", "CPUAdam", "adam")
+    # "adam": a compiled Adam update of the program's own (``adamw_step_fused``); getattr: an optimizer class
+    # named by the config (``getattr(torch.optim, config.optimizer)``)
+    needs = (
+        *OPTIMIZERS,
+        *(function for _, function in FACTORIES),
+        *UNFUSED,
+        "FusedAdam",
+        "CPUAdam",
+        "adam",
+        AllOf(("getattr", "torch.optim")),
+    )
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``fused: True`` in each Adam/AdamW mapping the repository's YAML configs build by class name, where

@@ -32,24 +32,44 @@ DISTRIBUTED = {
 }
 
 
+# Words in the name of an object that holds a run's configuration (``config.model``, ``cfg``, ``script_args``,
+# ``self.hparams``): a setting read from one of its keys is the config's to give.
+CONFIG_WORDS = ("config", "cfg", "conf", "args", "hparams", "settings", "params", "opt")
+# Models a run loads only to score or compare with (``config.model.reference_dtype``, ``reward_model.dtype``):
+# their settings are not those of the model it trains.
+FROZEN_MODELS = ("reference", "ref_model", "reward", "teacher", "judge")
 # Settings a literal keyword sets only where the call runs whatever the flags: QLoRA scripts build
 # ``BitsAndBytesConfig(load_in_4bit=True)`` only ``if args.q_lora``.
 BRANCH_ONLY = frozenset({"quantization"})
 
 
 @dataclass(frozen=True)
+class ConfigRead:
+    """A setting the code takes from a config key (``torch_dtype=getattr(torch, config.model.policy_dtype)``,
+    ``"attn_implementation": cfg["attn"]``): the argument it sets, the key it reads, and where."""
+
+    argument: str  # ``torch_dtype``: what the key's value is read as (:func:`reading`)
+    key: str  # ``policy_dtype``: the last part of what the code reads
+    source: str  # ``path:line``
+    written: str
+
+
+@dataclass(frozen=True)
 class CodeSettings:
     """The settings one file's code sets, split by strength: its literal keywords and statements (``code``),
-    and its dataclass defaults (``defaults``), each in source order."""
+    and its dataclass defaults (``defaults``), each in source order; and the settings it reads from config keys
+    (``reads``), which a run's recipe or flags give."""
 
     code: tuple[Setting, ...]
     defaults: tuple[Setting, ...]
+    reads: tuple[ConfigRead, ...] = ()
 
 
 def code_settings(path: str, tree: ast.Module) -> CodeSettings:
     """What the file ``path`` (parsed: ``tree``) sets."""
     code: list[Setting] = []
     defaults: list[Setting] = []
+    reads: list[ConfigRead | None] = []
     branched = _in_branches(tree)
     decorators = {
         id(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list
@@ -63,12 +83,44 @@ def code_settings(path: str, tree: ast.Module) -> CodeSettings:
                 if not (setting.name in BRANCH_ONLY and id(node) in branched)
             ]
             defaults += _argument_default(path, node)
+            reads += [_read(path, k.arg, k.value) for k in node.keywords if k.arg is not None]
+        elif isinstance(node, ast.Dict):
+            named = [
+                (k.value, v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant)
+            ]
+            reads += [_read(path, key, value) for key, value in named if isinstance(key, str)]
         elif isinstance(node, ast.Assign):
             code += _assigned(path, node)
         elif isinstance(node, ast.ClassDef) and _dataclass_like(node):
             defaults += _field_defaults(path, node)
     order = lambda s: int(s.source.rpartition(":")[2])  # noqa: E731 - a sort key
-    return CodeSettings(tuple(sorted(code, key=order)), tuple(sorted(defaults, key=order)))
+    known = sorted((r for r in reads if r is not None), key=order)
+    return CodeSettings(tuple(sorted(code, key=order)), tuple(sorted(defaults, key=order)), tuple(known))
+
+
+def _read(path: str, argument: str, value: ast.expr) -> ConfigRead | None:
+    """The config key a setting's value reads: ``cfg.model.dtype``, ``cfg["dtype"]``, ``getattr(torch,
+    cfg.dtype)``; None for a literal, a plain name, or an argument that is no setting."""
+    if reading(argument, "bfloat16") is None and reading(argument, True) is None:
+        return None
+    if isinstance(value, ast.Call) and _dotted(value.func) == "getattr" and len(value.args) == 2:
+        if _dotted(value.args[0]) != "torch":
+            return None
+        value = value.args[1]
+    if isinstance(value, ast.Attribute):
+        key, holder = value.attr, value.value
+    elif isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+        key, holder = str(value.slice.value), value.value
+    else:
+        return None
+    parts = _dotted(holder).replace('"', "").replace("'", "").split(".")
+    if not any(word in part.lower() for part in parts[:2] for word in CONFIG_WORDS):
+        return None  # ``tensor.dtype``: not a config
+    if any(word in f"{_dotted(holder)}.{key}".lower() for word in FROZEN_MODELS):
+        return None  # the reference or reward model's dtype is not the trained model's
+    return ConfigRead(argument, key, f"{path}:{value.lineno}", f"{argument}={_dotted(value)}")
 
 
 def _in_branches(tree: ast.Module) -> set[int]:

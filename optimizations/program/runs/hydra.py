@@ -62,7 +62,8 @@ def hydra_app(path: str, text: str) -> HydraApp | None:
 
 def composed_files(repo: RepoContext, app: HydraApp, overrides: tuple[str, ...]) -> list[str]:
     """The repository's config files a run with ``overrides`` composes: the primary config, then the option of
-    each group its ``defaults:`` list picks, or the one a ``group=option`` override picks instead."""
+    each group its ``defaults:`` list picks, or the one a ``group=option`` override picks instead (after the
+    configs of its group that the option's own ``defaults:`` list names)."""
     try:
         primary = yaml.safe_load(repo.read(app.primary))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -74,10 +75,28 @@ def composed_files(repo: RepoContext, app: HydraApp, overrides: tuple[str, ...])
             chosen[group] = option
     files = [app.primary]
     for group, option in chosen.items():
-        path = posixpath.join(app.config_dir, group, f"{option}.yaml")
-        if (repo.root / path).is_file():
-            files.append(path)
+        files += _with_bases(repo, posixpath.join(app.config_dir, group), option, depth=4)
     return files
+
+
+def _with_bases(repo: RepoContext, folder: str, option: str, depth: int) -> list[str]:
+    """The option's config file of a group folder, after the configs of the same group its own ``defaults:`` list
+    names (``defaults: [base_model]`` in ``model/llama.yaml``), which Hydra composes before it."""
+    path = posixpath.join(folder, f"{option}.yaml")
+    if not (repo.root / path).is_file():
+        return []
+    try:
+        data = yaml.safe_load(repo.read(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return [path]
+    listed = data.get("defaults") if isinstance(data, dict) else None
+    bases = (
+        [item for item in listed if isinstance(item, str) and item != "_self_"]
+        if isinstance(listed, list)
+        else []
+    )
+    found = [base for item in bases if depth > 0 for base in _with_bases(repo, folder, item, depth - 1)]
+    return [*found, path]
 
 
 def launch_recipes(repo: RepoContext, launch: LaunchCommand) -> list[str]:

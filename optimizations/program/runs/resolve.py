@@ -28,7 +28,7 @@ from optimizations.program.recipes import runs_code_of
 from optimizations.program.repository import RepoContext
 from optimizations.program.requirements import excludes
 from optimizations.program.run_calls import runs_training
-from optimizations.program.runs.code_settings import CodeSettings, code_settings, precision_of
+from optimizations.program.runs.code_settings import CodeSettings, ConfigRead, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
 from optimizations.program.runs.hydra import launch_recipes
 from optimizations.program.runs.launcher_configs import (
@@ -261,6 +261,7 @@ def _run(
         for recipe in launch_recipes(repo, launch):
             put(_recipe(repo, recipe))
         put(_flags(launch.flags, launch.where))
+        put(_config_reads(repo, launch, [r for path in sorted(read) for r in read[path].reads]))
         configured = values["distribution"].value != PLAIN_DEFAULTS[2].value
         # A launcher's processes are DDP, or DeepSpeed, unless a config already says how they are spread.
         put([s for s in _launcher_flags(launch) if not (configured and s.name == "distribution")])
@@ -339,6 +340,37 @@ def _recipe(repo: RepoContext, recipe: str) -> list[Setting]:
             read = reading(name, setting.value)
             if read is not None:
                 found.append(Setting(read[0], read[1], f"{recipe}:{setting.line}", f"{name}: {setting.text}"))
+    return found
+
+
+def _config_reads(repo: RepoContext, launch: LaunchCommand, reads: list[ConfigRead]) -> list[Setting]:
+    """The settings the code reads from config keys (``torch_dtype=getattr(torch, config.model.policy_dtype)``)
+    that the launch gives a value: its flag or Hydra override, else the last of its recipes that sets the key (a
+    later recipe overrides an earlier one), each where the value is written."""
+    found = []
+    for read in reads:
+        given = []
+        for recipe in launch_recipes(repo, launch):
+            try:
+                text = repo.read(recipe)
+            except (OSError, UnicodeDecodeError):
+                continue
+            given += [
+                (f"{recipe}:{y.line}", f"{y.key}: {y.text}", y.value)
+                for y in yaml_settings(recipe, text, read.key)
+            ]
+        for word in launch.positional:  # a Hydra override: ``model.policy_dtype=float32``
+            name, equals, value = word.lstrip("+").partition("=")
+            if equals and name.rpartition(".")[2] == read.key:
+                given.append((launch.where, word, value))
+        if read.key in launch.flags:
+            given.append((launch.where, f"--{read.key} {launch.flags[read.key]}", launch.flags[read.key]))
+        shown = reading(read.argument, given[-1][2]) if given else None
+        if shown is not None:
+            source, written, _ = given[-1]
+            found.append(
+                Setting(shown[0], shown[1], source, f"{written}, read by {read.written} at {read.source}")
+            )
     return found
 
 

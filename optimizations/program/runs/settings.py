@@ -222,5 +222,6 @@ DONE: dict[str, Callable[[str], bool]] = {
     "bf16_weights": lambda value: value == BF16_WEIGHTS,
     "fp16": lambda value: value.startswith(FP16),
     "fused": lambda value: "fused" in value.lower(),
+    "adam": lambda value: value.lower() in ("adam", "adamw"),
     "flash": lambda value: value.startswith("flash") or "flash-attn" in value or "flash_attn" in value,
 }
