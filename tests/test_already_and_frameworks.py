@@ -558,3 +558,17 @@ def test_an_adam_update_the_program_compiles_itself_is_fused_already(tmp_path):
     assert [(s.line, s.already) for s in _sites("fused_adamw", root)] == [(5, True)]
     uncompiled = optim.replace("@torch.compile(fullgraph=True)", "@torch.no_grad()")
     assert _sites("fused_adamw", _repo(tmp_path, {"train.py": uncompiled})) == []
+
+
+def test_attention_picked_by_a_probing_function_of_the_program_is_already_chosen(tmp_path):
+    from optimizations.fa2.examples_kept import KEPT
+
+    (example,) = [e for e in KEPT if e.name == "already_picked_at_run_time_by_a_function_of_the_program"]
+    root = _repo(tmp_path, {"train.py": example.before, **example.files})
+    (site,) = _sites("fa2", root)
+    assert site.already and "attention.detect_implementation()" in site.message
+    unprobed = example.files["lib/attention.py"].replace(
+        "transformers.utils.is_flash_attn_2_available()", "True"
+    )
+    (site,) = _sites("fa2", _repo(tmp_path, {"lib/attention.py": unprobed}))
+    assert not site.already and "does not guess" in site.reason

@@ -15,7 +15,8 @@ from optimizations.program.choices import (
     custom_masks,
     eager_family,
 )
-from optimizations.program.syntax import code_of, literal_value
+from optimizations.program.syntax import code_of, literal_value, walk
+from optimizations.program.values import Source
 
 from .edit_sites import AttentionSites
 
@@ -25,6 +26,8 @@ PICKER = "pick_attention_implementation"
 REPLACEABLE = ("sdpa", "eager")
 FLOAT32 = ("torch.float32", "torch.float")
 HALF_PRECISION = ("bfloat16", "float16", "half")
+# transformers' checks of which FlashAttention is installed (``is_flash_attn_2_available``, ``_3_``, ``_4_``).
+FLASH_PROBES = ("is_flash_attn_",)
 
 
 class AttentionDecisions(AttentionSites):
@@ -45,11 +48,33 @@ class AttentionDecisions(AttentionSites):
             return None, None
         if isinstance(current, (cst.Name, cst.Attribute)):
             return code_of(current), None  # read at run time: the picker keeps any choice but sdpa/eager/None
+        if isinstance(current, cst.Call) and self._probes_flash_attention(current, self.links.values.here):
+            return (
+                None,
+                None,
+            )  # the program's own run-time pick (open-instruct's detect_hf_attn_implementation)
         return None, (
             f"attn_implementation is set from `{code_of(current)}` (line {self.line(current)}); perfbot does not "
             "guess what it holds: "
             "choose the implementation where that value is defined"
         )
+
+    def _probes_flash_attention(self, call: cst.Call, source: Source, depth: int = 3) -> bool:
+        """Whether the repository function ``call`` calls asks which FlashAttention is installed
+        (``transformers.utils.is_flash_attn_2_available()``), itself or through the repository functions it
+        calls, ``depth`` calls deep: a picker of the program's own."""
+        found = self.links.values.callee(call, source)
+        if found is None:
+            return False
+        function, defined_in = found
+        for node in walk(function.body, ()):
+            if not isinstance(node, cst.Call):
+                continue
+            if code_of(node.func).rpartition(".")[2].startswith(FLASH_PROBES):
+                return True
+            if depth > 0 and self._probes_flash_attention(node, defined_in, depth - 1):
+                return True
+        return False
 
     def _chosen_on_purpose(self, current: cst.BaseExpression | None, classes: list[str]) -> str | None:
         """Why an explicit ``"eager"``/``"sdpa"`` is a deliberate choice to keep, or ``None``: a comment in reach

@@ -83,4 +83,40 @@ if __name__ == "__main__":
     train()
 """,
     ),
+    Example(
+        "already_picked_at_run_time_by_a_function_of_the_program",
+        # allenai/open-instruct's finetune.py: model_utils.detect_hf_attn_implementation() checks which
+        # FlashAttention is installed.
+        before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+from lib import attention
+
+
+def train(name, data, optimizer):
+    model = AutoModelForCausalLM.from_pretrained(
+        name, dtype=torch.bfloat16, attn_implementation=attention.detect_implementation()
+    )
+    for batch in data:
+        model(**batch).loss.backward()
+        optimizer.step()
+""",
+        files={
+            "lib/__init__.py": "",
+            "lib/attention.py": """\
+import transformers
+
+
+def _installed():
+    if transformers.utils.is_flash_attn_2_available():
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def detect_implementation():
+    return _installed()
+""",
+        },
+    ),
 )

@@ -76,7 +76,7 @@ class Origin:
     through: tuple[str, ...] = ()  # the helper calls it was returned through, outermost first
 
 
-class _Source:
+class Source:
     """One parsed module: its path, tree, and the line and qualified names of its nodes."""
 
     def __init__(
@@ -117,8 +117,8 @@ class RepositoryFunctions:
 
     def __init__(self, codemod: FileQuery):
         self.codemod = codemod
-        self.here = _Source(codemod.path, codemod.parsed.module, codemod.line, codemod.names)
-        self._sources: dict[str, _Source | None] = {codemod.path: self.here}
+        self.here = Source(codemod.path, codemod.parsed.module, codemod.line, codemod.names)
+        self._sources: dict[str, Source | None] = {codemod.path: self.here}
 
     # -- where a node is -----------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
@@ -130,9 +130,14 @@ class RepositoryFunctions:
         return holder
 
     # -- functions of the repository --------------------------------------------------------------------
-    def callee(self, call: cst.Call, source: _Source) -> tuple[cst.FunctionDef, _Source] | None:
-        """The repository function ``call`` calls by a bare name: defined in ``source``, or imported from a module
-        of the repository."""
+    def callee(self, call: cst.Call, source: Source) -> tuple[cst.FunctionDef, Source] | None:
+        """The repository function ``call`` calls by a bare name (defined in ``source``, or imported from a module
+        of the repository), or as ``module.function`` of a repository module ``source`` imports."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            module = self._module_named(func.value.value, source)
+            function = module.functions.get(func.attr.value) if module is not None else None
+            return (function, cast(Source, module)) if function is not None else None
         if not isinstance(call.func, cst.Name):
             return None
         name = call.func.value
@@ -154,17 +159,48 @@ class RepositoryFunctions:
                         return imported.functions[original], imported
         return None
 
-    def _module_source(self, statement: cst.ImportFrom, source: _Source) -> _Source | None:
-        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
-        module = code_of(statement.module) if statement.module is not None else ""
-        dots = len(statement.relative)
-        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
+    def _module_named(self, name: str, source: Source) -> Source | None:
+        """The repository module ``source`` binds to ``name`` (``from pkg import mod``, ``import pkg.mod as
+        mod``), parsed; ``None`` for anything else."""
+        for statement in source.module.body:
+            for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound = (
+                            cast(cst.Name, alias.asname.name).value if alias.asname else code_of(alias.name)
+                        )
+                        if bound == name:
+                            base = code_of(small.module) if small.module is not None else ""
+                            dots = len(small.relative)
+                            roots = (
+                                [posixpath.join(source.path, *[".."] * dots)]
+                                if dots
+                                else import_roots(source.path)
+                            )
+                            return self._first_module(
+                                ".".join(filter(None, (base, code_of(alias.name)))), roots
+                            )
+                elif isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if alias.asname is not None and cast(cst.Name, alias.asname.name).value == name:
+                            return self._first_module(code_of(alias.name), import_roots(source.path))
+        return None
+
+    def _first_module(self, module: str, roots: Iterable[str]) -> Source | None:
+        """The repository module ``module`` (dotted), looked up under ``roots``, parsed."""
         for path in module_paths(module, roots):
             if (self.codemod.repo.root / path).is_file():
                 return self._parsed(path)
         return None
 
-    def _parsed(self, path: str) -> _Source | None:
+    def _module_source(self, statement: cst.ImportFrom, source: Source) -> Source | None:
+        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
+        module = code_of(statement.module) if statement.module is not None else ""
+        dots = len(statement.relative)
+        roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
+        return self._first_module(module, roots)
+
+    def _parsed(self, path: str) -> Source | None:
         if path not in self._sources:
             try:
                 parsed = self.codemod.repo.sources.parse(path, self.codemod.repo.read(path))
@@ -172,7 +208,7 @@ class RepositoryFunctions:
                 self._sources[path] = None
                 return None
             names = scoped_names(parsed)
-            self._sources[path] = _Source(
+            self._sources[path] = Source(
                 path,
                 parsed.module,
                 lambda node: start_line(parsed, node),
@@ -239,7 +275,7 @@ class ProgramValues(RepositoryFunctions):
         return SettingsDict(name, bindings[0], function)
 
     def keys(
-        self, value: cst.BaseExpression, function: cst.FunctionDef | None, source: _Source, depth: int = 0
+        self, value: cst.BaseExpression, function: cst.FunctionDef | None, source: Source, depth: int = 0
     ) -> Keys:
         """The keys the dict ``value`` (evaluated in ``function`` of ``source``) may hold."""
         where = source.where(value)
@@ -270,7 +306,7 @@ class ProgramValues(RepositoryFunctions):
             return self._call_keys(value, source, depth)
         return Keys(None, where, f"`{code_of(value)}` is not a dict built here")
 
-    def _name_keys(self, name: str, function: cst.FunctionDef | None, source: _Source, depth: int) -> Keys:
+    def _name_keys(self, name: str, function: cst.FunctionDef | None, source: Source, depth: int) -> Keys:
         if function is not None and name in parameters(function):
             return Keys(None, source.where(function), f"`{name}` is a parameter of {function.name.value}()")
         scope = function.body if function is not None else source.module
@@ -293,7 +329,7 @@ class ProgramValues(RepositoryFunctions):
         return Keys(frozenset(keys), source.where(bindings[0]))
 
     def _uses(
-        self, name: str, scope: cst.CSTNode, source: _Source
+        self, name: str, scope: cst.CSTNode, source: Source
     ) -> tuple[list[cst.BaseExpression], list[str | cst.BaseExpression | Keys]]:
         """The values ``name`` is bound to in ``scope``, and what its other uses add: keys, dicts merged in, or
         a :class:`Keys` saying why its keys cannot be known."""
@@ -392,7 +428,7 @@ class ProgramValues(RepositoryFunctions):
             return func.value in READING_CALLS
         return isinstance(func, cst.Attribute) and func.attr.value in LOGGING_METHODS
 
-    def _call_keys(self, call: cst.Call, source: _Source, depth: int) -> Keys:
+    def _call_keys(self, call: cst.Call, source: Source, depth: int) -> Keys:
         where = source.where(call)
         if isinstance(call.func, cst.Name) and call.func.value == "dict":
             keys: set[str] = set()
@@ -432,7 +468,7 @@ class ProgramValues(RepositoryFunctions):
         self,
         value: cst.BaseExpression,
         function: cst.FunctionDef | None,
-        source: _Source,
+        source: Source,
         index: tuple[int, ...],
         depth: int,
     ) -> list[Origin]:
