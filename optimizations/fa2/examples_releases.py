@@ -1,5 +1,5 @@
-"""The ``fa2`` examples about the transformers release a repository allows: ``attn_implementation`` came in
-4.36.0."""
+"""The ``fa2`` examples about the releases a repository allows: ``attn_implementation`` came in transformers
+4.36.0, and its SDPA needs torch 2.1.1."""
 
 from optimizations.registry import Example
 
@@ -19,5 +19,21 @@ for batch in loader:
 """,
         files={"exp_requirements.txt": "torch\ntransformers==4.31.0\n"},
         refusal="exp_requirements.txt:2: transformers==4.31.0 keeps transformers below 4.36.0",
+    ),
+    Example(
+        "torch_pinned_before_sdpa",
+        # databrickslabs/dolly pins torch>=1.13.1,<2 in requirements.txt
+        before="""\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+optimizer = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    model(**batch).loss.backward()
+    optimizer.step()
+""",
+        files={"requirements.txt": "torch>=1.13.1,<2\ntransformers[torch]>=4.25.1,<5\n"},
+        refusal="requirements.txt:1: torch>=1.13.1,<2 keeps torch below 2.1.1",
     ),
 )

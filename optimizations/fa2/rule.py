@@ -14,6 +14,8 @@ from .examples import EXAMPLES
 
 # The transformers release whose from_pretrained takes attn_implementation.
 ATTN_IMPLEMENTATION_SINCE = "4.36.0"
+# transformers runs SDPA from torch 2.1.1, and the flash-attn 2 wheels need torch 2: below that only eager is left.
+TORCH_FUSED_ATTENTION_SINCE = "2.1.1"
 
 
 class FlashAttention(Optimization):
@@ -47,12 +49,19 @@ class FlashAttention(Optimization):
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Refused where the repository's requirements keep transformers below ``attn_implementation``
-        (jiaweizzhao/GaLore pins 4.31.0), besides the refusals every optimization has; a lower bound alone
-        (``>=4.28.1``) installs the newest release."""
+        (jiaweizzhao/GaLore pins 4.31.0), or torch below SDPA in transformers (databrickslabs/dolly: ``<2``),
+        besides the refusals every optimization has; a lower bound alone (``>=4.28.1``) installs the newest
+        release."""
         pinned = excludes(ctx, "transformers", ATTN_IMPLEMENTATION_SINCE)
         if pinned is not None:
             return (
                 f"{pinned} keeps transformers below {ATTN_IMPLEMENTATION_SINCE}, which has no "
                 "attn_implementation: upgrade transformers first"
+            )
+        torch = excludes(ctx, "torch", TORCH_FUSED_ATTENTION_SINCE)
+        if torch is not None:
+            return (
+                f"{torch} keeps torch below {TORCH_FUSED_ATTENTION_SINCE}, where transformers has neither SDPA nor "
+                "FlashAttention 2 to pick: lifting that pin is a dependency change for a person"
             )
         return super().run_refusal(ctx, path)
