@@ -12,7 +12,7 @@ from optimizations.edits.expressions import add_keywords, expr, replace_keyword
 from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.hf import MODEL_CLASS, MODEL_LOADERS
 from optimizations.program.model_use import READS, kept_as_data
-from optimizations.program.syntax import code_of, keyword, literal_value
+from optimizations.program.syntax import code_of, keyword, literal_value, walk
 from optimizations.program.trainer_calls import is_plain_reference
 
 from .edit_decisions import PICKER, AttentionDecisions
@@ -142,6 +142,8 @@ class PickAttention(AttentionDecisions):
             return updated_node
         if reason is None:
             reason = self.links.values.hidden(original_node, ["attn_implementation"])
+        if reason is None:
+            reason = self._own_flash_switch(original_node)
         dtype_arg = keyword(original_node, "dtype") or keyword(original_node, "torch_dtype")
         dtype = dtype_arg.value if dtype_arg else None
         if reason is None and dtype is not None and self._is_float32(dtype):
@@ -196,6 +198,26 @@ class PickAttention(AttentionDecisions):
         self.changed(original_node, message + self._live_when(dtype))
         self.edited = True
         return call
+
+    def _own_flash_switch(self, call: cst.Call) -> str | None:
+        """Why the loader ``call`` keeps its attention: its function (or module) patches attention to
+        FlashAttention itself under a condition (``if training_args.flash_attn: replace_llama_attn_with_flash_attn()``),
+        a switch of the program's own that an ``attn_implementation`` would fight; None where none does."""
+        scope = self.links.values.function_of(call) or self.parsed.module
+        parents = self.parsed.parents()
+        for node in walk(scope, ()):
+            if not (isinstance(node, cst.Call) and FLASH_PATCH.match(code_of(node.func).rpartition(".")[2])):
+                continue
+            holder = parents.get(node)
+            while holder is not None and holder is not scope and not isinstance(holder, cst.If):
+                holder = parents.get(holder)
+            if isinstance(holder, cst.If):
+                return (
+                    f"the program patches attention to FlashAttention itself under `if {code_of(holder.test)}` "
+                    f"(line {self.line(holder)}): turn that switch on in the launch; an attn_implementation here "
+                    "would fight the patch"
+                )
+        return None
 
     def _patches_in_flash_attention(self, call: cst.Call) -> bool:
         """A statement of the module's own that calls a FlashAttention monkeypatch (:data:`FLASH_PATCH`)."""

@@ -119,4 +119,20 @@ def detect_implementation():
 """,
         },
     ),
+    Example(
+        "refused_where_the_program_patches_in_flash_attention_behind_a_flag",
+        # lm-sys/FastChat's train_lora.py: --flash_attn switches LlamaAttention to flash_attn's kernels.
+        before="""\
+import transformers
+from fastchat.train.llama_flash_attn_monkey_patch import replace_llama_attn_with_flash_attn
+
+
+def train(args):
+    if args.flash_attn:
+        replace_llama_attn_with_flash_attn()
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+    transformers.Trainer(model=model, args=args).train()
+""",
+        refusal="patches attention to FlashAttention itself under `if args.flash_attn` (line 6)",
+    ),
 )
