@@ -12,7 +12,7 @@ import pytest
 from git_repos import make_repo
 
 from optimizations.program.repository import RepoContext
-from optimizations.program.runs.resolve import EntryRuns, effective_runs
+from optimizations.program.runs.resolve import NOTHING, EntryRuns, effective_runs
 from optimizations.registry import registry
 
 HF_SCRIPT = """\
@@ -524,3 +524,46 @@ def test_a_value_read_from_no_config_sets_nothing(tmp_path: Path) -> None:
     loop = HYDRA_LOOP.format(policy="policy_dtype").replace("config.model.policy_dtype", "policy.dtype")
     (entry,) = runs_of(tmp_path, {"launch.py": loop, **HYDRA_CONFIGS})
     assert "weights_dtype" not in values(entry)
+
+
+LINGUA_LOOP = """\
+import torch
+from omegaconf import OmegaConf
+
+
+def train(args):
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    for step in range(10):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    train(OmegaConf.from_cli())
+"""
+
+
+@pytest.mark.parametrize(
+    ("recipe", "compile_source"),
+    [
+        ("distributed:\n  fsdp: full_shard\n  compile: true\n  model_dtype: bf16\n", "configs/debug.yaml:3"),
+        # a compile key in a mapping of no other run setting (an evaluation's) is not the run's
+        ("eval:\n  compile: true\ndistributed:\n  model_dtype: bf16\n", NOTHING),
+    ],
+)
+def test_a_recipe_passed_as_config_equals_path_and_its_keys_beside_run_settings(
+    tmp_path: Path, recipe: str, compile_source: str
+) -> None:
+    files = {
+        "apps/train.py": LINGUA_LOOP,
+        "apps/__init__.py": "",
+        "configs/debug.yaml": recipe,
+        "README.md": "```bash\ntorchrun --nproc-per-node 8 -m apps.train config=configs/debug.yaml\n```\n",
+    }
+    (entry,) = runs_of(tmp_path, files)
+    got = values(entry)
+    assert got["compile"][1] == compile_source
+    assert got["weights_dtype"][0] == "bf16" and got["weights_dtype"][1].startswith("configs/debug.yaml:")
+    bf16 = {(s.path, s.already) for s in registry()["bf16_autocast"].dry_run(tmp_path).sites}
+    assert ("configs/debug.yaml", True) in bf16

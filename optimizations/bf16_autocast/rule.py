@@ -63,9 +63,11 @@ class Bf16Autocast(Optimization):
         return done
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
-        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16: already done; and
-        each launch that sets no precision where the entry point's other launches pass bf16: refused there."""
-        from optimizations.program.runs.resolve import unset_beside_launched  # loads libcst: not for listing
+        """Each ``dtype: bf16`` line of a program whose component configs all build it in bf16, and each line outside
+        the code where a run loads its model in bf16 (a recipe's ``model_dtype: bf16``): already done; and each
+        launch that sets no precision where the entry point's other launches pass bf16: refused there."""
+        # loads libcst: not for listing
+        from optimizations.program.runs.resolve import done_by_runs, unset_beside_launched
 
         fp32 = [
             Site(
@@ -80,17 +82,26 @@ class Bf16Autocast(Optimization):
             for run, bf16 in unset_beside_launched(ctx, "mixed_precision", "bf16")
             if run.launch is not None
         ]
-        return fp32 + [
-            Site(
-                s.path,
-                s.line,
-                self.id,
-                f"dtype: {s.text}: the program builds its model in bf16",
-                False,
-                already=True,
-            )
-            for s in configured_bf16(ctx)
-        ]
+        weights: dict[str, Site] = {}  # once per line
+        for entry, setting in done_by_runs(ctx, (("weights_dtype", "bf16"),)):
+            path, _, line = setting.source.rpartition(":")
+            message = f"the model in bf16 for the run of {entry} (`{setting.written}`)"
+            weights.setdefault(setting.source, Site(path, int(line), self.id, message, False, already=True))
+        return (
+            fp32
+            + list(weights.values())
+            + [
+                Site(
+                    s.path,
+                    s.line,
+                    self.id,
+                    f"dtype: {s.text}: the program builds its model in bf16",
+                    False,
+                    already=True,
+                )
+                for s in configured_bf16(ctx)
+            ]
+        )
 
 
 def _first_of(settings: list[Setting]) -> str:

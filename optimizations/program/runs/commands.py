@@ -67,9 +67,10 @@ class LaunchCommand:
 
     @property
     def recipes(self) -> list[str]:
-        """The YAML recipes it passes (``--config``, or a positional ``.yaml``), braces expanded."""
+        """The YAML recipes it passes (``--config``, a positional ``.yaml``, or one given as ``config=x.yaml``
+        as OmegaConf command lines do), braces expanded."""
         given = [self.flags["config"]] if "config" in self.flags else []
-        given += [word for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
+        given += [word.rpartition("=")[2] for word in self.positional if word.endswith(RECIPE_SUFFIXES)]
         return [posixpath.normpath(p) for word in given for p in expand_braces(word)]
 
 

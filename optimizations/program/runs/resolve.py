@@ -81,6 +81,9 @@ NOTHING = "nothing in the code or its launch sets it"
 RECIPE_KEYS = tuple(
     name for name in NAMES if name not in ("num_workers", "pin_memory", "precision", "compile")
 )
+# Keys of a recipe YAML that are settings only beside other run settings (lingua's ``distributed:`` mapping holds
+# ``compile: true`` with ``model_dtype`` and ``fsdp_type``), not in an evaluation's or a tool's own mapping.
+BESIDE_SETTINGS = ("compile",)
 ONE_PROCESS = "one process"
 PLAIN_DEFAULTS = (
     Setting("mixed_precision", FP32, NOTHING),
@@ -266,12 +269,30 @@ def _run(
         # A launcher's processes are DDP, or DeepSpeed, unless a config already says how they are spread.
         put([s for s in _launcher_flags(launch) if not (configured and s.name == "distribution")])
     for path in sorted(read):
-        # A `deepspeed.initialize(...)` in the code says DeepSpeed, not which stage: the launch's config does.
-        put([c for c in read[path].code if not _vaguer(c, values.get(c.name))])
+        # A `deepspeed.initialize(...)` in the code says DeepSpeed, not which stage: the launch's config does; a
+        # launch or recipe that sets the value the code sets stays its source.
+        put(
+            [
+                c
+                for c in read[path].code
+                if not _vaguer(c, values.get(c.name)) and not _same(c, values.get(c.name))
+            ]
+        )
     for path, text in texts.items():
         put(_deepspeed_in_code(path, text, trees.get(path)))
     put([s for s in late if s.name == "optimizer"])
     return Run(entry, launch, values)
+
+
+def _same(setting: Setting, current: Setting | None) -> bool:
+    """Whether ``current``, a launch's or recipe's setting (written outside Python), already holds ``setting``'s
+    value."""
+    return (
+        current is not None
+        and current.value == setting.value
+        and ":" in current.source
+        and not current.source.rpartition(":")[0].endswith(".py")
+    )
 
 
 def _vaguer(setting: Setting, current: Setting | None) -> bool:
@@ -335,10 +356,11 @@ def _recipe(repo: RepoContext, recipe: str) -> list[Setting]:
     except (OSError, UnicodeDecodeError):
         return []
     found = []
-    for name in RECIPE_KEYS:
+    for name in (*RECIPE_KEYS, *BESIDE_SETTINGS):
         for setting in yaml_settings(recipe, text, name):
             read = reading(name, setting.value)
-            if read is not None:
+            beside = name not in BESIDE_SETTINGS or any(k in RECIPE_KEYS for k in setting.siblings)
+            if read is not None and beside:
                 found.append(Setting(read[0], read[1], f"{recipe}:{setting.line}", f"{name}: {setting.text}"))
     return found
 

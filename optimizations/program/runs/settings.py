@@ -160,6 +160,7 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "param_dtype": ("mixed_precision", _param_dtype),
     "torch_dtype": ("weights_dtype", _dtype),
     "dtype": ("weights_dtype", _dtype),
+    "model_dtype": ("weights_dtype", _dtype),
     "tf32": ("tf32", _on_off),
     "allow_tf32": ("tf32", _on_off),
     "attn_implementation": ("attention", _text),
