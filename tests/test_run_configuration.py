@@ -567,3 +567,22 @@ def test_a_recipe_passed_as_config_equals_path_and_its_keys_beside_run_settings(
     assert got["weights_dtype"][0] == "bf16" and got["weights_dtype"][1].startswith("configs/debug.yaml:")
     bf16 = {(s.path, s.already) for s in registry()["bf16_autocast"].dry_run(tmp_path).sites}
     assert ("configs/debug.yaml", True) in bf16
+
+
+def test_a_float32_region_and_a_tensors_dtype_are_not_the_runs_precision(tmp_path: Path) -> None:
+    """torchtitan's MoE router runs under autocast(dtype=float32) and its rotary tables are built with
+    dtype=float32: neither says how the run computes; its config's FSDP parameter dtype does."""
+    loop = PLAIN_LOOP.replace(
+        "    loss = model(torch.ones(2, 4)).sum()\n",
+        "    with torch.autocast('cuda', dtype=torch.float32):\n"
+        "        scale = torch.arange(4, dtype=torch.float32)\n"
+        "    loss = (model(torch.ones(2, 4)) * scale).sum()\n",
+    )
+    config = (
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass TrainingConfig:\n"
+        '    mixed_precision_param: str = "bfloat16"\n'
+    )
+    (entry,) = runs_of(tmp_path, {"train.py": "import config\n" + loop, "config.py": config})
+    got = values(entry)
+    assert got["mixed_precision"] == ("bf16 (bf16 weights)", "config.py:6")
+    assert "weights_dtype" not in got

@@ -169,6 +169,8 @@ def _call_settings(path: str, call: ast.Call) -> list[Setting]:
             continue
         if keyword.arg == "dtype" and callee in ("autocast",):
             read = _autocast(value)
+        elif keyword.arg == "dtype" and not _builds_model(callee):
+            read = None  # ``torch.arange(..., dtype=torch.float32)``: a tensor's dtype, not the weights'.
         elif keyword.arg == "fused" and callee in ("AdamW", "Adam"):
             read = ("optimizer", f"torch.optim.{callee} (fused)" if value else f"torch.optim.{callee}")
         else:
@@ -205,14 +207,34 @@ def _call_settings(path: str, call: ast.Call) -> list[Setting]:
     return found
 
 
+def _builds_model(callee: str) -> bool:
+    """A call whose ``dtype=`` is the model's: a loader (``from_pretrained``, ``load_model``), a model or config
+    class (``GPT``, ``ModelArgs``), not a tensor factory (``torch.arange``) or another object's buffer."""
+    words = (
+        "pretrained",
+        "config",
+        "model",
+        "load",
+        "args",
+        "arguments",
+        "transformer",
+        "gpt",
+        "llama",
+        "lm",
+    )
+    return any(word in callee.lower() for word in words)
+
+
 def _model(func: ast.expr) -> bool:
     """A method of something named as a model (``model.to(...)``, ``self.model.bfloat16()``), not a tensor's."""
     return isinstance(func, ast.Attribute) and "model" in _dotted(func.value).rpartition(".")[2].lower()
 
 
 def _autocast(value: object) -> tuple[str, str] | None:
+    """An autocast's precision; none for a float32 one, which keeps a region (a MoE router, a loss) out of the
+    run's lower precision rather than setting it."""
     read = reading("dtype", value)
-    return None if read is None else ("mixed_precision", f"{read[1]} (autocast)")
+    return None if read is None or read[1] == FP32 else ("mixed_precision", f"{read[1]} (autocast)")
 
 
 def _written(keyword: ast.keyword) -> str:

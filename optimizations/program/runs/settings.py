@@ -158,6 +158,7 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "mixed_precision": ("mixed_precision", _precision),
     "precision": ("mixed_precision", _precision),
     "param_dtype": ("mixed_precision", _param_dtype),
+    "mixed_precision_param": ("mixed_precision", _param_dtype),  # torchtitan's FSDP parameter dtype
     "torch_dtype": ("weights_dtype", _dtype),
     "dtype": ("weights_dtype", _dtype),
     "model_dtype": ("weights_dtype", _dtype),
