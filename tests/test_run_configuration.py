@@ -586,3 +586,58 @@ def test_a_float32_region_and_a_tensors_dtype_are_not_the_runs_precision(tmp_pat
     got = values(entry)
     assert got["mixed_precision"] == ("bf16 (bf16 weights)", "config.py:6")
     assert "weights_dtype" not in got
+
+
+DPO_HYDRA = """\
+import hydra
+import torch
+
+
+@hydra.main(config_path="config", config_name="config")
+def main(config):
+    policy = torch.nn.Linear(4, 4)
+    optimizer = getattr(torch.optim, config.optimizer)(policy.parameters(), lr=config.lr)
+    for batch in range(10):
+        policy(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+README_INDENTED = """\
+# Training
+
+Run SFT:
+
+    python -u train.py loss=sft lr=1e-6
+
+1. To evaluate:
+
+    Run python train.py loss=eval, after training.
+"""
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "applicable", "reason"),
+    [("AdamW", True, ""), ("RMSprop  # as good as Adam, less memory", False, "kept as chosen")],
+)
+def test_an_optimizer_named_by_the_config_is_fused_only_where_it_is_adam(
+    tmp_path: Path, optimizer: str, applicable: bool, reason: str
+) -> None:
+    files = {
+        "train.py": DPO_HYDRA,
+        "config/config.yaml": f"lr: 1e-6\noptimizer: {optimizer}\n",
+        "README.md": README_INDENTED,
+    }
+    (entry,) = runs_of(tmp_path, files)
+    # the indented command after a blank line is a launch; the indented prose line of the list item is not
+    assert [run.launch.where for run in entry.runs if run.launch is not None] == ["README.md:5"]
+    assert values(entry)["optimizer"] == (optimizer.split()[0], "config/config.yaml:2")
+    (site,) = registry()["fused_adamw"].dry_run(tmp_path).sites
+    assert site.applicable is applicable and reason in site.reason
+
+
+def test_a_hydra_script_no_command_launches_runs_with_its_configs_defaults(tmp_path: Path) -> None:
+    (entry,) = runs_of(tmp_path, {"train.py": DPO_HYDRA, "config/config.yaml": "optimizer: AdamW\n"})
+    assert values(entry)["optimizer"] == ("AdamW", "config/config.yaml:1")

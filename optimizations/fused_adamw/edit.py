@@ -14,7 +14,8 @@ from optimizations.edits.expressions import add_keywords, call_expr
 from optimizations.program.components import Component
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
-from optimizations.program.runs.resolve import done_in_every_run
+from optimizations.program.runs.resolve import runs_of
+from optimizations.program.runs.settings import DONE, Setting, cite
 from optimizations.program.syntax import (
     NESTED_SCOPES,
     code_of,
@@ -70,8 +71,8 @@ class FuseAdamW(TrainerOptim):
                 self._plan_optimizer(call, FACTORIES[factory])
             elif qualified_under(names, ("torch.optim",), OPTIMIZERS) and self.runs(call):
                 self._plan_optimizer(call)
-            elif self._adam_by_name(call) and self.runs(call):
-                self._plan_optimizer(call)
+            elif (named := self._named_optimizers(call)) and self.runs(call):
+                self._plan_named(call, named)
 
     def _fused_classes(self) -> None:
         """Reports each statement that builds (or picks, ``A = CPUAdam if offload else FusedAdam``) an optimizer
@@ -86,15 +87,30 @@ class FuseAdamW(TrainerOptim):
         for statement, classes in found.values():
             self.already(statement, f"{' / '.join(dict.fromkeys(classes))}: fused Adam kernels already")
 
-    def _adam_by_name(self, call: cst.Call) -> bool:
-        """``getattr(torch.optim, config.optimizer)(...)`` where every run of the file names Adam or AdamW
-        (``optimizer: AdamW`` in its recipe)."""
+    def _named_optimizers(self, call: cst.Call) -> list[Setting]:
+        """For ``getattr(torch.optim, config.optimizer)(...)``, the optimizer each run of the file names (its
+        recipe's ``optimizer: AdamW``); empty for another call, or where some run names none."""
         func = call.func
         if not (isinstance(func, cst.Call) and code_of(func.func) == "getattr" and len(func.args) == 2):
-            return False
+            return []
         if "torch.optim" not in self.names(func.args[0].value):
-            return False
-        return bool(done_in_every_run(self.repo, self.path, (("optimizer", "adam"),)))
+            return []
+        named = [run.settings.get("optimizer") for run in runs_of(self.repo, self.path)]
+        return [s for s in named if s is not None] if all(named) else []
+
+    def _plan_named(self, call: cst.Call, named: list[Setting]) -> None:
+        """Fuse the optimizer class every run names where each names Adam or AdamW; keep an optimizer a run's
+        config chooses otherwise (``optimizer: RMSprop``), which fused AdamW would replace, not speed up."""
+        if all(DONE["adam"](setting.value) for setting in named):
+            self._plan_optimizer(call)
+            return
+        others = [s for s in named if not DONE["adam"](s.value)]
+        self.refused(
+            call,
+            f"{code_of(call.func)}(...): fused=True",
+            f"the run's config chooses {others[0].value} ({cite(others)}): the optimizer is kept as chosen, and "
+            "fused=True is for Adam and AdamW",
+        )
 
     def _compiled_adam_steps(self) -> None:
         """Reports each Adam update the program writes itself and compiles (``@torch.compile def

@@ -76,14 +76,27 @@ def expand_braces(word: str) -> list[str]:
 
 
 def code_blocks(text: str) -> str:
-    """A Markdown text with every line outside fenced code blocks blanked, so offsets and lines still hold."""
-    kept, fenced = [], False
+    """A Markdown text with every line outside code blocks blanked, so offsets and lines still hold. Code blocks
+    are fenced ones, and indented ones (four spaces, after a blank line) whose line starts with a launcher
+    (``    python -u train.py model=pythia69``): an indented line of prose, in a list item say, is no command."""
+    kept, fenced, after_blank = [], False, False
     for raw in text.splitlines(keepends=True):
         is_fence = raw.lstrip().startswith(FENCES)
-        body = raw if fenced and not is_fence else ""
+        indented = not fenced and after_blank and raw.startswith(("    ", "\t")) and _launches(raw)
+        body = raw if (fenced and not is_fence) or indented else ""
         fenced = fenced != is_fence
+        after_blank = not raw.strip() or (after_blank and raw.startswith(("    ", "\t")))
         kept.append(body or ("\n" if raw.endswith("\n") else ""))
     return "".join(kept)
+
+
+def _launches(line: str) -> bool:
+    """Whether a line's first word (past a ``$`` prompt) is a launcher: ``python -u train.py``."""
+    words = line.strip().removeprefix("$ ").split()
+    return (
+        bool(words)
+        and re.fullmatch(r"(python[\d.]*|torchrun|accelerate|deepspeed|srun)", words[0]) is not None
+    )
 
 
 def parser_types(call: cst.Call, assigns: list[cst.Assign]) -> list[cst.BaseExpression]:

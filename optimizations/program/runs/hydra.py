@@ -99,6 +99,12 @@ def _with_bases(repo: RepoContext, folder: str, option: str, depth: int) -> list
     return [*found, path]
 
 
+def entry_recipes(repo: RepoContext, entry: str) -> list[str]:
+    """The config files a Hydra script composes when it is run with no overrides (no command launches it)."""
+    app = hydra_app(entry, repo.text(entry))
+    return composed_files(repo, app, ()) if app is not None else []
+
+
 def launch_recipes(repo: RepoContext, launch: LaunchCommand) -> list[str]:
     """The config files a launch runs with: the YAML recipes it passes, and what a Hydra script composes."""
     app = hydra_app(launch.target, repo.text(launch.target))

@@ -30,7 +30,7 @@ from optimizations.program.requirements import excludes
 from optimizations.program.run_calls import runs_training
 from optimizations.program.runs.code_settings import CodeSettings, ConfigRead, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
-from optimizations.program.runs.hydra import launch_recipes
+from optimizations.program.runs.hydra import entry_recipes, launch_recipes
 from optimizations.program.runs.launcher_configs import (
     accelerate_config,
     deepspeed_config,
@@ -258,13 +258,19 @@ def _run(
     for path in sorted(read):
         put(read[path].defaults)
     late: list[Setting] = []
-    if launch is not None:
+    reads = [r for path in sorted(read) for r in read[path].reads]
+    recipes = launch_recipes(repo, launch) if launch is not None else entry_recipes(repo, entry)
+    if launch is None:  # a Hydra script no command launches runs with its configs' defaults
+        for recipe in recipes:
+            put(_recipe(repo, recipe))
+        put(_config_reads(repo, recipes, None, reads))
+    else:
         late = _launch_configs(repo, launch, values)
         put([s for s in late if s.name != "optimizer"])
-        for recipe in launch_recipes(repo, launch):
+        for recipe in recipes:
             put(_recipe(repo, recipe))
         put(_flags(launch.flags, launch.where))
-        put(_config_reads(repo, launch, [r for path in sorted(read) for r in read[path].reads]))
+        put(_config_reads(repo, recipes, launch, reads))
         configured = values["distribution"].value != PLAIN_DEFAULTS[2].value
         # A launcher's processes are DDP, or DeepSpeed, unless a config already says how they are spread.
         put([s for s in _launcher_flags(launch) if not (configured and s.name == "distribution")])
@@ -365,14 +371,16 @@ def _recipe(repo: RepoContext, recipe: str) -> list[Setting]:
     return found
 
 
-def _config_reads(repo: RepoContext, launch: LaunchCommand, reads: list[ConfigRead]) -> list[Setting]:
+def _config_reads(
+    repo: RepoContext, recipes: list[str], launch: LaunchCommand | None, reads: list[ConfigRead]
+) -> list[Setting]:
     """The settings the code reads from config keys (``torch_dtype=getattr(torch, config.model.policy_dtype)``)
-    that the launch gives a value: its flag or Hydra override, else the last of its recipes that sets the key (a
-    later recipe overrides an earlier one), each where the value is written."""
+    that the run gives a value: its launch's flag or Hydra override, else the last of its ``recipes`` that sets
+    the key (a later recipe overrides an earlier one), each where the value is written."""
     found = []
     for read in reads:
         given = []
-        for recipe in launch_recipes(repo, launch):
+        for recipe in recipes:
             try:
                 text = repo.read(recipe)
             except (OSError, UnicodeDecodeError):
@@ -381,12 +389,13 @@ def _config_reads(repo: RepoContext, launch: LaunchCommand, reads: list[ConfigRe
                 (f"{recipe}:{y.line}", f"{y.key}: {y.text}", y.value)
                 for y in yaml_settings(recipe, text, read.key)
             ]
-        for word in launch.positional:  # a Hydra override: ``model.policy_dtype=float32``
-            name, equals, value = word.lstrip("+").partition("=")
-            if equals and name.rpartition(".")[2] == read.key:
-                given.append((launch.where, word, value))
-        if read.key in launch.flags:
-            given.append((launch.where, f"--{read.key} {launch.flags[read.key]}", launch.flags[read.key]))
+        if launch is not None:
+            for word in launch.positional:  # a Hydra override: ``model.policy_dtype=float32``
+                name, equals, value = word.lstrip("+").partition("=")
+                if equals and name.rpartition(".")[2] == read.key:
+                    given.append((launch.where, word, value))
+            if read.key in launch.flags:
+                given.append((launch.where, f"--{read.key} {launch.flags[read.key]}", launch.flags[read.key]))
         shown = reading(read.argument, given[-1][2]) if given else None
         if shown is not None:
             source, written, _ = given[-1]
