@@ -329,7 +329,7 @@ class Optimization:
 
         seen, cited = {(s.path, s.line) for s in sites}, " ".join(f"{s.message} {s.reason}" for s in sites)
         found: dict[tuple[str, int], Site] = {}
-        for entry, setting in done_by_runs(ctx, self.done_by_settings):
+        for entry, setting in done_by_runs(ctx, self.done_by_settings, defaults=True):
             path, _, line = setting.source.rpartition(":")
             if (path, int(line)) not in seen and (path, int(line)) not in found:
                 message = f"{setting.name} {setting.value} for the run of {entry} (`{setting.written}`)"

@@ -641,3 +641,19 @@ def test_an_optimizer_named_by_the_config_is_fused_only_where_it_is_adam(
 def test_a_hydra_script_no_command_launches_runs_with_its_configs_defaults(tmp_path: Path) -> None:
     (entry,) = runs_of(tmp_path, {"train.py": DPO_HYDRA, "config/config.yaml": "optimizer: AdamW\n"})
     assert values(entry)["optimizer"] == ("AdamW", "config/config.yaml:1")
+
+
+def test_a_library_default_that_does_the_optimization_is_reported_at_the_recipe_that_leaves_it(
+    tmp_path: Path,
+) -> None:
+    """LLaMA-Factory's recipes set no optim: the Trainer's default, fused AdamW, is the run's, and the recipe
+    is where a reader looks for it."""
+    files = {
+        "train.py": TRL_SCRIPT,
+        "recipes/sft.yaml": "model_name_or_path: m\nlearning_rate: 1.0e-5\nbf16: true\n",
+        "run.sh": "python train.py --config recipes/sft.yaml\n",
+    }
+    make_repo(tmp_path, files)
+    sites = {(s.path, s.line): s for s in registry()["fused_adamw"].dry_run(tmp_path).sites}
+    site = sites[("recipes/sft.yaml", 1)]
+    assert site.already and "the default of transformers' TrainingArguments" in site.message

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizations.program.reachability import program_of
 from optimizations.program.recipes import runs_code_of
@@ -557,12 +557,14 @@ def _passes(run: Run, tests: tuple[tuple[str, str], ...]) -> bool:
 
 
 def done_by_runs(
-    repo: RepoContext, tests: tuple[tuple[str, str], ...], in_code: bool = False
+    repo: RepoContext, tests: tuple[tuple[str, str], ...], in_code: bool = False, defaults: bool = False
 ) -> list[tuple[str, Setting]]:
     """``(entry, setting)`` for each run that passes every ``(setting, test)`` of ``tests``, the setting the
     first names, where it is written outside Python (a launch flag, a recipe, a launcher or DeepSpeed config) or
     as an option's default (``add_argument(..., default=...)``, a config dataclass field), or with ``in_code``
-    anywhere in Python: that line says the optimization is done already (or chosen otherwise) for that run."""
+    anywhere in Python: that line says the optimization is done already (or chosen otherwise) for that run.
+    With ``defaults``, a library's default (the Trainer's fused AdamW) is placed at the launch's first recipe,
+    which leaves it unset, else at the launch."""
     found = []
     for entry in effective_runs(repo):
         for run in entry.runs:
@@ -573,6 +575,11 @@ def done_by_runs(
             outside_code = not path.endswith(".py") or setting.option_default
             if path and (in_code or outside_code) and line.isdigit():
                 found.append((entry.entry, setting))
+            elif defaults and not path and run.launch is not None and setting.source != NOTHING:
+                recipes = launch_recipes(repo, run.launch)
+                where = f"{recipes[0]}:1" if recipes else run.launch.where
+                written = f"{setting.written}: the {setting.source}, which {where.rpartition(':')[0]} leaves"
+                found.append((entry.entry, replace(setting, source=where, written=written)))
     return found
 
 
