@@ -657,3 +657,21 @@ def test_a_library_default_that_does_the_optimization_is_reported_at_the_recipe_
     sites = {(s.path, s.line): s for s in registry()["fused_adamw"].dry_run(tmp_path).sites}
     site = sites[("recipes/sft.yaml", 1)]
     assert site.already and "the default of transformers' TrainingArguments" in site.message
+
+
+def test_a_framework_recipe_that_leaves_attention_and_packing_unset_is_refused_there(tmp_path: Path) -> None:
+    """LLaMA-Factory's recipes set no flash_attn and no packing: asking the framework for either is the recipe
+    user's choice, said at the recipe; a recipe that sets the key is done, not refused."""
+    files = {**FRAMEWORK, "examples/lora.yaml": "base_model: m\nlearning_rate: 2.0e-4\nbf16: true\n"}
+    make_repo(tmp_path, files)
+    for optimization in ("fa2", "packing"):
+        sites = [s for s in registry()[optimization].find(tmp_path) if s.path == "examples/lora.yaml"]
+        assert [(s.line, s.applicable, s.already) for s in sites] == [(1, False, False)]
+        assert "README.md:4" in sites[0].reason and "recipe user's" in sites[0].reason
+    keyed = "base_model: m\nlearning_rate: 2.0e-4\nflash_attention: true\nsample_packing: true\n"
+    make_repo(tmp_path / "keyed", {**FRAMEWORK, "examples/lora.yaml": keyed})
+    for optimization in ("fa2", "packing"):
+        sites = [
+            s for s in registry()[optimization].find(tmp_path / "keyed") if s.path == "examples/lora.yaml"
+        ]
+        assert sites and all(s.already for s in sites)

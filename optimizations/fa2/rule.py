@@ -4,7 +4,7 @@ a vendored helper. What it changes and when it refuses: README.md."""
 from __future__ import annotations
 
 from optimizations.program.hf import HF_CONFIGS, MODEL_LOADERS
-from optimizations.program.repository import RepoContext
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.requirements import excludes
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
@@ -46,6 +46,26 @@ class FlashAttention(Optimization):
     needs = (*HF_CONFIGS, *MODEL_LOADERS, "model_init_kwargs", "_with_flash_attn")
 
     examples = EXAMPLES
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """Each recipe of a framework's console script that leaves attention to the framework: refused, since
+        asking it for FlashAttention needs the optional flash-attn package, the recipe user's call."""
+        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+
+        return [
+            Site(
+                recipe,
+                1,
+                self.id,
+                f"FlashAttention for the run of {run.entry}",
+                False,
+                f"the recipe sets no attention key, so `{run.launch.launcher}` (at {run.launch.where}) keeps its "
+                "schema's default; FlashAttention there needs the optional flash-attn package, and which kernel "
+                "to ask for is the recipe user's choice",
+            )
+            for run, recipe in unset_in_framework_recipes(ctx, "attention")
+            if run.launch is not None  # a console launch, always
+        ]
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Refused where the repository's requirements keep transformers below ``attn_implementation``

@@ -42,8 +42,25 @@ class Packing(Optimization):
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
-        instantiates components (:func:`.edit.packed_dataset_sites`); none otherwise."""
-        return packed_dataset_sites(ctx, self.id)
+        instantiates components (:func:`.edit.packed_dataset_sites`); and each recipe of a framework's console
+        script that sets no packing, refused."""
+        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+
+        framework = [
+            Site(
+                recipe,
+                1,
+                self.id,
+                f"packing for the run of {run.entry}",
+                False,
+                f"the recipe, run by `{run.launch.launcher}` at {run.launch.where}, sets no packing key: packing "
+                "changes which examples share a batch and how many steps an epoch takes, and the framework's "
+                "schema has its own keys for it, so that is the recipe user's call",
+            )
+            for run, recipe in unset_in_framework_recipes(ctx, "packing")
+            if run.launch is not None  # a console launch, always
+        ]
+        return packed_dataset_sites(ctx, self.id) + framework
 
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Refused where the requirements keep TRL below :data:`BFD_SINCE`, whose SFTConfig rejects

@@ -583,6 +583,21 @@ def done_by_runs(
     return found
 
 
+def unset_in_framework_recipes(repo: RepoContext, setting: str) -> list[tuple[Run, str]]:
+    """``(run, recipe)`` for each run a framework's console script launches (``llamafactory-cli train
+    recipe.yaml``) whose recipes leave ``setting`` to the framework's default: the first recipe, once each."""
+    found: dict[str, tuple[Run, str]] = {}
+    for entry in effective_runs(repo):
+        for run in entry.runs:
+            if run.launch is None or not run.launch.console:
+                continue
+            current = run.settings.get(setting)
+            recipes = launch_recipes(repo, run.launch)
+            if recipes and (current is None or ":" not in current.source):
+                found.setdefault(recipes[0], (run, recipes[0]))
+    return list(found.values())
+
+
 def unset_beside_launched(repo: RepoContext, setting: str, value: str) -> list[tuple[Run, list[Setting]]]:
     """Each launched run that leaves ``setting`` unset (its default) where another launch of the same entry point
     sets it to ``value`` (``bf16``): launches that disagree, each with where the others set it."""
