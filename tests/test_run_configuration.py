@@ -675,3 +675,15 @@ def test_a_framework_recipe_that_leaves_attention_and_packing_unset_is_refused_t
             s for s in registry()[optimization].find(tmp_path / "keyed") if s.path == "examples/lora.yaml"
         ]
         assert sites and all(s.already for s in sites)
+
+
+def test_a_framework_recipe_gets_loader_workers_where_the_schema_takes_the_key(tmp_path: Path) -> None:
+    """axolotl's quick-start recipe sets no dataloader_num_workers, which its schema defines: the key goes in the
+    recipe. A framework whose code never names the key gets nothing written in its recipes."""
+    recipe = "base_model: m\nlearning_rate: 2.0e-4\nbf16: true\n"
+    schema = "from dataclasses import dataclass\n\n\n@dataclass\nclass Schema:\n    dataloader_num_workers: int = 0\n"
+    make_repo(tmp_path, {**FRAMEWORK, "examples/lora.yaml": recipe, "fw/schema.py": schema})
+    change = registry()["dataloader_workers"].dry_run(tmp_path)
+    assert change.files["examples/lora.yaml"] == recipe + "dataloader_num_workers: 4\n"
+    make_repo(tmp_path / "plain", {**FRAMEWORK, "examples/lora.yaml": recipe})
+    assert "examples/lora.yaml" not in registry()["dataloader_workers"].dry_run(tmp_path / "plain").files

@@ -1,12 +1,18 @@
 """``dataloader_workers``: load and collate batches in worker processes, into pinned memory, ahead of the GPU.
 What it changes and when it refuses: README.md."""
 
+from optimizations.edits.recipe_switch import RecipeSetting, switch_recipe
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS
-from optimizations.program.repository import Site
+from optimizations.program.repository import RepoContext, Site
 from optimizations.registry import Numerics, Optimization
 
 from .edit import KEPT_WORKERS, LEFT_OUT, AddWorkers
 from .examples import EXAMPLES
+
+# The worker count a framework's recipe gets: the cap the run-time count (``min(4, cpus - 1)``) has in code.
+RECIPE_WORKERS = RecipeSetting(
+    "dataloader_num_workers", "4", lambda value: isinstance(value, int) and value > 0
+)
 
 
 class DataloaderWorkers(Optimization):
@@ -45,3 +51,20 @@ class DataloaderWorkers(Optimization):
     needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
 
     examples = EXAMPLES
+
+    def config_sites(self, ctx: RepoContext) -> list[Site]:
+        """``dataloader_num_workers: 4`` in each recipe of a framework's console script that leaves the Trainer's
+        0 workers, where the framework's code names that key (its recipe schema takes it)."""
+        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+
+        sites: list[Site] = []
+        for run, recipe in unset_in_framework_recipes(ctx, "loader_workers"):
+            package = run.entry.split("/")[:2] if run.entry.startswith("src/") else run.entry.split("/")[:1]
+            schema = [
+                path
+                for path in ctx.python_files()
+                if path.startswith("/".join(package) + "/") and RECIPE_WORKERS.key in ctx.text(path)
+            ]
+            if schema:
+                sites += switch_recipe(ctx, recipe, RECIPE_WORKERS, self.id)
+        return sites

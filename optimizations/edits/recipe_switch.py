@@ -130,7 +130,7 @@ def _launch_sites(
         sites = []
         for config in (c for c in launch.configs if c not in recipes):
             recipes.add(config)
-            sites.extend(_switch_recipe(repo, config, setting, optimization))
+            sites.extend(switch_recipe(repo, config, setting, optimization))
         return sites
     if launch.documented:
         reason = (
@@ -162,7 +162,7 @@ def _flags(setting: RecipeSetting) -> str:
     return " ".join(f"--{k} {v}" for k, v in {setting.key: setting.value, **setting.companions}.items())
 
 
-def _switch_recipe(repo: RepoContext, path: str, setting: RecipeSetting, optimization: str) -> list[Site]:
+def switch_recipe(repo: RepoContext, path: str, setting: RecipeSetting, optimization: str) -> list[Site]:
     """The recipe with the setting and its companions added, or its false value switched; the site."""
     try:
         text = repo.read(path)
