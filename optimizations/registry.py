@@ -293,7 +293,7 @@ class Optimization:
         when some run does not, or no run is known."""
         if not self.done_by_settings:
             return None
-        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.every_run import done_in_every_run  # loads libcst: not for listing
         from optimizations.program.runs.settings import cite
 
         settings = done_in_every_run(ctx, path, self.done_by_settings)
@@ -310,7 +310,7 @@ class Optimization:
         the requirements keep below 2.0, which has no ``torch.compile``."""
         # imported here: listing optimizations loads no libcst, which the run configuration's readers use
         from optimizations.program.requirements import excludes
-        from optimizations.program.runs.resolve import framework_library, sharded_in_every_run
+        from optimizations.program.runs.every_run import framework_library, sharded_in_every_run
 
         library = framework_library(ctx, path)
         if library or not self.compiles_model:
@@ -325,7 +325,7 @@ class Optimization:
         choice, where one already cites its line)."""
         if not self.done_by_settings and not self.chosen_by_launches:
             return []
-        from optimizations.program.runs.resolve import done_by_runs  # loads libcst: not for listing
+        from optimizations.program.runs.every_run import done_by_runs  # loads libcst: not for listing
 
         seen, cited = {(s.path, s.line) for s in sites}, " ".join(f"{s.message} {s.reason}" for s in sites)
         found: dict[tuple[str, int], Site] = {}

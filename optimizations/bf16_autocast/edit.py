@@ -10,7 +10,7 @@ import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
 from optimizations.program.frameworks import framework_backward, framework_calls
-from optimizations.program.runs.resolve import launched_in
+from optimizations.program.runs.every_run import launched_in
 from optimizations.program.runs.settings import cite
 from optimizations.program.syntax import code_of, keyword, literal_value
 from optimizations.program.training_loops import BACKWARD, backward_calls, is_method_call, loss_names

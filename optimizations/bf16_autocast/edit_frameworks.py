@@ -13,7 +13,7 @@ from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.config_use import fills_in_for_a_parameter
 from optimizations.program.frameworks import ACCELERATE, DEEPSPEED, FrameworkCall, json_config, launch_setting
 from optimizations.program.repository import Site
-from optimizations.program.runs.resolve import launched_in
+from optimizations.program.runs.every_run import launched_in
 from optimizations.program.runs.settings import cite
 from optimizations.program.syntax import NESTED_SCOPES, code_of, keyword, literal_value, walk
 from optimizations.program.values import assignments, dict_items, outcomes

@@ -53,7 +53,7 @@ class Bf16Autocast(Optimization):
     def run_done(self, ctx: RepoContext, path: str) -> str | None:
         """Done where every run that loads ``path`` sets bf16 mixed precision, or loads the model it trains in
         bf16 (``torch_dtype`` from a recipe's ``policy_dtype: bfloat16``): its matmuls are bf16 already."""
-        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.every_run import done_in_every_run  # loads libcst: not for listing
         from optimizations.program.runs.settings import cite
 
         done = super().run_done(ctx, path)
@@ -67,7 +67,7 @@ class Bf16Autocast(Optimization):
         the code where a run loads its model in bf16 (a recipe's ``model_dtype: bf16``): already done; and each
         launch that sets no precision where the entry point's other launches pass bf16: refused there."""
         # loads libcst: not for listing
-        from optimizations.program.runs.resolve import done_by_runs, unset_beside_launched
+        from optimizations.program.runs.every_run import done_by_runs, unset_beside_launched
 
         fp32 = [
             Site(

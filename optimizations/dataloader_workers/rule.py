@@ -55,7 +55,7 @@ class DataloaderWorkers(Optimization):
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``dataloader_num_workers: 4`` in each recipe of a framework's console script that leaves the Trainer's
         0 workers, where the framework's code names that key (its recipe schema takes it)."""
-        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+        from optimizations.program.runs.every_run import unset_in_framework_recipes  # loads libcst
 
         sites: list[Site] = []
         for run, recipe in unset_in_framework_recipes(ctx, "loader_workers"):

@@ -41,7 +41,7 @@ class DdpStaticGraph(Optimization):
         accelerate FSDP configs; the seed repository's `python scripts/train.py`), besides the refusals every
         optimization has."""
         # loads libcst: not for listing
-        from optimizations.program.runs.resolve import one_process_in_every_run, sharding_of_every_run
+        from optimizations.program.runs.every_run import one_process_in_every_run, sharding_of_every_run
 
         places = sharding_of_every_run(ctx, path)
         if places is not None:

@@ -50,7 +50,7 @@ class FlashAttention(Optimization):
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """Each recipe of a framework's console script that leaves attention to the framework: refused, since
         asking it for FlashAttention needs the optional flash-attn package, the recipe user's call."""
-        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+        from optimizations.program.runs.every_run import unset_in_framework_recipes  # loads libcst
 
         return [
             Site(

@@ -14,7 +14,7 @@ from optimizations.edits.expressions import add_keywords, call_expr
 from optimizations.program.components import Component
 from optimizations.program.placement import caller_owners, later_move, parameter_owners
 from optimizations.program.positions import start_line
-from optimizations.program.runs.resolve import runs_of
+from optimizations.program.runs.every_run import runs_of
 from optimizations.program.runs.settings import DONE, Setting, cite
 from optimizations.program.syntax import (
     NESTED_SCOPES,

@@ -22,7 +22,7 @@ from optimizations.program.hf import HF_CONFIGS, is_training_config
 from optimizations.program.recipes import launches
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.requirements import excludes
-from optimizations.program.runs.resolve import runs_of
+from optimizations.program.runs.every_run import runs_of
 from optimizations.program.runs.settings import memory_saving
 from optimizations.program.syntax import code_of, keyword
 from optimizations.program.yaml_settings import settings

@@ -44,7 +44,7 @@ class Packing(Optimization):
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
         instantiates components (:func:`.edit.packed_dataset_sites`); and each recipe of a framework's console
         script that sets no packing, refused."""
-        from optimizations.program.runs.resolve import unset_in_framework_recipes  # loads libcst
+        from optimizations.program.runs.every_run import unset_in_framework_recipes  # loads libcst
 
         framework = [
             Site(

@@ -164,26 +164,16 @@ class RepositoryFunctions:
         mod``), parsed; ``None`` for anything else."""
         for statement in source.module.body:
             for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                    for alias in small.names:
-                        bound = (
-                            cast(cst.Name, alias.asname.name).value if alias.asname else code_of(alias.name)
-                        )
-                        if bound == name:
-                            base = code_of(small.module) if small.module is not None else ""
-                            dots = len(small.relative)
-                            roots = (
-                                [posixpath.join(source.path, *[".."] * dots)]
-                                if dots
-                                else import_roots(source.path)
-                            )
-                            return self._first_module(
-                                ".".join(filter(None, (base, code_of(alias.name)))), roots
-                            )
-                elif isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if alias.asname is not None and cast(cst.Name, alias.asname.name).value == name:
-                            return self._first_module(code_of(alias.name), import_roots(source.path))
+                if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(
+                    small.names, cst.ImportStar
+                ):
+                    continue
+                for alias in small.names:
+                    bound = cast(cst.Name, alias.asname.name).value if alias.asname else code_of(alias.name)
+                    if bound == name and isinstance(small, cst.ImportFrom):
+                        return self._module_source(small, source, code_of(alias.name))
+                    if bound == name:
+                        return self._first_module(code_of(alias.name), import_roots(source.path))
         return None
 
     def _first_module(self, module: str, roots: Iterable[str]) -> Source | None:
@@ -193,12 +183,13 @@ class RepositoryFunctions:
                 return self._parsed(path)
         return None
 
-    def _module_source(self, statement: cst.ImportFrom, source: Source) -> Source | None:
-        """The repository module ``from <module> import ...`` reads, parsed; ``None`` outside the repository."""
+    def _module_source(self, statement: cst.ImportFrom, source: Source, submodule: str = "") -> Source | None:
+        """The repository module ``from <module> import ...`` reads (or its ``submodule``), parsed; ``None``
+        outside the repository."""
         module = code_of(statement.module) if statement.module is not None else ""
         dots = len(statement.relative)
         roots = [posixpath.join(source.path, *[".."] * dots)] if dots else import_roots(source.path)
-        return self._first_module(module, roots)
+        return self._first_module(".".join(filter(None, (module, submodule))), roots)
 
     def _parsed(self, path: str) -> Source | None:
         if path not in self._sources:
@@ -599,9 +590,3 @@ def dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None
             return None
         return {arg.keyword.value: arg.value for arg in node.args if arg.keyword is not None}
     return None
-
-
-def described(values: list[cst.BaseExpression], name_of: Callable[[cst.BaseExpression], str]) -> str:
-    """``a or b``: the distinct names of the outcomes, in source order."""
-    names = list(dict.fromkeys(name_of(v) for v in values))
-    return " or ".join(names)

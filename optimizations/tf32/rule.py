@@ -43,7 +43,7 @@ class Tf32(Optimization):
     def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
         """Refused where every run that loads ``path`` casts its weights to bf16 (DeepSpeed's bf16, a bf16
         ``param_dtype``): no float32 matmul is left for TF32 to speed up, and the commit would change nothing."""
-        from optimizations.program.runs.resolve import done_in_every_run  # loads libcst: not for listing
+        from optimizations.program.runs.every_run import done_in_every_run  # loads libcst: not for listing
         from optimizations.program.runs.settings import cite
 
         bf16 = done_in_every_run(ctx, path, (("mixed_precision", "bf16_weights"),))
