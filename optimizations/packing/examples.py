@@ -385,4 +385,21 @@ def main():
 """,
         refusal="--packing true",
     ),
+    Example(
+        "proposed_where_every_example_is_padded_to_the_full_length",
+        # lm-sys/FastChat's train.py: preprocess() pads each conversation to model_max_length for the Trainer.
+        before="""\
+import transformers
+
+
+def preprocess(texts, tokenizer):
+    return tokenizer(texts, return_tensors="pt", padding="max_length", max_length=2048, truncation=True)
+
+
+def train(model, tokenizer, texts, args):
+    dataset = preprocess(texts, tokenizer)
+    transformers.Trainer(model=model, args=args, train_dataset=dataset).train()
+""",
+        proposal="pads every example to the full length",
+    ),
 )

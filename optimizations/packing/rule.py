@@ -3,9 +3,10 @@ What it changes, the TRL behaviour it relies on and when it refuses: README.md."
 
 from optimizations.program.repository import RepoContext, Site
 from optimizations.program.requirements import excludes
-from optimizations.registry import Numerics, Optimization
+from optimizations.registry import AllOf, Numerics, Optimization
 
 from .edit import PackSamples, packed_dataset_sites
+from .edit_padding import PaddedToMaxLength
 from .examples import EXAMPLES
 
 # The first TRL release that names its padding-free packing "bfd" (earlier releases call it "ffd").
@@ -37,8 +38,9 @@ class Packing(Optimization):
         "enable packing",
     )
     codemods = (PackSamples,)
+    proposers = (PaddedToMaxLength,)
     done_by_settings = (("packing", "on"),)
-    needs = PackSamples.needs()
+    needs = (*PackSamples.needs(), AllOf(("padding", "max_length")))
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
