@@ -117,3 +117,25 @@ def test_a_second_pass_reports_the_compiled_model_as_already_done(tmp_path):
     again = _apply(tmp_path, {"training.py": once})
     assert again.source == once
     assert [(s.already, "compile_model(net)" in s.message) for s in again.sites] == [(True, True)]
+
+
+def test_an_optimizer_built_in_either_branch_and_wrapped_still_names_its_module(tmp_path):
+    """litgpt's finetune scripts: the optimizer comes from one of two factories over `model.parameters()`, then
+    `fabric.setup_optimizers` wraps it; the module is still the one whose parameters built it."""
+    script = """\
+import torch
+
+from training import train as fit
+
+
+def main(make, loader, fabric, low_memory):
+    regressor = make()
+    if low_memory:
+        optimizer = torch.optim.SGD(regressor.parameters(), lr=0.1)
+    else:
+        optimizer = torch.optim.AdamW(regressor.parameters(), lr=0.1)
+    optimizer = fabric.setup_optimizers(optimizer)
+    fit(regressor, loader, optimizer, steps=10)
+"""
+    result = _apply(tmp_path, {"training.py": TRAINING, "run.py": script})
+    assert "    compile_model(net)\n    history = []" in result.source

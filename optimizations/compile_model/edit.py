@@ -270,8 +270,10 @@ class CompileLoopModel(PlannedCodemod):
         return found
 
     def _optimised_module(self, scope: cst.CSTNode, optimizer: cst.BaseExpression | None) -> str | None:
-        """The one name whose ``.parameters()`` build ``optimizer``: in the call itself, or in the assignment
-        of the name in ``scope``."""
+        """The one name whose ``.parameters()`` build ``optimizer``: in the call itself, or in the assignments
+        of the name in ``scope`` (litgpt builds it in either branch of an ``if``, then wraps it with
+        ``fabric.setup_optimizers``)."""
+        values: list[cst.BaseExpression] = [optimizer] if optimizer is not None else []
         if isinstance(optimizer, cst.Name):
             # a call site's scope is its module or a function
             body = scope.body if isinstance(scope, cst.FunctionDef) else scope
@@ -281,12 +283,10 @@ class CompileLoopModel(PlannedCodemod):
                 if isinstance(node, cst.Assign)
                 and any(m.matches(t.target, m.Name(optimizer.value)) for t in node.targets)
             ]
-            optimizer = values[0] if len(values) == 1 else None
-        if optimizer is None:
-            return None
         modules = {
             call.func.value.value
-            for call in m.findall(optimizer, m.Call())
+            for value in values
+            for call in m.findall(value, m.Call())
             if is_method_call(call, "parameters", "named_parameters")
             and isinstance(call.func, cst.Attribute)
             and isinstance(call.func.value, cst.Name)
