@@ -158,3 +158,27 @@ def test_trl_bfd_packing_batches_are_padding_free_without_attention_mask():
         for start, end in zip(starts, ends, strict=True):
             alone = model(input_ids=batch["input_ids"][:, start:end]).logits[0]
             torch.testing.assert_close(packed[start:end], alone, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_masked_by_the_packed_examples_lengths_is_packing_done(tmp_path):
+    """mistral-finetune packs examples into seq_len rows and masks attention block-diagonally by their lengths."""
+    model = """\
+import torch
+from xformers.ops.fmha.attn_bias import BlockDiagonalCausalMask
+
+
+def forward(layers, x, seqlens):
+    mask = BlockDiagonalCausalMask.from_seqlens(seqlens)
+    for layer in layers:
+        x = layer(x, mask)
+    return x
+
+
+def train(layers, batches, optimizer):
+    for x, seqlens in batches:
+        forward(layers, x, seqlens).sum().backward()
+        optimizer.step()
+"""
+    (tmp_path / "train.py").write_text(model)
+    sites = [(s.line, s.already) for s in registry()["packing"].find(tmp_path)]
+    assert sites == [(6, True)]

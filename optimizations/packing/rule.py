@@ -6,7 +6,7 @@ from optimizations.program.requirements import excludes
 from optimizations.registry import AllOf, Numerics, Optimization
 
 from .edit import PackSamples, packed_dataset_sites
-from .edit_padding import PaddedToMaxLength
+from .edit_rows import PackedByLengths, PaddedToMaxLength
 from .examples import EXAMPLES
 
 # The first TRL release that names its padding-free packing "bfd" (earlier releases call it "ffd").
@@ -38,9 +38,9 @@ class Packing(Optimization):
         "enable packing",
     )
     codemods = (PackSamples,)
-    proposers = (PaddedToMaxLength,)
+    proposers = (PaddedToMaxLength, PackedByLengths)
     done_by_settings = (("packing", "on"),)
-    needs = (*PackSamples.needs(), AllOf(("padding", "max_length")))
+    needs = (*PackSamples.needs(), AllOf(("padding", "max_length")), "from_seqlens")
 
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``packed: false`` -> true in the torchtune dataset mappings of the YAML configs of a program that
