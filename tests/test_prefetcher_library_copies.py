@@ -197,3 +197,39 @@ def test_the_rewritten_recipe_trains_like_the_original_on_cpu(tmp_path, monkeypa
         return namespace["Recipe"](model, batches, optimizer, torch.device("cpu")).train()
 
     assert run(result.source) == run(source)
+
+
+LOADER = """\
+import torch
+
+
+def batches(rows, device):
+    pinned = torch.empty(8, dtype=torch.long, pin_memory=torch.cuda.is_available())
+    staged = torch.empty(8, dtype=torch.long, device=device)
+    for row in rows:
+        pinned.copy_(row)
+        staged.copy_(pinned, non_blocking={non_blocking})
+        yield staged
+"""
+AHEAD = """\
+from loader import batches
+
+
+def train(model, rows, optimizer, device):
+    loader = batches(rows, device)
+    x = next(loader)
+    for step in range(10):
+        model(x).sum().backward()
+        x = next(loader)  # the next batch while the GPU runs this step
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(("non_blocking", "already"), [("True", True), ("False", False)])
+def test_a_loop_that_draws_its_next_batch_after_backward_from_an_async_loader_prefetches_already(
+    tmp_path, non_blocking, already
+):
+    (tmp_path / "loader.py").write_text(LOADER.format(non_blocking=non_blocking))
+    (tmp_path / "train.py").write_text(AHEAD)
+    done = [(s.path, s.line) for s in get("prefetcher").find(tmp_path) if s.already]
+    assert done == ([("train.py", 9)] if already else [])

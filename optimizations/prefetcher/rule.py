@@ -7,6 +7,7 @@ from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
 from .edit import NON_BLOCKING, PrefetchBatches
+from .edit_ahead import FetchedAhead
 from .examples import EXAMPLES
 
 
@@ -30,6 +31,7 @@ class Prefetcher(Optimization):
     numerics_reason = "the same batches, copied to the GPU one step ahead"
     keywords = ("prefetch", "cuda prefetcher", "non_blocking", "non-blocking", "h2d", "host-to-device")
     codemods = (PrefetchBatches,)
+    proposers = (FetchedAhead,)
     needs = (BACKWARD, *HF_CONFIGS)
 
     examples = EXAMPLES
