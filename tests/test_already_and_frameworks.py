@@ -572,3 +572,26 @@ def test_attention_picked_by_a_probing_function_of_the_program_is_already_chosen
     )
     (site,) = _sites("fa2", _repo(tmp_path, {"lib/attention.py": unprobed}))
     assert not site.already and "does not guess" in site.reason
+
+
+@pytest.mark.parametrize(("gate", "already"), [("if trainer.iter_num % 10 == 0:", True), ("if True:", False)])
+def test_a_step_callback_that_reads_the_loss_only_periodically_is_already_sync_free(tmp_path, gate, already):
+    """minGPT's projects: the trainer keeps the loss a tensor and the on_batch_end callback reads it every 10
+    iterations."""
+    script = f"""\
+    from mingpt.trainer import Trainer
+
+
+    def main(config, model, data):
+        trainer = Trainer(config, model, data)
+
+        def batch_end_callback(trainer):
+            {gate}
+                print(f"iter {{trainer.iter_num}}: train loss {{trainer.loss.item():.5f}}")
+
+        trainer.set_callback("on_batch_end", batch_end_callback)
+        trainer.run()
+    """
+    root = _repo(tmp_path, {"chargpt.py": script})
+    done = [(s.line, s.already) for s in _sites("sync_free_logging", root) if s.already]
+    assert done == ([(9, True)] if already else [])

@@ -51,6 +51,41 @@ class HostReadsPerStep(PlannedCodemod):
                 if self._host_read(node, set())
             ]
             self._propose(reads, f"{cls.name.value}'s training step")
+        self._periodic_callbacks()
+
+    def _periodic_callbacks(self) -> None:
+        """Reports a step callback (a function of this file passed to ``trainer.set_callback("on_batch_end",
+        ...)``, minGPT's projects) that reads values on the host only under a ``%`` period as done already."""
+        registered = {
+            arg.value.value
+            for call in self.nodes(cst.Call)
+            if "callback" in code_of(call.func).rpartition(".")[2]
+            for arg in call.args
+            if isinstance(arg.value, cst.Name)
+        }
+        for function in self.nodes(cst.FunctionDef):
+            if function.name.value not in registered:
+                continue
+            reads = [node for node in walk(function.body, NESTED_SCOPES) if self._host_read(node, set())]
+            gates = [gate for read in reads if (gate := self._period_of(read, function)) is not None]
+            if reads and len(gates) == len(reads):
+                self.already(
+                    reads[0],
+                    f"`{code_of(reads[0])}` is read on the host only in some steps, in the step callback "
+                    f"`{function.name.value}` (under `if {code_of(gates[0])}`)",
+                )
+
+    def _period_of(self, node: cst.CSTNode, function: cst.FunctionDef) -> cst.BaseExpression | None:
+        """The ``%`` test of the ``if`` that ``node`` runs under in ``function``; None where it runs every call."""
+        for ancestor in self.ancestors(node):
+            if ancestor is function:
+                return None
+            if isinstance(ancestor, cst.If) and any(
+                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+                for n in walk(ancestor.test, ())
+            ):
+                return ancestor.test
+        return None
 
     def _host_read(self, node: cst.CSTNode, losses: set[str]) -> bool:
         """A ``.item()``/``.cpu()``/``.tolist()`` without arguments, not of the loss (whose reads the loop

@@ -2,7 +2,7 @@
 What it changes and when it refuses: README.md."""
 
 from optimizations.program.training_loops import BACKWARD
-from optimizations.registry import Numerics, Optimization
+from optimizations.registry import AllOf, Numerics, Optimization
 
 from .edit import SyncFreeLosses
 from .edit_metrics import STEP_METHODS, HostReadsPerStep
@@ -24,6 +24,6 @@ class SyncFreeLogging(Optimization):
     codemods = (SyncFreeLosses,)
     # Other values a step reads on the host every step: proposed to a person, never an edit.
     proposers = (HostReadsPerStep,)
-    needs = (BACKWARD, *STEP_METHODS)
+    needs = (BACKWARD, *STEP_METHODS, AllOf(("callback", ".item()")))  # a step callback's reads
 
     examples = EXAMPLES
