@@ -476,4 +476,31 @@ def train(model, optimizer, dataset, data):
 """,
         proposal="replaces each batch of this loader before using it",
     ),
+    Example(
+        "proposed_where_a_generator_builds_the_batches_in_the_training_process",
+        # eric-mitchell/direct-preference-optimization: the trainer iterates get_batch_iterator(...), which
+        # tokenizes and collates every example itself.
+        before="""\
+from data import batches
+
+
+class Trainer:
+    def __init__(self, model, optimizer, tokenizer, texts):
+        self.model, self.optimizer = model, optimizer
+        self.train_iterator = batches(texts, tokenizer, batch_size=8)
+
+    def train(self):
+        for batch in self.train_iterator:
+            self.model(**batch).loss.backward()
+            self.optimizer.step()
+""",
+        files={
+            "data.py": """\
+def batches(texts, tokenizer, batch_size):
+    for start in range(0, len(texts), batch_size):
+        yield tokenizer(texts[start : start + batch_size], padding=True, return_tensors="pt")
+""",
+        },
+        proposal="tokenizes and collates each batch in the training process",
+    ),
 )

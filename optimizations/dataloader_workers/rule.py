@@ -4,9 +4,11 @@ What it changes and when it refuses: README.md."""
 from optimizations.edits.recipe_switch import RecipeSetting, switch_recipe
 from optimizations.program.hf import ARGUMENT_PARSERS, HF_CONFIGS
 from optimizations.program.repository import RepoContext, Site
+from optimizations.program.training_loops import BACKWARD
 from optimizations.registry import Numerics, Optimization
 
 from .edit import KEPT_WORKERS, LEFT_OUT, AddWorkers
+from .edit_inline import GeneratedInline
 from .examples import EXAMPLES
 
 # The worker count a framework's recipe gets: the cap the run-time count (``min(4, cpus - 1)``) has in code.
@@ -47,8 +49,10 @@ class DataloaderWorkers(Optimization):
         "pin memory",
     )
     codemods = (AddWorkers,)
+    proposers = (GeneratedInline,)
     done_by_settings = (("loader_workers", "positive"), ("pin_memory", "on"))
-    needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS))
+    # backward: a training loop over batches a generator builds in the training process (GeneratedInline)
+    needs = (*HF_CONFIGS, "DataLoader", *(parser for _, parser in ARGUMENT_PARSERS), BACKWARD)
 
     examples = EXAMPLES
 
