@@ -687,3 +687,19 @@ def test_a_framework_recipe_gets_loader_workers_where_the_schema_takes_the_key(t
     assert change.files["examples/lora.yaml"] == recipe + "dataloader_num_workers: 4\n"
     make_repo(tmp_path / "plain", {**FRAMEWORK, "examples/lora.yaml": recipe})
     assert "examples/lora.yaml" not in registry()["dataloader_workers"].dry_run(tmp_path / "plain").files
+
+
+def test_a_config_fields_fused_optimizer_implementation_is_fused_adamw_done(tmp_path: Path) -> None:
+    """torchtitan's optimizer config defaults to `implementation = "fused"`; llama-cookbook's train_config to
+    `batching_strategy = "packing"`."""
+    config = (
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass OptimizerConfig:\n"
+        '    implementation: str = "fused"\n    batching_strategy: str = "packing"\n'
+    )
+    loop = PLAIN_LOOP.replace("torch.optim.AdamW(model.parameters(), lr=1e-3)", "config.build(model)")
+    (entry,) = runs_of(tmp_path, {"train.py": "import config\n" + loop, "config.py": config})
+    got = values(entry)
+    assert got["optimizer"] == ("fused implementation", "config.py:6")
+    assert got["packing"] == ("on", "config.py:7")
+    done = [(s.path, s.line) for s in registry()["fused_adamw"].find(tmp_path) if s.already]
+    assert ("config.py", 6) in done

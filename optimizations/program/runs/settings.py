@@ -171,6 +171,13 @@ NAMES: dict[str, tuple[str, Reading]] = {
     "optimizer": ("optimizer", _text),
     "optim": ("optimizer", _text),
     "packing": ("packing", _on_off),
+    # llama-cookbook's train_config: "packing" or "padding"
+    "batching_strategy": ("packing", lambda v: {"packing": "on", "padding": "off"}.get(str(v))),
+    # torchtitan's optimizer config: "fused", "foreach" or "for-loop"
+    "implementation": (
+        "optimizer",
+        lambda v: f"{v} implementation" if v in ("fused", "foreach", "for-loop") else None,
+    ),
     "packed": ("packing", _on_off),
     "padding_free": ("packing", lambda v: "padding-free" if _on_off(v) == "on" else None),
     "dataloader_num_workers": ("loader_workers", _count),
