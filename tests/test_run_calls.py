@@ -59,3 +59,18 @@ def test_a_tool_that_calls_only_a_helper_of_the_training_module_does_not_train(t
 
     assert not runs_training(repo, "weight_diff.py", TRAINING_MARKERS)
     assert not runs_training(repo, "defined_only.py", TRAINING_MARKERS)  # nothing calls later()
+
+
+def test_a_function_handed_to_a_cli_runner_is_run(tmp_path: Path) -> None:
+    """llama-cookbook's finetuning.py: `fire.Fire(main)` runs main(), which calls the training loop's module."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/train_utils.py": "def train(model, loader, optimizer):\n    for batch in loader:\n        model(batch).backward()\n",
+        "pkg/finetuning.py": (
+            "import fire\n\nfrom pkg.train_utils import train\n\n\ndef main(**kwargs):\n    train(None, [], None)\n"
+            '\n\nif __name__ == "__main__":\n    fire.Fire(main)\n'
+        ),
+    }
+    assert runs_training(_repo(tmp_path, files), "pkg/finetuning.py", TRAINING_MARKERS)
+    idle = {**files, "pkg/finetuning.py": files["pkg/finetuning.py"].replace("fire.Fire(main)", "pass")}
+    assert not runs_training(_repo(tmp_path / "idle", idle), "pkg/finetuning.py", TRAINING_MARKERS)

@@ -116,13 +116,16 @@ def _calls(
     body: list[ast.stmt],
     imported: dict[str, tuple[str, str]],
 ) -> Iterator[tuple[str, str]]:
-    """The repository functions ``body`` calls by name: the module's own, or ones it imported."""
+    """The repository functions ``body`` calls by name, the module's own or ones it imported, and those it hands
+    to a call that runs them (``fire.Fire(main)``, ``mp.spawn(worker, ...)``)."""
     for statement in body:
         for node in ast.walk(statement):
-            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            if not isinstance(node, ast.Call):
                 continue
-            name = node.func.id
-            if name in imported:
-                yield imported[name]
-            elif _function(module, name) is not None:
-                yield path, name
+            named = [node.func] if isinstance(node.func, ast.Name) else []
+            named += [arg for arg in node.args if isinstance(arg, ast.Name)]
+            for name in (n.id for n in named):
+                if name in imported:
+                    yield imported[name]
+                elif _function(module, name) is not None:
+                    yield path, name
