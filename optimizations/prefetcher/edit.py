@@ -136,7 +136,10 @@ class PrefetchBatches(PlannedCodemod):
             targets += [move.device for move in in_place]
             devices = {code_of(device): device for device in targets}
             if len(devices) > 1:
-                raise _Refused(f"the batch goes to different devices ({', '.join(sorted(devices))})")
+                shown = ", ".join(
+                    f"{name} (line {self.line(node)})" for name, node in sorted(devices.items())
+                )
+                raise _Refused(f"the batch goes to different devices: {shown}")
             device = next(iter(devices.values()))
             _check_device_fixed(loop, device)
             self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves, in_place)
