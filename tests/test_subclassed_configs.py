@@ -193,5 +193,12 @@ def test_liger_in_recipes_needs_the_repository_to_install_it(fixture_repo):
     pyproject = fixture_repo / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('    "liger-kernel>=0.6",\n', ""))
     sites = get("liger_guard").find(fixture_repo)
-    assert [(s.path, s.applicable) for s in sites] == [("train/dpo.py", False), ("train/sft.py", False)]
-    assert all("does not list it among its requirements" in s.reason for s in sites)
+    parsers = [s for s in sites if s.path.endswith(".py")]
+    assert [(s.path, s.applicable) for s in parsers] == [("train/dpo.py", False), ("train/sft.py", False)]
+    assert all("does not list it among its requirements" in s.reason for s in parsers)
+    # each launch of the scripts is refused too, citing the parser: a flag there would fail without the package
+    launched = [s for s in sites if not s.path.endswith(".py")]
+    assert launched and not any(s.applicable for s in launched)
+    assert all(
+        "not among the repository's requirements" in s.reason and "train/" in s.reason for s in launched
+    )

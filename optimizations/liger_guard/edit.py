@@ -14,8 +14,8 @@ from optimizations.edits.recipe_switch import RecipeSetting, switch
 from optimizations.edits.vendoring import RuntimeHelper
 from optimizations.program.config_use import not_a_run_config
 from optimizations.program.hf import PEFT_FROM_FLAGS, is_argument_parser, is_training_config, trainer_class
-from optimizations.program.recipes import parser_types
-from optimizations.program.repository import RepoContext
+from optimizations.program.recipes import launches, parser_types
+from optimizations.program.repository import RepoContext, Site
 from optimizations.program.requirements import declares_dependency
 from optimizations.program.syntax import code_of, keyword, literal_value, qualified_under
 from optimizations.program.trainer_calls import LINK_METADATA, TrainerLinks
@@ -194,7 +194,8 @@ class GuardLiger(OptimizationCodemod):
             return
         message = f"`{code_of(call.func)}` fills the config from flags: use_liger_kernel in its recipes"
         reason = self._fixed_adapter()
-        if reason is None and declares_dependency(self.repo, LIGER_DISTRIBUTION) is None:
+        unlisted = reason is None and declares_dependency(self.repo, LIGER_DISTRIBUTION) is None
+        if unlisted:
             reason = (
                 f"a recipe cannot check at run time that {LIGER_DISTRIBUTION} is installed, and the repository does "
                 f"not list it among its requirements for the parser at line {self.line(call)}: add it, then set "
@@ -210,7 +211,26 @@ class GuardLiger(OptimizationCodemod):
             )
         if reason is not None:
             self.refused(call, message, reason)
+        if unlisted:
+            self.sites.extend(self._unlisted_at_launches(call))
         self.sites.extend(launched or [])
+
+    def _unlisted_at_launches(self, parser: cst.Call) -> list[Site]:
+        """Each launch of this script, refused: Liger is not among the repository's requirements, so a flag
+        that asks for it fails where it is not installed."""
+        return [
+            Site(
+                launch.path,
+                launch.line,
+                self.optimization.id,
+                "launch flag --use_liger_kernel true",
+                False,
+                f"{LIGER_DISTRIBUTION} is not among the repository's requirements, so a run launched with "
+                f"`--use_liger_kernel true` fails where it is not installed (the parser at {self.path}:"
+                f"{self.line(parser)}): add it to the requirements first",
+            )
+            for launch in launches(self.repo, self.path)
+        ]
 
     def _fixed_adapter(self) -> str | None:
         """Why every run of this script trains LoRA: a trainer here gets a ``peft_config`` that flags cannot
