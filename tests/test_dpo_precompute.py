@@ -115,3 +115,22 @@ def main():
     assert change is not None and sorted(change.files) == ["recipes/dpo.yaml"]
     assert (root / "recipes/dpo.yaml").read_text() == recipe.replace("false", "true")
     assert [(s.path, "sync_ref_model" in s.reason) for s in change.refused] == [("recipes/tr_dpo.yaml", True)]
+
+
+def test_the_programs_own_cache_switch_is_refused_where_its_recipe_sets_it(tmp_path):
+    """ContextualAI/HALOs: trainers read `self.config.cache_reference_logprobs`, which the Hydra config sets to
+    false: the switch is the run's to turn on, said at the config line too."""
+    from optimizations.dpo_precompute.examples import EXAMPLES
+    from optimizations.registry import registry
+
+    (example,) = [e for e in EXAMPLES if e.name == "refuses_a_reference_the_program_caches_behind_a_switch"]
+    script = "import hydra\n" + example.before.replace(
+        "def train(policy, reference_model, loader, optimizer, config):",
+        "@hydra.main(config_path='config', config_name='config')\ndef train(config):",
+    )
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("lr: 1e-6\ncache_reference_logprobs: false\n")
+    (tmp_path / "train.py").write_text(script)
+    sites = {(s.path, s.line): s for s in registry()["dpo_precompute"].find(tmp_path)}
+    site = sites[("config/config.yaml", 2)]
+    assert not site.applicable and "read at train.py:" in site.reason

@@ -10,7 +10,11 @@ import libcst as cst
 
 from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.reachability import program_of
+from optimizations.program.repository import Site
+from optimizations.program.runs.every_run import runs_of
+from optimizations.program.runs.hydra import entry_recipes, launch_recipes
 from optimizations.program.syntax import NESTED_SCOPES, code_of, local_callee, walk
+from optimizations.program.yaml_settings import settings as yaml_settings
 
 # The names a reference model goes by: `ref_model`, `reference_model`, `self.ref`, `model_ref`, `ref_policy`.
 REFERENCE = re.compile(r"^(?:ref|reference)(?:_model|_policy|_net|_lm)?$|^(?:model|policy)_ref$", re.I)
@@ -71,8 +75,37 @@ class ReferencePerStep(PlannedCodemod):
                     f"the program caches the reference log-probs itself behind `{code_of(switch)}` (line "
                     f"{self.line(switch)}): turning that on is the run's choice",
                 )
+                self.sites.extend(self._switch_in_recipes(switch))
             else:
                 self.proposed(call, message, WHY)
+
+    def _switch_in_recipes(self, switch: cst.Arg) -> list[Site]:
+        """Each line of the runs' recipes that sets the config key the switch reads (``use_cache=
+        self.config.cache_reference_logprobs`` and HALOs' ``cache_reference_logprobs: false``), refused there:
+        the program's own switch, the run's to turn on."""
+        if not isinstance(switch.value, cst.Attribute):
+            return []
+        key, found = switch.value.attr.value, {}
+        for run in runs_of(self.repo, self.path):
+            recipes = (
+                launch_recipes(self.repo, run.launch) if run.launch else entry_recipes(self.repo, run.entry)
+            )
+            for recipe in recipes:
+                try:
+                    text = self.repo.read(recipe)
+                except (OSError, UnicodeDecodeError):
+                    continue
+                for setting in yaml_settings(recipe, text, key):
+                    found[(recipe, setting.line)] = Site(
+                        recipe,
+                        setting.line,
+                        self.optimization.id,
+                        f"{key}: {setting.text}",
+                        False,
+                        f"the program's own switch for caching the reference log-probs, read at {self.path}:"
+                        f"{self.line(switch)}: turning it on is the run's choice",
+                    )
+        return list(found.values())
 
     def _cached_before(self, loop: cst.For | cst.While) -> cst.Call | None:
         """A call before ``loop``, in its function, of a function named for caching or precomputing reference
