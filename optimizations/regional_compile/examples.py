@@ -287,4 +287,29 @@ def train(model, dataset):
 """,
         kept="compile stays off",
     ),
+    Example(
+        "refused_where_runs_patch_attention_to_varlen_kernels_first",
+        # lm-sys/FastChat: every Vicuna launch runs train_mem.py, which patches LlamaAttention first.
+        before="""\
+import transformers
+
+
+def train():
+    model = transformers.AutoModelForCausalLM.from_pretrained("m")
+    transformers.Trainer(model=model, args=transformers.TrainingArguments("out")).train()
+""",
+        files={
+            "train_mem.py": """\
+from llama_flash_attn_monkey_patch import replace_llama_attn_with_flash_attn
+
+replace_llama_attn_with_flash_attn()
+
+from train import train
+
+if __name__ == "__main__":
+    train()
+""",
+        },
+        refusal="patch attention to FlashAttention's varlen kernels first (train_mem.py:3)",
+    ),
 )

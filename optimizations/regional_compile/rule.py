@@ -3,6 +3,8 @@ in place, on CUDA. What it changes and when it refuses: README.md."""
 
 from __future__ import annotations
 
+from optimizations.fa2.edit import FLASH_PATCH
+from optimizations.program.repository import RepoContext
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
 
@@ -36,3 +38,24 @@ class RegionalCompile(Optimization):
     compiles_model = True
     needs = ("Trainer",)
     examples = EXAMPLES
+
+    def run_refusal(self, ctx: RepoContext, path: str) -> str | None:
+        """Refused where a run that loads ``path`` patches the model's attention to FlashAttention's varlen kernels
+        first (FastChat's ``train_mem.py`` calls ``replace_llama_attn_with_flash_attn()``): their unpad and pad
+        give every batch data-dependent shapes, which compiled layers break on and recompile for; besides every
+        compiling optimization's refusals."""
+        from optimizations.program.runs.every_run import runs_of  # loads libcst: not for listing
+
+        for run in runs_of(ctx, path):
+            # a call at the entry's top level, as every run makes it (not one under an `if` of a flag)
+            lines = ctx.text(run.entry).splitlines()
+            patched = next(
+                (n for n, line in enumerate(lines, 1) if FLASH_PATCH.match(line.partition("(")[0])), None
+            )
+            if patched is not None:
+                return (
+                    f"the runs of {run.entry} patch attention to FlashAttention's varlen kernels first "
+                    f"({run.entry}:{patched}), whose unpad and pad give every batch data-dependent shapes: compiled "
+                    "layers would break on them and recompile"
+                )
+        return super().run_refusal(ctx, path)
