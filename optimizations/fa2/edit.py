@@ -14,6 +14,7 @@ from optimizations.program.hf import MODEL_CLASS, MODEL_LOADERS
 from optimizations.program.model_use import READS, kept_as_data
 from optimizations.program.syntax import code_of, keyword, literal_value, walk
 from optimizations.program.trainer_calls import is_plain_reference
+from optimizations.program.values import parameters
 
 from .edit_decisions import PICKER, AttentionDecisions
 from .edit_sites import init_kwargs_site, site_message
@@ -106,6 +107,7 @@ class PickAttention(AttentionDecisions):
             if n.startswith("transformers.") and MODEL_CLASS.match(n.rpartition(".")[2])
         ]
         if not classes:
+            self._class_from_a_parameter(original_node)
             return updated_node
         # Decide on the original node (its metadata resolves names); edit the updated one, argument by index.
         current = keyword(original_node, "attn_implementation")
@@ -198,6 +200,32 @@ class PickAttention(AttentionDecisions):
         self.changed(original_node, message + self._live_when(dtype))
         self.edited = True
         return call
+
+    def _class_from_a_parameter(self, call: cst.Call) -> None:
+        """Refuses ``model_class.from_pretrained(...)`` where the class is a parameter of the function named for a
+        model (DeepSpeed-Chat's ``create_hf_model(model_class, ...)``): which transformers class its callers pass,
+        and so what the picker could read, is not known here."""
+        func = cast(cst.Attribute, call.func)
+        function = self.links.values.function_of(call)
+        if not (
+            isinstance(func.value, cst.Name) and function is not None and "model" in func.value.value.lower()
+        ):
+            return
+        if func.value.value not in parameters(function):
+            return
+        dtype = keyword(call, "dtype") or keyword(call, "torch_dtype")
+        loads = (
+            ""
+            if dtype is not None
+            else "; it also loads the weights in float32 (no dtype), where the picker keeps SDPA"
+        )
+        self.refused(
+            call,
+            site_message(code_of(func), None),
+            f"the model class is `{func.value.value}`, a parameter of {function.name.value}() (line "
+            f"{self.line(function)}): which class its callers pass is not known here{loads}. Choosing the attention "
+            "there means threading the run's dtype and attention through its callers, a change for a person",
+        )
 
     def _own_flash_switch(self, call: cst.Call) -> str | None:
         """Why the loader ``call`` keeps its attention: its function (or module) patches attention to

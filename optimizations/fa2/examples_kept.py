@@ -135,4 +135,19 @@ def train(args):
 """,
         refusal="patches attention to FlashAttention itself under `if args.flash_attn` (line 6)",
     ),
+    Example(
+        "refused_where_the_model_class_is_a_parameter",
+        # microsoft/DeepSpeedExamples' DeepSpeed-Chat: create_hf_model(model_class, ...) serves steps 1-3.
+        before="""\
+from transformers import AutoConfig
+
+
+def create_hf_model(model_class, model_name_or_path, tokenizer):
+    model_config = AutoConfig.from_pretrained(model_name_or_path)
+    model = model_class.from_pretrained(model_name_or_path, config=model_config)
+    model.config.pad_token_id = tokenizer.eos_token_id
+    return model
+""",
+        refusal="the model class is `model_class`, a parameter of create_hf_model() (line 4)",
+    ),
 )
