@@ -3,8 +3,10 @@ defaults, and the statements that turn a setting on (``torch.compile(model)``, a
 
 Files are read with :mod:`ast`. A keyword counts only where its value is a literal (``bf16=True``,
 ``attn_implementation="sdpa"``, ``torch_dtype=torch.bfloat16``): ``bf16=args.bf16`` takes the value of a
-parsed flag, which the launch gives. A dataclass field's default (``optim: str = field(default="adamw_torch")``
-in a ``TrainingArguments`` subclass) counts below every launch flag and recipe.
+parsed flag, which the launch gives. A keyword (or kwargs-dict entry) that reads a config key
+(``torch_dtype=getattr(torch, config.model.policy_dtype)``) is kept as a :class:`ConfigRead`, which the run's
+recipe or flags resolve. A dataclass field's default (``optim: str = field(default="adamw_torch")`` in a
+``TrainingArguments`` subclass) counts below every launch flag and recipe.
 """
 
 from __future__ import annotations
