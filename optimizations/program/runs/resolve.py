@@ -7,8 +7,11 @@ A run is an entry point as one launch command starts it (an entry point no comma
    then :data:`TRL_DEFAULTS` where a TRL trainer config is used and the requirements admit a TRL that has them);
 2. dataclass field defaults of the files the entry point loads (a ``TrainingArguments`` subclass's ``optim``);
 3. the launcher's config: an ``accelerate config`` YAML, then the DeepSpeed config it or a flag names;
-4. the YAML recipes the launch passes (``--config recipe.yaml``);
-5. the launch's flags for the script (``--bf16 True``), then the launcher's own (``--mixed_precision bf16``);
+4. the YAML recipes the launch passes (``--config recipe.yaml``), or the configs a Hydra script no command
+   launches composes by default;
+5. the launch's flags for the script (``--bf16 True``), the values the code reads from config keys
+   (``torch_dtype=getattr(torch, config.model.policy_dtype)``) as the flags or recipes give them, then the
+   launcher's own flags (``--mixed_precision bf16``);
 6. literal values in the code (``Accelerator(mixed_precision="bf16")`` overrides the launcher's flag);
 7. a DeepSpeed ``optimizer`` block or ZeRO optimizer offload, which replace whatever optimizer the trainer
    would build.
