@@ -3,13 +3,13 @@ TRL ``model_init_kwargs`` dict becomes a call of the vendored ``pick_attention_i
 
 from __future__ import annotations
 
-import re
 from typing import cast
 
 import libcst as cst
 
 from optimizations.edits.expressions import add_keywords, expr, replace_keyword
 from optimizations.edits.vendoring import RuntimeHelper
+from optimizations.program.choices import FLASH_PATCH
 from optimizations.program.hf import MODEL_CLASS, MODEL_LOADERS
 from optimizations.program.model_use import READS, kept_as_data
 from optimizations.program.syntax import code_of, keyword, literal_value, walk
@@ -20,9 +20,6 @@ from .edit_decisions import PICKER, AttentionDecisions
 from .edit_sites import init_kwargs_site, site_message
 
 RUNTIME = RuntimeHelper("attention", "optimizations.fa2")
-# A module-level call that patches a model family's attention to FlashAttention before the model is loaded
-# (lm-sys/FastChat's train_mem.py: `replace_llama_attn_with_flash_attn()`).
-FLASH_PATCH = re.compile(r"^replace_\w*attn\w*_with_flash_attn\w*$")
 # The name a loader's first argument is bound to (with `:=`) when the picker needs it too.
 BOUND_NAMES = {"from_pretrained": "checkpoint", "from_config": "model_config"}
 TRL_DTYPE_DEFAULT = "TRL loads the model in float32 when model_init_kwargs sets no dtype"

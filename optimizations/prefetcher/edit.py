@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeGuard, cast
 
@@ -98,6 +98,11 @@ class _Refused(Exception):
     """A check failed; the message is the reason."""
 
 
+def _at_lines(named: Mapping[str, cst.CSTNode], line: Callable[[cst.CSTNode], int]) -> str:
+    """``a (line 3), b (line 9)``: each name with the line of its node."""
+    return ", ".join(f"{name} (line {line(node)})" for name, node in sorted(named.items()))
+
+
 class PrefetchBatches(PlannedCodemod):
     """Loops that copy each batch to the device rewritten to iterate a ``CudaPrefetcher``, their ``DataLoader``
     pinned; Trainer configs given non-blocking copies. A loop's checks raise :class:`_Refused`."""
@@ -136,10 +141,7 @@ class PrefetchBatches(PlannedCodemod):
             targets += [move.device for move in in_place]
             devices = {code_of(device): device for device in targets}
             if len(devices) > 1:
-                shown = ", ".join(
-                    f"{name} (line {self.line(node)})" for name, node in sorted(devices.items())
-                )
-                raise _Refused(f"the batch goes to different devices: {shown}")
+                raise _Refused(f"the batch goes to different devices: {_at_lines(devices, self.line)}")
             device = next(iter(devices.values()))
             _check_device_fixed(loop, device)
             self._check_batch_stays_on_device(loop, batch_names, moves, dict_moves, in_place)

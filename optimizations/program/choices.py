@@ -45,6 +45,9 @@ WRITTEN_OUT = re.compile(
     re.I,
 )
 # Words that make a comment name an attention, worker or compile setting.
+# A call that patches a model family's attention to FlashAttention before the model is loaded (lm-sys/FastChat's
+# train_mem.py: `replace_llama_attn_with_flash_attn()`): the program's own choice of attention kernels.
+FLASH_PATCH = re.compile(r"^replace_\w*attn\w*_with_flash_attn\w*$")
 ATTENTION_TOPICS = ("attn", "attention", "eager", "sdpa", "flash", "fa2", "softcap", "mask")
 WORKER_TOPICS = ("worker", "fork", "spawn", "multiprocess", "subprocess")
 COMPILE_TOPICS = ("compile", "dynamo", "inductor")

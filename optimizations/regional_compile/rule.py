@@ -3,7 +3,7 @@ in place, on CUDA. What it changes and when it refuses: README.md."""
 
 from __future__ import annotations
 
-from optimizations.fa2.edit import FLASH_PATCH
+from optimizations.program.choices import FLASH_PATCH
 from optimizations.program.repository import RepoContext
 from optimizations.program.shapes import ProgramShape
 from optimizations.registry import Numerics, Optimization
