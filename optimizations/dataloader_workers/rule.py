@@ -59,15 +59,16 @@ class DataloaderWorkers(Optimization):
     def config_sites(self, ctx: RepoContext) -> list[Site]:
         """``dataloader_num_workers: 4`` in each recipe of a framework's console script that leaves the Trainer's
         0 workers, where the framework's code names that key (its recipe schema takes it)."""
-        from optimizations.program.runs.every_run import unset_in_framework_recipes  # loads libcst
+        # loads libcst: not for listing
+        from optimizations.program.runs.every_run import entry_package, unset_in_framework_recipes
 
         sites: list[Site] = []
         for run, recipe in unset_in_framework_recipes(ctx, "loader_workers"):
-            package = run.entry.split("/")[:2] if run.entry.startswith("src/") else run.entry.split("/")[:1]
+            package = entry_package(run.entry) + "/"
             schema = [
                 path
                 for path in ctx.python_files()
-                if path.startswith("/".join(package) + "/") and RECIPE_WORKERS.key in ctx.text(path)
+                if path.startswith(package) and RECIPE_WORKERS.key in ctx.text(path)
             ]
             if schema:
                 sites += switch_recipe(ctx, recipe, RECIPE_WORKERS, self.id)

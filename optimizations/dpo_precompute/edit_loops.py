@@ -12,7 +12,7 @@ from optimizations.edits.planned import PlannedCodemod
 from optimizations.program.reachability import program_of
 from optimizations.program.repository import Site
 from optimizations.program.runs.every_run import runs_of
-from optimizations.program.runs.hydra import entry_recipes, launch_recipes
+from optimizations.program.runs.hydra import run_recipes
 from optimizations.program.syntax import NESTED_SCOPES, code_of, local_callee, walk
 from optimizations.program.yaml_settings import settings as yaml_settings
 
@@ -87,10 +87,7 @@ class ReferencePerStep(PlannedCodemod):
             return []
         key, found = switch.value.attr.value, {}
         for run in runs_of(self.repo, self.path):
-            recipes = (
-                launch_recipes(self.repo, run.launch) if run.launch else entry_recipes(self.repo, run.entry)
-            )
-            for recipe in recipes:
+            for recipe in run_recipes(self.repo, run.entry, run.launch):
                 try:
                     text = self.repo.read(recipe)
                 except (OSError, UnicodeDecodeError):

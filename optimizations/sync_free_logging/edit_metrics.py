@@ -75,10 +75,11 @@ class HostReadsPerStep(PlannedCodemod):
                     f"`{function.name.value}` (under `if {code_of(gates[0])}`)",
                 )
 
-    def _period_of(self, node: cst.CSTNode, function: cst.FunctionDef) -> cst.BaseExpression | None:
-        """The ``%`` test of the ``if`` that ``node`` runs under in ``function``; None where it runs every call."""
+    def _period_of(self, node: cst.CSTNode, scope: cst.CSTNode) -> cst.BaseExpression | None:
+        """The ``%`` test of the ``if`` that ``node`` runs under inside ``scope`` (a loop, a function); None where
+        it runs every time."""
         for ancestor in self.ancestors(node):
-            if ancestor is function:
+            if ancestor is scope:
                 return None
             if isinstance(ancestor, cst.If) and any(
                 isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
@@ -115,17 +116,7 @@ class HostReadsPerStep(PlannedCodemod):
 
     def _periodic(self, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
         """``node`` runs only in some steps of ``loop``: in a logging block, or under an ``if`` with a ``%``."""
-        if self.in_logging_block(node, loop):
-            return True
-        for ancestor in self.ancestors(node):
-            if ancestor is loop:
-                return False
-            if isinstance(ancestor, cst.If) and any(
-                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-                for n in walk(ancestor.test, ())
-            ):
-                return True
-        return False
+        return self.in_logging_block(node, loop) or self._period_of(node, loop) is not None
 
     def _propose(self, reads: list[cst.CSTNode], where: str) -> None:
         """One proposal at the first of ``reads``, naming how many there are."""

@@ -169,6 +169,13 @@ def done_in_every_run(repo: RepoContext, path: str, tests: tuple[tuple[str, str]
     return [run.settings[tests[0][0]] for run in runs]
 
 
+def entry_package(entry: str) -> str:
+    """The top package folder of an entry point: ``src/axolotl`` for ``src/axolotl/cli/main.py``, ``fw`` for
+    ``fw/cli.py``."""
+    parts = entry.split("/")
+    return "/".join(parts[:2] if parts[0] == "src" else parts[:1])
+
+
 def framework_library(repo: RepoContext, path: str) -> str | None:
     """Why ``path`` is no place for an edit: it is the library of a framework that the repository's commands
     drive by its console script and recipes (``llamafactory-cli train examples/...yaml``), where a setting
@@ -177,8 +184,7 @@ def framework_library(repo: RepoContext, path: str) -> str | None:
         launch = next((r.launch for r in entry.runs if r.launch is not None and r.launch.console), None)
         if launch is None:
             continue
-        parts = entry.entry.split("/")
-        package = "/".join(parts[:2] if parts[0] == "src" else parts[:1])
+        package = entry_package(entry.entry)
         if path.startswith(package + "/"):
             return (
                 f"`{package}` is the library of a framework its commands drive by recipe (`{launch.launcher}` "

@@ -99,8 +99,11 @@ def _with_bases(repo: RepoContext, folder: str, option: str, depth: int) -> list
     return [*found, path]
 
 
-def entry_recipes(repo: RepoContext, entry: str) -> list[str]:
-    """The config files a Hydra script composes when it is run with no overrides (no command launches it)."""
+def run_recipes(repo: RepoContext, entry: str, launch: LaunchCommand | None) -> list[str]:
+    """The config files a run of ``entry`` reads: its launch's recipes (:func:`launch_recipes`), or, where no
+    command launches it, what its Hydra script composes with no overrides."""
+    if launch is not None:
+        return launch_recipes(repo, launch)
     app = hydra_app(entry, repo.text(entry))
     return composed_files(repo, app, ()) if app is not None else []
 

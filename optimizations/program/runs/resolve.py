@@ -33,7 +33,7 @@ from optimizations.program.requirements import excludes
 from optimizations.program.run_calls import runs_training
 from optimizations.program.runs.code_settings import CodeSettings, ConfigRead, code_settings, precision_of
 from optimizations.program.runs.commands import LaunchCommand, launch_commands
-from optimizations.program.runs.hydra import entry_recipes, launch_recipes
+from optimizations.program.runs.hydra import run_recipes
 from optimizations.program.runs.launcher_configs import (
     accelerate_config,
     deepspeed_config,
@@ -262,7 +262,7 @@ def _run(
         put(read[path].defaults)
     late: list[Setting] = []
     reads = [r for path in sorted(read) for r in read[path].reads]
-    recipes = launch_recipes(repo, launch) if launch is not None else entry_recipes(repo, entry)
+    recipes = run_recipes(repo, entry, launch)
     if launch is None:  # a Hydra script no command launches runs with its configs' defaults
         for recipe in recipes:
             put(_recipe(repo, recipe))
